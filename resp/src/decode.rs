@@ -1,0 +1,769 @@
+//! The incremental decoder.
+//!
+//! # How it works
+//! [`Decoder::decode`] walks the buffer from where it stopped last time. It never recurses: open
+//! aggregates live on an explicit stack, and a frame being decoded is recorded as a flat list of
+//! tokens (offsets into the buffer, and parsed numbers) in wire order. Only when the last byte of
+//! the frame has arrived does it split the frame's bytes off the buffer, freeze them into one
+//! [`Bytes`], and build the [`Frame`] tree from the tokens, slicing payloads out of that `Bytes`.
+//! So the caller's buffer is untouched until a frame is whole, no byte is looked at twice, and
+//! no payload is copied. A top-level scalar (the common reply) skips the token list altogether.
+//!
+//! # The contract between calls
+//! After `Ok(None)` the decoder remembers offsets into the buffer. Until the next frame comes
+//! out, the caller may only *append* to the buffer (as a socket read does). To start over on
+//! another stream, call [`Decoder::reset`].
+
+use bytes::{Bytes, BytesMut};
+
+use crate::{Error, ErrorKind, Frame, Limits};
+
+/// The kinds of aggregate the decoder can have open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agg {
+    Array,
+    Set,
+    Map,
+    Push,
+    Attribute,
+    StreamedString,
+}
+
+/// One decoded item of a frame under construction. Offsets count from the frame's first byte.
+#[derive(Debug, Clone, Copy)]
+enum Tok {
+    Simple(usize, usize),
+    Error(usize, usize),
+    Integer(i64),
+    Bulk(usize, usize),
+    NullBulk,
+    NullArray,
+    Null,
+    Boolean(bool),
+    Double(f64),
+    BigNumber(usize, usize),
+    BulkError(usize, usize),
+    /// The whole payload, `fmt:text`.
+    Verbatim(usize, usize),
+    /// One chunk of a streamed string.
+    Chunk(usize, usize),
+    /// An aggregate header and how many items follow it (for maps and attributes, keys and
+    /// values count one each; an attribute's annotated value counts one more).
+    Agg(Agg, usize),
+}
+
+/// What a bulk-like header announced, while its payload is being awaited.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    ty: u8,
+    start: usize,
+    len: usize,
+}
+
+/// An aggregate that has been opened and is not complete yet.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    kind: Agg,
+    /// Items still owed; `None` for a streamed aggregate, which ends with `.` (or `;0`).
+    remaining: Option<u64>,
+    /// Items (or chunks) seen so far.
+    count: usize,
+    /// Where its `Tok::Agg` sits in the token list.
+    tok: usize,
+    /// Bytes so far, for a streamed string.
+    total: u64,
+}
+
+/// What one pass over the buffer ended with.
+enum Step {
+    Incomplete,
+    /// A whole top-level scalar (or empty aggregate): no token list needed.
+    Single(Tok),
+    /// A whole aggregate, recorded in the token list.
+    Tree,
+}
+
+/// An incremental, zero-copy RESP2/RESP3 decoder bounded by [`Limits`].
+///
+/// Keep one per connection: it remembers how far it got into a partial frame, so bytes that
+/// arrive in small pieces are looked at once each. After an error, the byte stream is
+/// desynchronised (there is no way to tell where the next frame starts): the caller must drop
+/// the connection, and the decoder refuses further input (with [`ErrorKind::Poisoned`]) until
+/// [`reset`](Decoder::reset).
+///
+/// # Examples
+/// ```
+/// use bytes::BytesMut;
+/// use resp::{Decoder, Frame};
+///
+/// let mut dec = Decoder::default();
+/// let mut buf = BytesMut::from(&b"+OK\r\n$5\r\nhel"[..]);
+/// assert_eq!(dec.decode(&mut buf).unwrap(), Some(Frame::Simple("OK".into())));
+/// assert_eq!(dec.decode(&mut buf).unwrap(), None); // the bulk is not all here yet
+/// assert_eq!(&buf[..], b"$5\r\nhel"); // and the buffer is as it was
+/// buf.extend_from_slice(b"lo\r\n");
+/// assert_eq!(dec.decode(&mut buf).unwrap(), Some(Frame::Bulk("hello".into())));
+/// assert!(buf.is_empty());
+/// ```
+#[derive(Debug, Default)]
+pub struct Decoder {
+    limits: Limits,
+    /// The first byte of the current frame not yet decoded.
+    pos: usize,
+    /// Where the search for the current line's CRLF resumes (bytes before it hold none).
+    scan: usize,
+    pending: Option<Pending>,
+    stack: Vec<Open>,
+    tokens: Vec<Tok>,
+    poisoned: Option<Error>,
+}
+
+impl Decoder {
+    /// A decoder enforcing `limits`.
+    pub fn new(limits: Limits) -> Self {
+        Decoder {
+            limits,
+            ..Decoder::default()
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Forgets any partial frame and any earlier error, for use on a new byte stream (a new
+    /// connection). Allocated capacity is kept.
+    pub fn reset(&mut self) {
+        self.clear();
+        self.poisoned = None;
+    }
+
+    /// Whether part of a frame has been decoded and the rest is awaited.
+    pub fn is_mid_frame(&self) -> bool {
+        self.pos != 0 || self.scan != 0
+    }
+
+    fn clear(&mut self) {
+        self.pos = 0;
+        self.scan = 0;
+        self.pending = None;
+        self.stack.clear();
+        self.tokens.clear();
+    }
+
+    /// Decodes the next frame from the front of `buf`.
+    ///
+    /// - `Ok(Some(frame))`: the frame's bytes have been split off the front of `buf`; its
+    ///   payloads are slices of them.
+    /// - `Ok(None)`: `buf` holds only part of a frame (perhaps none) and is left exactly as it
+    ///   was. Append more bytes and call again; the decoder resumes where it stopped.
+    /// - `Err(e)`: the bytes are not valid RESP or break a limit. The stream is desynchronised:
+    ///   drop the connection. `buf` is left as it was.
+    ///
+    /// Never panics, whatever `buf` holds.
+    ///
+    /// # Examples
+    /// ```
+    /// use bytes::BytesMut;
+    /// use resp::{Decoder, ErrorKind, Limits};
+    ///
+    /// let mut dec = Decoder::new(Limits::new().with_max_depth(8));
+    /// let mut buf = BytesMut::from(&b"*1\r\n".repeat(1000)[..]);
+    /// assert_eq!(dec.decode(&mut buf).unwrap_err().kind(), ErrorKind::TooDeep { max: 8 });
+    /// ```
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, Error> {
+        if let Some(e) = self.poisoned {
+            return Err(Error::new(ErrorKind::Poisoned, e.offset()));
+        }
+        if buf.len() < self.pos {
+            // The caller broke the append-only contract; what we remembered is meaningless.
+            self.clear();
+        }
+        match self.advance(buf) {
+            Ok(Step::Incomplete) => Ok(None),
+            Ok(step) => {
+                let bytes = buf.split_to(self.pos).freeze();
+                let frame = match step {
+                    Step::Single(tok) => scalar(tok, &bytes),
+                    _ => self.build(&bytes),
+                };
+                self.clear();
+                Ok(Some(frame))
+            }
+            Err(e) => {
+                self.poisoned = Some(e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs the state machine over `buf` from `self.pos` until a frame is whole, the buffer
+    /// runs out, or an error.
+    fn advance(&mut self, buf: &[u8]) -> Result<Step, Error> {
+        loop {
+            let item = if let Some(p) = self.pending {
+                let end = p.start.saturating_add(p.len);
+                if buf.len() < end.saturating_add(2) {
+                    return Ok(Step::Incomplete);
+                }
+                if &buf[end..end + 2] != b"\r\n" {
+                    return Err(Error::new(ErrorKind::MissingCrlf, end));
+                }
+                self.pending = None;
+                self.pos = end + 2;
+                self.scan = self.pos;
+                match p.ty {
+                    b'$' => Some(Tok::Bulk(p.start, end)),
+                    b'!' => Some(Tok::BulkError(p.start, end)),
+                    b'=' => {
+                        if buf[p.start + 3] != b':' {
+                            return Err(Error::new(ErrorKind::InvalidVerbatim, p.start + 3));
+                        }
+                        Some(Tok::Verbatim(p.start, end))
+                    }
+                    _ => {
+                        // A streamed-string chunk: counted on its open string, not a value.
+                        self.tokens.push(Tok::Chunk(p.start, end));
+                        if let Some(top) = self.stack.last_mut() {
+                            top.count += 1;
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                match self.line(buf)? {
+                    Line::Incomplete => return Ok(Step::Incomplete),
+                    Line::Value(tok) => Some(tok),
+                    Line::Closed => None,
+                    Line::Continue => continue,
+                }
+            };
+            if let Some(step) = self.complete(item)? {
+                return Ok(step);
+            }
+        }
+    }
+
+    /// A value has ended: `Some(tok)` a scalar, `None` the aggregate on top of the stack that
+    /// was just closed (already popped). Counts it on its parent and closes every aggregate it
+    /// completes. Returns the step when the whole frame is done.
+    fn complete(&mut self, item: Option<Tok>) -> Result<Option<Step>, Error> {
+        match item {
+            Some(tok) if self.stack.is_empty() => return Ok(Some(Step::Single(tok))),
+            Some(tok) => self.tokens.push(tok),
+            None if self.stack.is_empty() => return Ok(Some(Step::Tree)),
+            None => {}
+        }
+        let max = self.limits.max_elements();
+        while let Some(top) = self.stack.last_mut() {
+            top.count += 1;
+            match &mut top.remaining {
+                None => {
+                    if top.count > max {
+                        let count = top.count as u64;
+                        return Err(Error::new(
+                            ErrorKind::TooManyElements { count, max },
+                            self.pos,
+                        ));
+                    }
+                    return Ok(None);
+                }
+                Some(rem) => {
+                    *rem -= 1;
+                    if *rem > 0 {
+                        return Ok(None);
+                    }
+                }
+            }
+            self.stack.pop();
+        }
+        Ok(Some(Step::Tree))
+    }
+
+    /// Opens an aggregate of `items` items (`None`: streamed) at `at`, or, when it has none,
+    /// returns it as a finished value.
+    fn open(&mut self, kind: Agg, items: Option<u64>, at: usize) -> Result<Line, Error> {
+        let max = self.limits.max_depth();
+        if self.stack.len() >= max {
+            return Err(Error::new(ErrorKind::TooDeep { max }, at));
+        }
+        if items == Some(0) {
+            return Ok(Line::Value(Tok::Agg(kind, 0)));
+        }
+        self.stack.push(Open {
+            kind,
+            remaining: items,
+            count: 0,
+            tok: self.tokens.len(),
+            total: 0,
+        });
+        // The item count is patched in when a streamed aggregate closes.
+        self.tokens
+            .push(Tok::Agg(kind, items.unwrap_or(0) as usize));
+        Ok(Line::Continue)
+    }
+
+    /// Decodes one line (a scalar, or the header of a bulk or aggregate) at `self.pos`.
+    fn line(&mut self, buf: &[u8]) -> Result<Line, Error> {
+        let pos = self.pos;
+        let Some(&ty) = buf.get(pos) else {
+            return Ok(Line::Incomplete);
+        };
+        let in_string = matches!(
+            self.stack.last(),
+            Some(Open { kind: Agg::StreamedString, .. })
+        );
+        match ty {
+            b'+' | b'-' | b':' | b'$' | b'*' | b'_' | b'#' | b',' | b'(' | b'!' | b'='
+            | b'%' | b'~' | b'>' | b'|' | b'.'
+                if !in_string => {}
+            b';' if in_string => {}
+            b'+' | b'-' | b':' | b'$' | b'*' | b'_' | b'#' | b',' | b'(' | b'!' | b'='
+            | b'%' | b'~' | b'>' | b'|' | b'.' | b';' => {
+                return Err(Error::new(ErrorKind::MisplacedChunk, pos));
+            }
+            other => return Err(Error::new(ErrorKind::InvalidType(other), pos)),
+        }
+        let Some(end) = self.find_line_end(buf)? else {
+            return Ok(Line::Incomplete);
+        };
+        let s = pos + 1;
+        let body = &buf[s..end];
+        self.pos = end + 2;
+        self.scan = self.pos;
+        let int = |body: &[u8]| parse_int(body).ok_or(Error::new(ErrorKind::InvalidInteger, s));
+        let tok = match ty {
+            b'+' => Tok::Simple(s, end),
+            b'-' => Tok::Error(s, end),
+            b':' => Tok::Integer(int(body)?),
+            b'(' => {
+                if !is_big_number(body) {
+                    return Err(Error::new(ErrorKind::InvalidBigNumber, s));
+                }
+                Tok::BigNumber(s, end)
+            }
+            b',' => Tok::Double(
+                parse_double(body).ok_or(Error::new(ErrorKind::InvalidDouble, s))?,
+            ),
+            b'#' => match body {
+                b"t" => Tok::Boolean(true),
+                b"f" => Tok::Boolean(false),
+                _ => return Err(Error::new(ErrorKind::InvalidBoolean, s)),
+            },
+            b'_' => {
+                if !body.is_empty() {
+                    return Err(Error::new(ErrorKind::UnexpectedPayload, s));
+                }
+                Tok::Null
+            }
+            b'$' if body == b"?" => return self.open(Agg::StreamedString, None, pos),
+            b'$' | b'!' | b'=' => {
+                let n = int(body)?;
+                if n == -1 && ty == b'$' {
+                    return Ok(Line::Value(Tok::NullBulk));
+                }
+                let len = self.bulk_len(n, s)?;
+                if ty == b'=' && len < 4 {
+                    return Err(Error::new(ErrorKind::InvalidVerbatim, s));
+                }
+                self.pending = Some(Pending {
+                    ty,
+                    start: self.pos,
+                    len,
+                });
+                return Ok(Line::Continue);
+            }
+            b';' => {
+                let n = int(body)?;
+                let len = self.bulk_len(n, s)?;
+                let max_total = self.limits.max_bulk_len();
+                let max_chunks = self.limits.max_elements();
+                let Some(top) = self.stack.last_mut() else {
+                    return Err(Error::new(ErrorKind::MisplacedChunk, pos));
+                };
+                if len == 0 {
+                    let top = *top;
+                    self.stack.pop();
+                    self.tokens[top.tok] = Tok::Agg(Agg::StreamedString, top.count);
+                    return Ok(Line::Closed);
+                }
+                top.total = top.total.saturating_add(len as u64);
+                if top.total > max_total as u64 {
+                    let len = top.total;
+                    return Err(Error::new(ErrorKind::BulkTooLong { len, max: max_total }, s));
+                }
+                if top.count >= max_chunks {
+                    let count = top.count as u64 + 1;
+                    return Err(Error::new(
+                        ErrorKind::TooManyElements {
+                            count,
+                            max: max_chunks,
+                        },
+                        s,
+                    ));
+                }
+                self.pending = Some(Pending {
+                    ty,
+                    start: self.pos,
+                    len,
+                });
+                return Ok(Line::Continue);
+            }
+            b'*' | b'~' | b'%' | b'>' | b'|' => {
+                let kind = match ty {
+                    b'*' => Agg::Array,
+                    b'~' => Agg::Set,
+                    b'%' => Agg::Map,
+                    b'>' => Agg::Push,
+                    _ => Agg::Attribute,
+                };
+                if kind == Agg::Push && !self.push_allowed() {
+                    return Err(Error::new(ErrorKind::NestedPush, pos));
+                }
+                if body == b"?" {
+                    if matches!(kind, Agg::Push | Agg::Attribute) {
+                        return Err(Error::new(ErrorKind::InvalidStream, s));
+                    }
+                    return self.open(kind, None, pos);
+                }
+                let n = int(body)?;
+                if n == -1 && kind == Agg::Array {
+                    return Ok(Line::Value(Tok::NullArray));
+                }
+                if n < 0 {
+                    return Err(Error::new(ErrorKind::InvalidLength(n), s));
+                }
+                let n = n as u64;
+                let (elements, items) = match kind {
+                    Agg::Map => (n * 2, n * 2),
+                    Agg::Attribute => (n * 2, n * 2 + 1),
+                    _ => (n, n),
+                };
+                let max = self.limits.max_elements();
+                if elements > max as u64 {
+                    return Err(Error::new(
+                        ErrorKind::TooManyElements {
+                            count: elements,
+                            max,
+                        },
+                        s,
+                    ));
+                }
+                return self.open(kind, Some(items), pos);
+            }
+            _ => {
+                // b'.': ends the innermost streamed aggregate, if that is where we are.
+                if !body.is_empty() {
+                    return Err(Error::new(ErrorKind::UnexpectedPayload, s));
+                }
+                match self.stack.last() {
+                    Some(&top)
+                        if top.remaining.is_none()
+                            && !(top.kind == Agg::Map && top.count % 2 == 1) =>
+                    {
+                        self.stack.pop();
+                        self.tokens[top.tok] = Tok::Agg(top.kind, top.count);
+                        return Ok(Line::Closed);
+                    }
+                    _ => return Err(Error::new(ErrorKind::MisplacedEnd, pos)),
+                }
+            }
+        };
+        Ok(Line::Value(tok))
+    }
+
+    /// A push may only stand at the top level, or as the value an outermost attribute
+    /// annotates.
+    fn push_allowed(&self) -> bool {
+        self.stack
+            .iter()
+            .all(|o| o.kind == Agg::Attribute && o.remaining == Some(1))
+    }
+
+    /// Checks a declared bulk or chunk length against the limits.
+    fn bulk_len(&self, n: i64, at: usize) -> Result<usize, Error> {
+        if n < 0 {
+            return Err(Error::new(ErrorKind::InvalidLength(n), at));
+        }
+        let max = self.limits.max_bulk_len();
+        if n as u64 > max as u64 {
+            return Err(Error::new(
+                ErrorKind::BulkTooLong {
+                    len: n as u64,
+                    max,
+                },
+                at,
+            ));
+        }
+        Ok(n as usize)
+    }
+
+    /// Finds the CR of the CRLF ending the line that starts at `self.pos`, resuming the search
+    /// where the last call left it. `Ok(None)` when it has not arrived yet.
+    fn find_line_end(&mut self, buf: &[u8]) -> Result<Option<usize>, Error> {
+        let body_start = self.pos + 1;
+        let from = self.scan.max(body_start);
+        let max = self.limits.max_line_len();
+        let too_long = |len: usize| {
+            if len > max {
+                Err(Error::new(ErrorKind::LineTooLong { max }, self.pos))
+            } else {
+                Ok(())
+            }
+        };
+        match find_cr_or_lf(buf.get(from..).unwrap_or_default()) {
+            None => {
+                too_long(buf.len().saturating_sub(body_start))?;
+                self.scan = buf.len().max(from);
+                Ok(None)
+            }
+            Some(i) => {
+                let i = from + i;
+                too_long(i - body_start)?;
+                match (buf[i], buf.get(i + 1)) {
+                    (b'\r', Some(b'\n')) => Ok(Some(i)),
+                    (b'\r', None) => {
+                        self.scan = i;
+                        Ok(None)
+                    }
+                    (b'\r', Some(_)) => Err(Error::new(ErrorKind::StrayLineBreak, i)),
+                    _ => Err(Error::new(ErrorKind::StrayLineBreak, i)),
+                }
+            }
+        }
+    }
+
+    /// Builds the frame recorded in the token list, whose offsets point into `bytes`.
+    fn build(&mut self, bytes: &Bytes) -> Frame {
+        struct Building {
+            kind: Agg,
+            left: usize,
+            items: Vec<Frame>,
+        }
+        let mut stack: Vec<Building> = Vec::new();
+        for &tok in &self.tokens {
+            let mut frame = match tok {
+                Tok::Agg(kind, n) if n > 0 => {
+                    stack.push(Building {
+                        kind,
+                        left: n,
+                        items: Vec::with_capacity(n),
+                    });
+                    continue;
+                }
+                Tok::Chunk(s, e) => Frame::Bulk(bytes.slice(s..e)),
+                tok => scalar(tok, bytes),
+            };
+            loop {
+                let Some(top) = stack.last_mut() else {
+                    return frame;
+                };
+                top.items.push(frame);
+                top.left -= 1;
+                if top.left > 0 {
+                    break;
+                }
+                match stack.pop() {
+                    Some(done) => frame = finish(done.kind, done.items),
+                    None => return Frame::Null,
+                }
+            }
+        }
+        // Unreachable for a token list `advance` declared complete; a frame all the same.
+        Frame::Null
+    }
+}
+
+/// What decoding one line produced.
+enum Line {
+    Incomplete,
+    Value(Tok),
+    /// An aggregate was closed (and popped); it is now a value of its parent.
+    Closed,
+    /// A header was consumed; more items follow.
+    Continue,
+}
+
+/// Turns a scalar token (or an empty aggregate) into its frame.
+fn scalar(tok: Tok, bytes: &Bytes) -> Frame {
+    match tok {
+        Tok::Simple(s, e) => Frame::Simple(bytes.slice(s..e)),
+        Tok::Error(s, e) => Frame::Error(bytes.slice(s..e)),
+        Tok::Integer(n) => Frame::Integer(n),
+        Tok::Bulk(s, e) | Tok::Chunk(s, e) => Frame::Bulk(bytes.slice(s..e)),
+        Tok::NullBulk => Frame::NullBulk,
+        Tok::NullArray => Frame::NullArray,
+        Tok::Null => Frame::Null,
+        Tok::Boolean(b) => Frame::Boolean(b),
+        Tok::Double(d) => Frame::Double(d),
+        Tok::BigNumber(s, e) => Frame::BigNumber(bytes.slice(s..e)),
+        Tok::BulkError(s, e) => Frame::BulkError(bytes.slice(s..e)),
+        Tok::Verbatim(s, e) => {
+            let format = [bytes[s], bytes[s + 1], bytes[s + 2]];
+            Frame::Verbatim {
+                format,
+                text: bytes.slice(s + 4..e),
+            }
+        }
+        Tok::Agg(kind, _) => finish(kind, Vec::new()),
+    }
+}
+
+/// Turns a finished aggregate's items into its frame.
+fn finish(kind: Agg, items: Vec<Frame>) -> Frame {
+    fn pairs(items: Vec<Frame>) -> Vec<(Frame, Frame)> {
+        let mut out = Vec::with_capacity(items.len() / 2);
+        let mut it = items.into_iter();
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            out.push((k, v));
+        }
+        out
+    }
+    match kind {
+        Agg::Array => Frame::Array(items),
+        Agg::Set => Frame::Set(items),
+        Agg::Push => Frame::Push(items),
+        Agg::Map => Frame::Map(pairs(items)),
+        Agg::Attribute => {
+            let mut items = items;
+            let value = items.pop().unwrap_or(Frame::Null);
+            Frame::Attribute {
+                attributes: pairs(items),
+                value: Box::new(value),
+            }
+        }
+        Agg::StreamedString => Frame::StreamedString(
+            items
+                .into_iter()
+                .filter_map(|f| match f {
+                    Frame::Bulk(b) => Some(b),
+                    _ => None,
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Parses a canonical signed 64-bit decimal exactly as Redis' `string2ll` accepts it: an
+/// optional `-`, then `0` alone or digits with no leading zero; no `+`, no `-0`, no
+/// whitespace, no overflow.
+pub(crate) fn parse_int(s: &[u8]) -> Option<i64> {
+    let (neg, digits) = match s {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, s),
+    };
+    match digits {
+        [] => return None,
+        [b'0'] if !neg => return Some(0),
+        [b'0', ..] => return None,
+        _ if digits.len() > 19 => return None,
+        _ => {}
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        // 19 digits always fit in a u64.
+        v = v * 10 + d as u64;
+    }
+    if neg {
+        0i64.checked_sub_unsigned(v)
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+/// A big number: an optional `-`, then `0` alone or digits with no leading zero (not `-0`).
+fn is_big_number(s: &[u8]) -> bool {
+    let digits = s.strip_prefix(b"-").unwrap_or(s);
+    let neg = digits.len() != s.len();
+    match digits {
+        [] => false,
+        [b'0'] => !neg,
+        [b'0', ..] => false,
+        _ => digits.iter().all(u8::is_ascii_digit),
+    }
+}
+
+/// A RESP3 double: `inf`, `-inf`, `nan`, or `[-]digits[.digits][(e|E)[+|-]digits]`.
+fn parse_double(s: &[u8]) -> Option<f64> {
+    match s {
+        b"inf" => return Some(f64::INFINITY),
+        b"-inf" => return Some(f64::NEG_INFINITY),
+        b"nan" => return Some(f64::NAN),
+        _ => {}
+    }
+    let digits = |s: &[u8]| s.iter().take_while(|c| c.is_ascii_digit()).count();
+    let mut i = usize::from(s.first() == Some(&b'-'));
+    let int = digits(&s[i..]);
+    if int == 0 {
+        return None;
+    }
+    i += int;
+    if s.get(i) == Some(&b'.') {
+        let frac = digits(&s[i + 1..]);
+        if frac == 0 {
+            return None;
+        }
+        i += 1 + frac;
+    }
+    if matches!(s.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(s.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let exp = digits(&s[i..]);
+        if exp == 0 {
+            return None;
+        }
+        i += exp;
+    }
+    if i != s.len() {
+        return None;
+    }
+    // The grammar above is a subset of what `f64::from_str` accepts, and pure ASCII.
+    core::str::from_utf8(s).ok()?.parse().ok()
+}
+
+/// Index of the first CR or LF in `hay`, eight bytes at a time.
+fn find_cr_or_lf(hay: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const CR: u64 = LO * b'\r' as u64;
+    const LF: u64 = LO * b'\n' as u64;
+    let has_zero = |x: u64| x.wrapping_sub(LO) & !x & HI;
+    let mut chunks = hay.chunks_exact(8);
+    let mut base = 0;
+    for chunk in chunks.by_ref() {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(w);
+        if has_zero(x ^ CR) | has_zero(x ^ LF) != 0 {
+            return chunk
+                .iter()
+                .position(|&c| c == b'\r' || c == b'\n')
+                .map(|i| base + i);
+        }
+        base += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&c| c == b'\r' || c == b'\n')
+        .map(|i| base + i)
+}
+
+/// Frames from `decode`: `BytesMut` helper used by tests.
+#[cfg(test)]
+pub(crate) fn decode_all(input: &[u8], limits: Limits) -> Result<Vec<Frame>, Error> {
+    let mut dec = Decoder::new(limits);
+    let mut buf = BytesMut::from(input);
+    let mut out = Vec::new();
+    while let Some(f) = dec.decode(&mut buf)? {
+        out.push(f);
+    }
+    Ok(out)
+}
