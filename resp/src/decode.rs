@@ -312,15 +312,18 @@ impl Decoder {
         };
         let in_string = matches!(
             self.stack.last(),
-            Some(Open { kind: Agg::StreamedString, .. })
+            Some(Open {
+                kind: Agg::StreamedString,
+                ..
+            })
         );
         match ty {
-            b'+' | b'-' | b':' | b'$' | b'*' | b'_' | b'#' | b',' | b'(' | b'!' | b'='
-            | b'%' | b'~' | b'>' | b'|' | b'.'
+            b'+' | b'-' | b':' | b'$' | b'*' | b'_' | b'#' | b',' | b'(' | b'!' | b'=' | b'%'
+            | b'~' | b'>' | b'|' | b'.'
                 if !in_string => {}
             b';' if in_string => {}
-            b'+' | b'-' | b':' | b'$' | b'*' | b'_' | b'#' | b',' | b'(' | b'!' | b'='
-            | b'%' | b'~' | b'>' | b'|' | b'.' | b';' => {
+            b'+' | b'-' | b':' | b'$' | b'*' | b'_' | b'#' | b',' | b'(' | b'!' | b'=' | b'%'
+            | b'~' | b'>' | b'|' | b'.' | b';' => {
                 return Err(Error::new(ErrorKind::MisplacedChunk, pos));
             }
             other => return Err(Error::new(ErrorKind::InvalidType(other), pos)),
@@ -343,9 +346,7 @@ impl Decoder {
                 }
                 Tok::BigNumber(s, end)
             }
-            b',' => Tok::Double(
-                parse_double(body).ok_or(Error::new(ErrorKind::InvalidDouble, s))?,
-            ),
+            b',' => Tok::Double(parse_double(body).ok_or(Error::new(ErrorKind::InvalidDouble, s))?),
             b'#' => match body {
                 b"t" => Tok::Boolean(true),
                 b"f" => Tok::Boolean(false),
@@ -391,7 +392,13 @@ impl Decoder {
                 top.total = top.total.saturating_add(len as u64);
                 if top.total > max_total as u64 {
                     let len = top.total;
-                    return Err(Error::new(ErrorKind::BulkTooLong { len, max: max_total }, s));
+                    return Err(Error::new(
+                        ErrorKind::BulkTooLong {
+                            len,
+                            max: max_total,
+                        },
+                        s,
+                    ));
                 }
                 if top.count >= max_chunks {
                     let count = top.count as u64 + 1;
@@ -489,10 +496,7 @@ impl Decoder {
         let max = self.limits.max_bulk_len();
         if n as u64 > max as u64 {
             return Err(Error::new(
-                ErrorKind::BulkTooLong {
-                    len: n as u64,
-                    max,
-                },
+                ErrorKind::BulkTooLong { len: n as u64, max },
                 at,
             ));
         }

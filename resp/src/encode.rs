@@ -282,7 +282,10 @@ mod tests {
             (Frame::BigNumber("-123".into()), b"(-123\r\n"),
             (Frame::BulkError("SYNTAX x".into()), b"!8\r\nSYNTAX x\r\n"),
             (
-                Frame::Verbatim { format: *b"txt", text: "hi".into() },
+                Frame::Verbatim {
+                    format: *b"txt",
+                    text: "hi".into(),
+                },
                 b"=6\r\ntxt:hi\r\n",
             ),
             (Frame::Set(vec![]), b"~0\r\n"),

@@ -126,14 +126,26 @@ impl PartialEq for Frame {
             (Boolean(a), Boolean(b)) => a == b,
             (Double(a), Double(b)) => a == b || (a.is_nan() && b.is_nan()),
             (
-                Verbatim { format: f1, text: t1 },
-                Verbatim { format: f2, text: t2 },
+                Verbatim {
+                    format: f1,
+                    text: t1,
+                },
+                Verbatim {
+                    format: f2,
+                    text: t2,
+                },
             ) => f1 == f2 && t1 == t2,
             (Array(a), Array(b)) | (Set(a), Set(b)) | (Push(a), Push(b)) => a == b,
             (Map(a), Map(b)) => a == b,
             (
-                Attribute { attributes: a1, value: v1 },
-                Attribute { attributes: a2, value: v2 },
+                Attribute {
+                    attributes: a1,
+                    value: v1,
+                },
+                Attribute {
+                    attributes: a2,
+                    value: v2,
+                },
             ) => a1 == a2 && v1 == v2,
             (StreamedString(a), StreamedString(b)) => a == b,
             _ => false,

@@ -79,7 +79,10 @@ fn every_scalar_type() {
         ),
         (b"(-12\r\n", Frame::BigNumber(b("-12"))),
         (b"(0\r\n", Frame::BigNumber(b("0"))),
-        (b"!21\r\nSYNTAX invalid syntax\r\n", Frame::BulkError(b("SYNTAX invalid syntax"))),
+        (
+            b"!21\r\nSYNTAX invalid syntax\r\n",
+            Frame::BulkError(b("SYNTAX invalid syntax")),
+        ),
         (
             b"=15\r\ntxt:Some string\r\n",
             Frame::Verbatim {
@@ -214,7 +217,12 @@ fn integers_are_as_strict_as_string2ll() {
         frame[0] = b'*';
         assert_eq!(err(&frame).0, ErrorKind::InvalidInteger);
     }
-    for (good, v) in [(&b"0"[..], 0), (b"10", 10), (b"-10", -10), (b"1234567890", 1234567890)] {
+    for (good, v) in [
+        (&b"0"[..], 0),
+        (b"10", 10),
+        (b"-10", -10),
+        (b"1234567890", 1234567890),
+    ] {
         assert_eq!(parse_int(good), Some(v));
     }
 }
@@ -226,7 +234,12 @@ fn lengths_and_counts_reject_negatives() {
     // Only `$` and `*` have RESP2 null forms.
     for ty in [b'%', b'~', b'>', b'|', b'!', b'='] {
         let frame = [ty, b'-', b'1', b'\r', b'\n'];
-        assert_eq!(err(&frame), (ErrorKind::InvalidLength(-1), 1), "{}", ty as char);
+        assert_eq!(
+            err(&frame),
+            (ErrorKind::InvalidLength(-1), 1),
+            "{}",
+            ty as char
+        );
     }
     assert_eq!(err(b"$?\r\n;-1\r\n"), (ErrorKind::InvalidLength(-1), 5));
 }
@@ -262,7 +275,13 @@ fn null_bulk_is_not_a_streamed_string() {
 #[test]
 fn scalar_payload_rules() {
     assert_eq!(err(b"_x\r\n"), (ErrorKind::UnexpectedPayload, 1));
-    for bad in [&b"#\r\n"[..], b"#T\r\n", b"#true\r\n", b"#tt\r\n", b"#1\r\n"] {
+    for bad in [
+        &b"#\r\n"[..],
+        b"#T\r\n",
+        b"#true\r\n",
+        b"#tt\r\n",
+        b"#1\r\n",
+    ] {
         assert_eq!(err(bad), (ErrorKind::InvalidBoolean, 1));
     }
     for bad in [
@@ -280,7 +299,14 @@ fn scalar_payload_rules() {
     ] {
         assert_eq!(err(bad), (ErrorKind::InvalidDouble, 1), "{bad:?}");
     }
-    for bad in [&b"(\r\n"[..], b"(-\r\n", b"(+1\r\n", b"(01\r\n", b"(-0\r\n", b"(1.5\r\n"] {
+    for bad in [
+        &b"(\r\n"[..],
+        b"(-\r\n",
+        b"(+1\r\n",
+        b"(01\r\n",
+        b"(-0\r\n",
+        b"(1.5\r\n",
+    ] {
         assert_eq!(err(bad), (ErrorKind::InvalidBigNumber, 1), "{bad:?}");
     }
     assert_eq!(err(b"=3\r\ntxt\r\n"), (ErrorKind::InvalidVerbatim, 1));
@@ -309,7 +335,10 @@ fn stream_markers_out_of_place() {
     // A streamed map carries whole pairs.
     assert_eq!(err(b"%?\r\n+k\r\n.\r\n"), (ErrorKind::MisplacedEnd, 8));
     // An attribute owes its value.
-    assert_eq!(err(b"*?\r\n|1\r\n+k\r\n+v\r\n.\r\n"), (ErrorKind::MisplacedEnd, 16));
+    assert_eq!(
+        err(b"*?\r\n|1\r\n+k\r\n+v\r\n.\r\n"),
+        (ErrorKind::MisplacedEnd, 16)
+    );
     // Only strings, arrays, sets and maps stream.
     assert_eq!(err(b">?\r\n"), (ErrorKind::InvalidStream, 1));
     assert_eq!(err(b"|?\r\n"), (ErrorKind::InvalidStream, 1));
@@ -377,7 +406,11 @@ fn limit_on_elements() {
         ErrorKind::TooManyElements { count: 5, max: 4 }
     );
     assert_eq!(
-        err_with(b"$?\r\n;1\r\na\r\n;1\r\na\r\n;1\r\na\r\n;1\r\na\r\n;1\r\n", lim).0,
+        err_with(
+            b"$?\r\n;1\r\na\r\n;1\r\na\r\n;1\r\na\r\n;1\r\na\r\n;1\r\n",
+            lim
+        )
+        .0,
         ErrorKind::TooManyElements { count: 5, max: 4 }
     );
     // A huge declared count under the default limit is refused at once.
@@ -517,7 +550,10 @@ fn partial_input_leaves_buffer_untouched_and_resumes() {
 
 #[test]
 fn pipelined_frames_come_out_in_order() {
-    let frames = decode_all(b"+OK\r\n:1\r\n$-1\r\n*1\r\n_\r\n-NOSCRIPT x\r\n", Limits::default());
+    let frames = decode_all(
+        b"+OK\r\n:1\r\n$-1\r\n*1\r\n_\r\n-NOSCRIPT x\r\n",
+        Limits::default(),
+    );
     assert_eq!(
         frames.unwrap(),
         vec![

@@ -1,0 +1,122 @@
+//! Counts heap allocations with a global allocator: decoding a non-aggregate reply and
+//! encoding a command allocate nothing once the read buffer is in its steady state.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use bytes::BytesMut;
+use resp::{encode_command, Decoder, Frame, IntBuf};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts, per thread, so
+// tests running in parallel do not see each other's allocations.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    let before = ALLOCS.with(Cell::get);
+    let r = f();
+    (r, ALLOCS.with(Cell::get) - before)
+}
+
+const SCALARS: &[&[u8]] = &[
+    b"+OK\r\n",
+    b"-NOSCRIPT No matching script. Please use EVAL.\r\n",
+    b":1\r\n",
+    b":-1\r\n",
+    b"$-1\r\n",
+    b"*-1\r\n",
+    b"_\r\n",
+    b"#t\r\n",
+    b",3.25\r\n",
+    b"(12345678901234567890\r\n",
+    b"$40\r\n0123456789012345678901234567890123456789\r\n",
+    b"!10\r\nERR denied\r\n",
+    b"=7\r\ntxt:abc\r\n",
+    b"*0\r\n",
+    b"%0\r\n",
+];
+
+#[test]
+fn decoding_a_non_aggregate_reply_allocates_nothing() {
+    let mut dec = Decoder::default();
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    // Warm-up: the first split of a fresh BytesMut turns its storage into a shared one.
+    buf.extend_from_slice(b"+OK\r\n");
+    dec.decode(&mut buf).unwrap().unwrap();
+    for &reply in SCALARS {
+        for split in [reply.len(), reply.len() / 2, 1] {
+            let (frame, n) = allocations(|| {
+                buf.extend_from_slice(&reply[..split]);
+                let first = dec.decode(&mut buf).unwrap();
+                buf.extend_from_slice(&reply[split..]);
+                first.or_else(|| dec.decode(&mut buf).unwrap())
+            });
+            assert!(frame.is_some(), "{:?}", String::from_utf8_lossy(reply));
+            assert_eq!(
+                n,
+                0,
+                "decoding {:?} (split at {split}) allocated",
+                String::from_utf8_lossy(reply)
+            );
+            let (_, n) = allocations(|| drop(frame));
+            assert_eq!(n, 0);
+        }
+    }
+}
+
+#[test]
+fn the_counter_sees_allocations() {
+    // Guards the two tests above against a counter that never counts.
+    let mut buf = BytesMut::from(&b"*1\r\n:1\r\n"[..]);
+    let (frame, n) = allocations(|| Decoder::default().decode(&mut buf).unwrap());
+    assert!(frame.is_some());
+    assert!(n > 0, "an array's Vec must be counted");
+}
+
+#[test]
+fn encoding_a_command_allocates_nothing() {
+    let mut out = BytesMut::with_capacity(4096);
+    let sha = b"cf0e94b2e9ffc7e04395cf88f7583fc309985910";
+    let (_, n) = allocations(|| {
+        let mut ttl = IntBuf::new();
+        encode_command(
+            &mut out,
+            &[
+                b"SET",
+                b"lock:orders",
+                b"0123456789abcdef0123456789abcdef01234567",
+                b"NX",
+                b"PX",
+                ttl.format(30_000),
+            ],
+        );
+        encode_command(
+            &mut out,
+            &[b"EVALSHA", sha, b"1", b"lock:orders", b"0123456789abcdef"],
+        );
+        Frame::Integer(42).encode(&mut out);
+        Frame::Double(0.5).encode(&mut out);
+    });
+    assert_eq!(n, 0, "encoding allocated");
+    assert!(out.starts_with(b"*6\r\n$3\r\nSET\r\n"));
+}
