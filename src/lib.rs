@@ -1,1 +1,62 @@
+//! Redlock, the distributed lock over N independent Redis masters, with one write pass to all
+//! of them.
+//!
+//! [`Redlock::try_lock`] reads the monotonic clock, writes `SET resource token NX PX ttl` to
+//! every master over non-blocking sockets in one pass, and tallies the replies as they arrive,
+//! each node under its own deadline. The lock is held when a quorum (N/2 + 1) said `OK` and
+//! time is left: validity = ttl - elapsed - (ttl * drift_factor + 2 ms). Release and
+//! extension run compare-and-delete and compare-and-pexpire Lua scripts by cached `EVALSHA`.
+//!
+//! The crate is three floors: [`resp`] (the wire), a sans-I/O core (the tally, the validity
+//! rule, the scripts, the commands and how replies are judged, per-connection reply FIFOs),
+//! and the drivers that move bytes: [`Redlock`] on mio, blocking the caller.
+//!
+//! # What the lock guarantees, and what it does not
+//! - While a majority of masters is up, locks can be taken and released; a lock is never held
+//!   by two clients at once within its validity, provided clocks drift less than the drift
+//!   allowance and masters keep their keys.
+//! - A master that restarts without its keys can grant a held lock again. Run masters with
+//!   `appendfsync always`, or keep a restarted master out for longer than the largest ttl.
+//! - Redlock gives no fencing token: a holder paused past its validity may act after another
+//!   client took the lock. Check [`Lock::validity`] before acting, and protect the resource
+//!   itself where that matters.
+//!
+//! # Examples
+//! ```no_run
+//! use std::time::Duration;
+//! use redlock_mux::{Error, Redlock};
+//!
+//! let redlock = Redlock::builder()
+//!     .nodes(["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003", "127.0.0.1:7004", "127.0.0.1:7005"])
+//!     .build()?;
+//! match redlock.try_lock("jobs:nightly", Duration::from_secs(30)) {
+//!     Ok(mut lock) => {
+//!         // ... work, checking lock.validity() ...
+//!         redlock.extend(&mut lock, Duration::from_secs(30))?;
+//!         redlock.unlock(&lock)?;
+//!     }
+//!     Err(Error::Conflict { nodes }) => eprintln!("someone else runs it: {nodes}"),
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok::<(), Error>(())
+//! ```
 
+mod blocking;
+mod config;
+mod conn;
+mod error;
+pub mod local;
+mod lock;
+mod op;
+mod quorum;
+pub mod script;
+mod token;
+
+pub use blocking::Redlock;
+pub use config::{Builder, Config, NodeAddr, DEFAULT_PORT};
+pub use error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
+pub use lock::Lock;
+pub use token::Token;
+
+/// Re-exported: the RESP codec this crate speaks.
+pub use resp;

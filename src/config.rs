@@ -1,0 +1,485 @@
+//! Node addresses and the client configuration, as built by [`Builder`].
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// Redis' default port, used when an address names none.
+pub const DEFAULT_PORT: u16 = 6379;
+
+/// One master: where it listens and how to log in.
+///
+/// Parsed from `redis://[user[:password]@]host[:port][/db]` or plain `host[:port]`; IPv6 hosts
+/// go in brackets (`[::1]:7000`). User and password may be percent-encoded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NodeAddr {
+    /// The host as written (name or IP literal, without brackets).
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// The ACL user, if any.
+    pub user: Option<String>,
+    /// The password, if any (`AUTH password` alone, or `AUTH user password` with a user).
+    pub password: Option<String>,
+    /// The database to `SELECT`, if not 0.
+    pub db: u32,
+    /// The resolved socket address.
+    pub(crate) socket: SocketAddr,
+}
+
+impl fmt::Debug for NodeAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NodeAddr({self})")
+    }
+}
+
+impl fmt::Display for NodeAddr {
+    /// The address without its password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)?;
+        } else {
+            write!(f, "{}:{}", self.host, self.port)?;
+        }
+        if self.db != 0 {
+            write!(f, "/{}", self.db)?;
+        }
+        Ok(())
+    }
+}
+
+impl NodeAddr {
+    /// Parses and resolves an address.
+    ///
+    /// # Examples
+    /// ```
+    /// use redlock_mux::NodeAddr;
+    /// let a = NodeAddr::parse("redis://app:s%40cret@127.0.0.1:7001/2").unwrap();
+    /// assert_eq!((a.port, a.db), (7001, 2));
+    /// assert_eq!(a.user.as_deref(), Some("app"));
+    /// assert_eq!(a.password.as_deref(), Some("s@cret"));
+    /// assert_eq!(a.to_string(), "127.0.0.1:7001/2");
+    /// assert_eq!(NodeAddr::parse("[::1]:7002").unwrap().port, 7002);
+    /// ```
+    pub fn parse(input: &str) -> Result<NodeAddr, ConfigError> {
+        let bad = |reason| ConfigError::InvalidAddress {
+            addr: redact(input),
+            reason,
+        };
+        let input = input.trim();
+        let rest = if let Some(r) = input.strip_prefix("redis://") {
+            r
+        } else if input.contains("://") {
+            return Err(bad("only redis:// URLs are supported"));
+        } else {
+            input
+        };
+        let (userinfo, hostpart) = match rest.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, rest),
+        };
+        let (hostport, db) = match hostpart.split_once('/') {
+            Some((hp, "")) => (hp, 0),
+            Some((hp, db)) => (
+                hp,
+                db.parse::<u32>()
+                    .map_err(|_| bad("database is not a number"))?,
+            ),
+            None => (hostpart, 0),
+        };
+        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+            let (h, after) = v6.split_once(']').ok_or(bad("unclosed '[' in host"))?;
+            match after {
+                "" => (h, DEFAULT_PORT),
+                p => (
+                    h,
+                    p.strip_prefix(':')
+                        .ok_or(bad("expected ':' after ']'"))?
+                        .parse()
+                        .map_err(|_| bad("port is not a number in 1..=65535"))?,
+                ),
+            }
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((h, p)) => (
+                    h,
+                    p.parse()
+                        .map_err(|_| bad("port is not a number in 1..=65535"))?,
+                ),
+                None => (hostport, DEFAULT_PORT),
+            }
+        };
+        if host.is_empty() {
+            return Err(bad("empty host"));
+        }
+        if port == 0 {
+            return Err(bad("port is not a number in 1..=65535"));
+        }
+        let (user, password) = match userinfo {
+            None => (None, None),
+            Some(u) => {
+                let (user, pass) = match u.split_once(':') {
+                    Some((user, pass)) => (user, Some(pass)),
+                    None => (u, None),
+                };
+                let user = percent_decode(user).ok_or(bad("bad percent-encoding"))?;
+                let pass = pass
+                    .map(|p| percent_decode(p).ok_or(bad("bad percent-encoding")))
+                    .transpose()?;
+                match (user.is_empty(), pass) {
+                    // `redis://:password@host`: password only.
+                    (true, p) => (None, p),
+                    // `redis://password@host` (no colon) is taken as a password, as redis-cli
+                    // and most clients do.
+                    (false, None) => (None, Some(user)),
+                    (false, Some(p)) => (Some(user), Some(p)),
+                }
+            }
+        };
+        let socket = (host, port)
+            .to_socket_addrs()
+            .map_err(|e| ConfigError::Resolve {
+                addr: redact(input),
+                kind: e.kind(),
+            })?
+            .next()
+            .ok_or(ConfigError::Resolve {
+                addr: redact(input),
+                kind: std::io::ErrorKind::NotFound,
+            })?;
+        Ok(NodeAddr {
+            host: host.to_string(),
+            port,
+            user,
+            password,
+            db,
+            socket,
+        })
+    }
+
+    /// The resolved socket address connections go to.
+    pub fn socket_addr(&self) -> SocketAddr {
+        self.socket
+    }
+}
+
+/// The address with any userinfo blanked, for error messages.
+fn redact(input: &str) -> String {
+    match (input.find("://"), input.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***{}", &input[..s + 3], &input[at..]),
+        (None, Some(at)) => format!("***{}", &input[at..]),
+        _ => input.to_string(),
+    }
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A validated configuration, shared by both clients.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub(crate) nodes: Vec<NodeAddr>,
+    pub(crate) node_timeout: Duration,
+    pub(crate) tries: u32,
+    pub(crate) retry_delay: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) fail_fast: bool,
+    pub(crate) quorum: usize,
+}
+
+impl Config {
+    /// The nodes, in the order given.
+    pub fn nodes(&self) -> &[NodeAddr] {
+        &self.nodes
+    }
+
+    /// How many nodes must agree.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// How long each node gets to answer, from the moment the command is written.
+    pub fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// Rounds `lock` tries before giving up.
+    pub fn tries(&self) -> u32 {
+        self.tries
+    }
+
+    /// The upper bound of the random delay between tries (the lower is half of it).
+    pub fn retry_delay(&self) -> Duration {
+        self.retry_delay
+    }
+
+    /// The clock-drift factor applied to the ttl.
+    pub fn drift_factor(&self) -> f64 {
+        self.drift_factor
+    }
+
+    /// Whether a round ends as soon as its outcome is certain.
+    pub fn fail_fast(&self) -> bool {
+        self.fail_fast
+    }
+}
+
+/// Builds a [`Redlock`](crate::Redlock) (or an `AsyncRedlock`) from its options.
+///
+/// Defaults follow the reference implementations: node timeout 50 ms, 3 tries with a random
+/// delay in [100 ms, 200 ms] between them, drift factor 0.01, fail-fast on, quorum N/2 + 1.
+///
+/// # Examples
+/// ```no_run
+/// use std::time::Duration;
+/// use redlock_mux::Redlock;
+///
+/// let redlock = Redlock::builder()
+///     .nodes(["127.0.0.1:7001", "127.0.0.1:7002", "redis://:secret@127.0.0.1:7003/1"])
+///     .node_timeout(Duration::from_millis(20))
+///     .retry(5, Duration::from_millis(100))
+///     .build()?;
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Builder {
+    nodes: Vec<String>,
+    node_timeout: Duration,
+    tries: u32,
+    retry_delay: Duration,
+    drift_factor: f64,
+    fail_fast: bool,
+    quorum: Option<usize>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            nodes: Vec::new(),
+            node_timeout: Duration::from_millis(50),
+            tries: 3,
+            retry_delay: Duration::from_millis(200),
+            drift_factor: 0.01,
+            fail_fast: true,
+            quorum: None,
+        }
+    }
+}
+
+impl Builder {
+    /// The masters: `redis://` URLs or `host:port` strings. Replaces any given before.
+    pub fn nodes<I>(mut self, nodes: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.nodes = nodes.into_iter().map(|n| n.as_ref().to_string()).collect();
+        self
+    }
+
+    /// How long each node has to answer a command, from when it was written. Keep it small
+    /// compared with the ttl (a dead node costs at most this much per round).
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// How many rounds `lock` tries, and the upper bound of the random delay between them
+    /// (drawn uniformly from [delay/2, delay]).
+    pub fn retry(mut self, tries: u32, delay: Duration) -> Self {
+        self.tries = tries;
+        self.retry_delay = delay;
+        self
+    }
+
+    /// The clock-drift factor: validity = ttl - elapsed - (ttl * factor + 2 ms).
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// Whether a round stops waiting as soon as its outcome is certain (on by default).
+    pub fn fail_fast(mut self, on: bool) -> Self {
+        self.fail_fast = on;
+        self
+    }
+
+    /// Overrides the quorum; it must be a majority, in (N/2, N].
+    pub fn quorum(mut self, quorum: usize) -> Self {
+        self.quorum = Some(quorum);
+        self
+    }
+
+    /// Validates everything and resolves the addresses.
+    pub fn config(&self) -> Result<Config, ConfigError> {
+        if self.nodes.is_empty() {
+            return Err(ConfigError::NoNodes);
+        }
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|n| NodeAddr::parse(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (i, a) in nodes.iter().enumerate() {
+            if nodes[..i]
+                .iter()
+                .any(|b| b.socket == a.socket && b.db == a.db)
+            {
+                return Err(ConfigError::DuplicateNode(a.to_string()));
+            }
+        }
+        let n = nodes.len();
+        let min = n / 2 + 1;
+        let quorum = self.quorum.unwrap_or(min);
+        if quorum < min || quorum > n {
+            return Err(ConfigError::Quorum {
+                quorum,
+                nodes: n,
+                min,
+            });
+        }
+        if !(self.drift_factor.is_finite() && (0.0..1.0).contains(&self.drift_factor)) {
+            return Err(ConfigError::DriftFactor(self.drift_factor));
+        }
+        if self.node_timeout.is_zero() {
+            return Err(ConfigError::NodeTimeout);
+        }
+        if self.tries == 0 {
+            return Err(ConfigError::Tries);
+        }
+        Ok(Config {
+            nodes,
+            node_timeout: self.node_timeout,
+            tries: self.tries,
+            retry_delay: self.retry_delay,
+            drift_factor: self.drift_factor,
+            fail_fast: self.fail_fast,
+            quorum,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse() {
+        let a = NodeAddr::parse("127.0.0.1:7000").unwrap();
+        assert_eq!((a.host.as_str(), a.port, a.db), ("127.0.0.1", 7000, 0));
+        assert_eq!(a.user, None);
+        let a = NodeAddr::parse("redis://127.0.0.1").unwrap();
+        assert_eq!(a.port, DEFAULT_PORT);
+        let a = NodeAddr::parse("redis://:pw@127.0.0.1:7000/3").unwrap();
+        assert_eq!((a.user, a.password.as_deref(), a.db), (None, Some("pw"), 3));
+        let a = NodeAddr::parse("redis://pw@127.0.0.1:7000").unwrap();
+        assert_eq!((a.user, a.password.as_deref()), (None, Some("pw")));
+        let a = NodeAddr::parse("redis://u:p%3Aw@[::1]:7000/").unwrap();
+        assert_eq!(a.user.as_deref(), Some("u"));
+        assert_eq!(a.password.as_deref(), Some("p:w"));
+        assert_eq!(a.host, "::1");
+        assert_eq!(a.to_string(), "[::1]:7000");
+    }
+
+    #[test]
+    fn bad_addresses_are_refused_without_leaking_passwords() {
+        for bad in [
+            "http://127.0.0.1:1",
+            "127.0.0.1:0",
+            "127.0.0.1:99999",
+            "127.0.0.1:x",
+            ":7000",
+            "redis://u:secret@127.0.0.1:1/x",
+            "[::1",
+            "redis://u:%zz@127.0.0.1:1",
+        ] {
+            let e = NodeAddr::parse(bad).unwrap_err();
+            assert!(!e.to_string().contains("secret"), "{e}");
+            assert!(
+                matches!(e, ConfigError::InvalidAddress { .. }),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn builder_validates() {
+        let five = [
+            "127.0.0.1:1",
+            "127.0.0.1:2",
+            "127.0.0.1:3",
+            "127.0.0.1:4",
+            "127.0.0.1:5",
+        ];
+        let b = Builder::default().nodes(five);
+        assert_eq!(b.config().unwrap().quorum(), 3);
+        assert_eq!(b.clone().quorum(5).config().unwrap().quorum(), 5);
+        assert_eq!(
+            b.clone().quorum(2).config().unwrap_err(),
+            ConfigError::Quorum {
+                quorum: 2,
+                nodes: 5,
+                min: 3
+            }
+        );
+        assert!(b.clone().quorum(6).config().is_err());
+        assert_eq!(
+            b.clone()
+                .drift_factor(f64::NAN)
+                .config()
+                .unwrap_err()
+                .to_string(),
+            "drift factor NaN is not in [0, 1)"
+        );
+        assert_eq!(
+            b.clone().node_timeout(Duration::ZERO).config().unwrap_err(),
+            ConfigError::NodeTimeout
+        );
+        assert_eq!(
+            b.clone().retry(0, Duration::ZERO).config().unwrap_err(),
+            ConfigError::Tries
+        );
+        assert_eq!(
+            Builder::default().config().unwrap_err(),
+            ConfigError::NoNodes
+        );
+        assert_eq!(
+            Builder::default()
+                .nodes(["127.0.0.1:1", "redis://127.0.0.1:1"])
+                .config()
+                .unwrap_err(),
+            ConfigError::DuplicateNode("127.0.0.1:1".into())
+        );
+        // Same server, other database: two independent keyspaces, though not independent
+        // failures; allowed, as the user asked for it.
+        assert!(Builder::default()
+            .nodes(["127.0.0.1:1", "127.0.0.1:1/1"])
+            .config()
+            .is_ok());
+        // Four nodes need three.
+        assert_eq!(
+            Builder::default()
+                .nodes(&five[..4])
+                .config()
+                .unwrap()
+                .quorum(),
+            3
+        );
+    }
+}

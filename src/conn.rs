@@ -1,0 +1,348 @@
+//! One node's connection state, sans I/O: its buffers, the FIFO of replies still owed, the
+//! login handshake, and the reconnect backoff.
+//!
+//! Redis answers the commands of one connection in order. Every command written is pushed on
+//! the `owed` queue with the id of the operation it belongs to; every reply read pops the
+//! queue's head. So a reply that arrives after its operation gave up on it (a timeout, or a
+//! round decided early) is matched to that old operation and dropped: it can never be taken
+//! for the answer to a later command. A reply with nothing owed, a protocol error, a failed
+//! login, or a queue grown past [`MAX_OWED`] means the connection can no longer be trusted:
+//! the driver drops it and reconnects after a backoff.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, BytesMut};
+use resp::{encode_command, Decoder, Frame, Limits};
+
+use crate::config::NodeAddr;
+use crate::error::NodeOutcome;
+
+/// Replies a connection may owe before it is considered stuck and replaced.
+pub(crate) const MAX_OWED: usize = 64;
+/// Bytes that may wait to be written before the connection is considered stuck.
+pub(crate) const MAX_PENDING_WRITE: usize = 1 << 20;
+/// The first reconnect delay after a failure; doubles with each failure in a row.
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(5);
+/// The longest reconnect delay.
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// How long a connect may stay in progress before it counts as failed.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The decoder limits for replies to lock commands: far above anything a real reply needs,
+/// low enough that a hostile node cannot make a connection hold more than about a megabyte.
+pub(crate) fn reply_limits() -> Limits {
+    Limits::new()
+        .with_max_bulk_len(1 << 20)
+        .with_max_elements(1024)
+        .with_max_depth(16)
+        .with_max_line_len(64 * 1024)
+}
+
+/// Who a reply in the FIFO belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// A login command (`AUTH`, `SELECT`) sent when the connection opened: an error reply
+    /// fails the connection.
+    Handshake,
+    /// A `SCRIPT LOAD` sent so that `EVALSHA` finds the scripts: an error reply is ignored
+    /// (the `EVAL` fallback covers a script that is missing).
+    Preload,
+    /// An operation's command; `eval` when it is the `EVAL` fallback after `NOSCRIPT`.
+    Op {
+        /// The operation's id.
+        id: u64,
+        /// Which node-local attempt this is.
+        eval: bool,
+    },
+}
+
+/// Why a connection must be dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ConnError {
+    /// The peer sent bytes that are not RESP, or that break the limits.
+    Protocol(resp::ErrorKind),
+    /// A reply arrived with nothing owed: the stream is not in step with our commands.
+    Unsolicited,
+    /// The login failed (`AUTH` or `SELECT` answered with an error).
+    Handshake(String),
+    /// Too many replies owed, or too many bytes waiting to be written.
+    Stuck,
+}
+
+impl ConnError {
+    /// The outcome to record for a node whose connection failed this way.
+    pub(crate) fn outcome(&self) -> NodeOutcome {
+        match self {
+            ConnError::Protocol(k) => NodeOutcome::Protocol(*k),
+            ConnError::Unsolicited => NodeOutcome::Server("reply to a command never sent".into()),
+            ConnError::Handshake(msg) => NodeOutcome::Server(msg.clone()),
+            ConnError::Stuck => NodeOutcome::Timeout,
+        }
+    }
+}
+
+/// One connection's buffers and bookkeeping.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    /// Bytes waiting to be written, in order.
+    pub(crate) out: BytesMut,
+    /// Bytes read and not yet decoded.
+    pub(crate) inb: BytesMut,
+    decoder: Decoder,
+    owed: VecDeque<Owner>,
+    backoff: Duration,
+    retry_at: Option<Instant>,
+}
+
+impl Default for Conn {
+    fn default() -> Self {
+        Conn {
+            out: BytesMut::with_capacity(4096),
+            inb: BytesMut::with_capacity(16 * 1024),
+            decoder: Decoder::new(reply_limits()),
+            owed: VecDeque::with_capacity(MAX_OWED),
+            backoff: Duration::ZERO,
+            retry_at: None,
+        }
+    }
+}
+
+impl Conn {
+    /// Starts a fresh connection: clears all state and queues the login commands.
+    pub(crate) fn opened(&mut self, addr: &NodeAddr) {
+        self.out.clear();
+        self.inb.clear();
+        self.owed.clear();
+        self.decoder.reset();
+        match (&addr.user, &addr.password) {
+            (Some(user), Some(pass)) => {
+                self.queue_handshake(&[b"AUTH", user.as_bytes(), pass.as_bytes()])
+            }
+            (None, Some(pass)) => self.queue_handshake(&[b"AUTH", pass.as_bytes()]),
+            _ => {}
+        }
+        if addr.db != 0 {
+            let mut db = resp::IntBuf::new();
+            self.queue_handshake(&[b"SELECT", db.format(i64::from(addr.db))]);
+        }
+        self.reload_scripts();
+    }
+
+    fn queue_handshake(&mut self, args: &[&[u8]]) {
+        encode_command(&mut self.out, args);
+        self.owed.push_back(Owner::Handshake);
+    }
+
+    /// Queues `SCRIPT LOAD` of both scripts: on every new connection (a restarted server has
+    /// lost them), and when a late `NOSCRIPT` shows a server's cache was flushed.
+    pub(crate) fn reload_scripts(&mut self) {
+        for script in [crate::script::RELEASE, crate::script::EXTEND] {
+            encode_command(&mut self.out, &[b"SCRIPT", b"LOAD", script.as_bytes()]);
+            self.owed.push_back(Owner::Preload);
+        }
+    }
+
+    /// Queues a command for operation `id`, written by `write`.
+    pub(crate) fn queue(
+        &mut self,
+        id: u64,
+        eval: bool,
+        write: impl FnOnce(&mut BytesMut),
+    ) -> Result<(), ConnError> {
+        if self.owed.len() >= MAX_OWED || self.out.len() >= MAX_PENDING_WRITE {
+            return Err(ConnError::Stuck);
+        }
+        write(&mut self.out);
+        self.owed.push_back(Owner::Op { id, eval });
+        Ok(())
+    }
+
+    /// Appends bytes read from the socket.
+    pub(crate) fn received(&mut self, bytes: &[u8]) {
+        self.inb.put_slice(bytes);
+    }
+
+    /// Marks `n` bytes of `out` as written.
+    pub(crate) fn wrote(&mut self, n: usize) {
+        let n = n.min(self.out.len());
+        bytes::Buf::advance(&mut self.out, n);
+    }
+
+    /// The next reply to an operation's command, with its owner. Handshake replies are
+    /// consumed here. `Ok(None)` when no whole reply has arrived.
+    pub(crate) fn next_reply(&mut self) -> Result<Option<(Owner, Frame)>, ConnError> {
+        loop {
+            let frame = match self.decoder.decode(&mut self.inb) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(ConnError::Protocol(e.kind())),
+            };
+            if matches!(frame, Frame::Push(_)) {
+                // Out-of-band (RESP3 push): not an answer to anything.
+                continue;
+            }
+            let owner = self.owed.pop_front().ok_or(ConnError::Unsolicited)?;
+            match owner {
+                Owner::Handshake => {
+                    if let Frame::Error(msg) | Frame::BulkError(msg) = frame.without_attributes() {
+                        return Err(ConnError::Handshake(
+                            String::from_utf8_lossy(msg).into_owned(),
+                        ));
+                    }
+                    continue;
+                }
+                Owner::Preload => continue,
+                Owner::Op { .. } => {}
+            }
+            // A healthy exchange: the next failure starts the backoff from the bottom.
+            self.backoff = Duration::ZERO;
+            return Ok(Some((owner, frame)));
+        }
+    }
+
+    /// Records that the connection failed at `now`: clears it, and sets when the next connect
+    /// may be tried (immediately after the first failure following a healthy exchange, then
+    /// after a delay that doubles up to [`BACKOFF_MAX`]).
+    pub(crate) fn failed(&mut self, now: Instant) {
+        self.out.clear();
+        self.inb.clear();
+        self.owed.clear();
+        self.decoder.reset();
+        self.retry_at = Some(now + self.backoff);
+        self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
+    }
+
+    /// Whether a connect may be tried at `now`.
+    pub(crate) fn may_connect(&self, now: Instant) -> bool {
+        self.retry_at.is_none_or(|t| now >= t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> NodeAddr {
+        NodeAddr::parse(s).unwrap()
+    }
+
+    fn feed(c: &mut Conn, bytes: &[u8]) {
+        c.received(bytes);
+    }
+
+    /// A connection opened with no login, its script preloads already answered.
+    fn open(c: &mut Conn) {
+        c.opened(&addr("127.0.0.1:1"));
+        feed(c, b"$3\r\nsha\r\n$3\r\nsha\r\n");
+    }
+
+    #[test]
+    fn late_replies_are_matched_to_their_own_operation() {
+        let mut c = Conn::default();
+        open(&mut c);
+        c.queue(1, false, |b| b.put_slice(b"x")).unwrap();
+        c.queue(2, false, |b| b.put_slice(b"y")).unwrap();
+        feed(&mut c, b":0\r\n:1\r\n");
+        assert_eq!(
+            c.next_reply().unwrap(),
+            Some((Owner::Op { id: 1, eval: false }, Frame::Integer(0)))
+        );
+        assert_eq!(
+            c.next_reply().unwrap(),
+            Some((Owner::Op { id: 2, eval: false }, Frame::Integer(1)))
+        );
+        assert_eq!(c.next_reply().unwrap(), None);
+        feed(&mut c, b"+OK\r\n");
+        assert_eq!(c.next_reply(), Err(ConnError::Unsolicited));
+    }
+
+    #[test]
+    fn handshake_is_sent_first_and_its_errors_fail_the_connection() {
+        let mut c = Conn::default();
+        c.opened(&addr("redis://u:p@127.0.0.1:1/2"));
+        assert!(c.out.starts_with(
+            b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
+        ));
+        c.queue(9, false, |b| b.put_slice(b"z")).unwrap();
+        // A failed preload is ignored; the EVAL fallback covers it.
+        feed(
+            &mut c,
+            b"+OK\r\n+OK\r\n$3\r\nsha\r\n-ERR no scripts\r\n:1\r\n",
+        );
+        assert_eq!(
+            c.next_reply().unwrap(),
+            Some((Owner::Op { id: 9, eval: false }, Frame::Integer(1)))
+        );
+        c.opened(&addr("redis://:bad@127.0.0.1:1"));
+        feed(&mut c, b"-WRONGPASS invalid password\r\n");
+        assert_eq!(
+            c.next_reply(),
+            Err(ConnError::Handshake("WRONGPASS invalid password".into()))
+        );
+    }
+
+    #[test]
+    fn protocol_errors_and_pushes() {
+        let mut c = Conn::default();
+        open(&mut c);
+        c.queue(1, false, |_| {}).unwrap();
+        feed(&mut c, b">2\r\n+invalidate\r\n_\r\n:1\r\n");
+        assert_eq!(
+            c.next_reply().unwrap(),
+            Some((Owner::Op { id: 1, eval: false }, Frame::Integer(1)))
+        );
+        c.queue(2, false, |_| {}).unwrap();
+        feed(&mut c, b"$1099511627776\r\n");
+        assert!(matches!(
+            c.next_reply(),
+            Err(ConnError::Protocol(resp::ErrorKind::BulkTooLong { .. }))
+        ));
+    }
+
+    #[test]
+    fn too_many_owed_is_stuck() {
+        let mut c = Conn::default();
+        open(&mut c);
+        let mut queued = 0;
+        while c.queue(queued, false, |_| {}).is_ok() {
+            queued += 1;
+            assert!(queued <= MAX_OWED as u64);
+        }
+        // Two of the places are the preloads'.
+        assert_eq!(queued, MAX_OWED as u64 - 2);
+        assert_eq!(c.queue(99, false, |_| {}), Err(ConnError::Stuck));
+    }
+
+    #[test]
+    fn backoff_doubles_and_resets_after_a_healthy_reply() {
+        let mut c = Conn::default();
+        let t = Instant::now();
+        assert!(c.may_connect(t));
+        c.failed(t);
+        assert!(c.may_connect(t), "first retry is immediate");
+        c.failed(t);
+        assert!(!c.may_connect(t));
+        assert!(c.may_connect(t + BACKOFF_MIN));
+        for _ in 0..20 {
+            c.failed(t);
+        }
+        assert!(c.may_connect(t + BACKOFF_MAX));
+        open(&mut c);
+        c.queue(1, false, |_| {}).unwrap();
+        feed(&mut c, b":1\r\n");
+        c.next_reply().unwrap();
+        c.failed(t);
+        assert!(c.may_connect(t));
+    }
+
+    #[test]
+    fn partial_writes_advance() {
+        let mut c = Conn::default();
+        c.queue(1, false, |b| b.put_slice(b"abcdef")).unwrap();
+        c.wrote(2);
+        assert_eq!(&c.out[..], b"cdef");
+        c.wrote(100);
+        assert!(c.out.is_empty());
+    }
+}

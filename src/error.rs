@@ -1,0 +1,192 @@
+//! [`Error`]: everything an operation can end with other than success.
+
+use std::fmt;
+use std::time::Duration;
+
+use thiserror::Error as ThisError;
+
+/// What one node contributed to a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeOutcome {
+    /// Acquired, released or extended, as asked.
+    Ok,
+    /// The key holds another client's token (`SET NX` refused, or the script answered `0`).
+    Held,
+    /// The key does not exist (the script answered `-1`): expired, released, or lost with a
+    /// restart.
+    Gone,
+    /// No reply within the node timeout.
+    Timeout,
+    /// The connection failed (refused, reset, closed).
+    Io(std::io::ErrorKind),
+    /// The node sent bytes that are not valid RESP (the connection was dropped).
+    Protocol(resp::ErrorKind),
+    /// The node answered with an error reply (its text), or with a reply of the wrong type.
+    Server(String),
+    /// The node was not connected and is waiting out its reconnect backoff: it was not asked.
+    Down,
+    /// The round was decided (fail-fast) before this node's reply arrived; it will be read and
+    /// dropped later.
+    Undecided,
+}
+
+impl NodeOutcome {
+    /// Whether the node failed to answer at all (as opposed to answering "no").
+    pub fn is_failure(&self) -> bool {
+        !matches!(
+            self,
+            NodeOutcome::Ok | NodeOutcome::Held | NodeOutcome::Gone | NodeOutcome::Undecided
+        )
+    }
+}
+
+impl fmt::Display for NodeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeOutcome::Ok => f.write_str("ok"),
+            NodeOutcome::Held => f.write_str("held by another token"),
+            NodeOutcome::Gone => f.write_str("key gone"),
+            NodeOutcome::Timeout => f.write_str("timed out"),
+            NodeOutcome::Io(k) => write!(f, "i/o error: {k}"),
+            NodeOutcome::Protocol(k) => write!(f, "protocol error: {k}"),
+            NodeOutcome::Server(msg) => write!(f, "server error: {msg}"),
+            NodeOutcome::Down => f.write_str("down (reconnecting)"),
+            NodeOutcome::Undecided => f.write_str("reply not awaited"),
+        }
+    }
+}
+
+/// One node's line in an error report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeReport {
+    /// The node's position in the configured list.
+    pub node: usize,
+    /// The node's address, as configured (without any password).
+    pub addr: String,
+    /// What it answered.
+    pub outcome: NodeOutcome,
+}
+
+/// A list of node reports, displayed as `addr: outcome; addr: outcome`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeReports(pub Vec<NodeReport>);
+
+impl NodeReports {
+    /// How many nodes ended with `outcome`.
+    pub fn count(&self, outcome: &NodeOutcome) -> usize {
+        self.0.iter().filter(|r| &r.outcome == outcome).count()
+    }
+
+    /// The reports whose node refused because another token holds the key.
+    pub fn held(&self) -> impl Iterator<Item = &NodeReport> {
+        self.0.iter().filter(|r| r.outcome == NodeOutcome::Held)
+    }
+}
+
+impl fmt::Display for NodeReports {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{}: {}", r.addr, r.outcome)?;
+        }
+        Ok(())
+    }
+}
+
+/// A configuration the builder refuses.
+#[derive(Debug, Clone, PartialEq, ThisError)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No node was given.
+    #[error("no nodes configured")]
+    NoNodes,
+    /// An address that does not parse.
+    #[error("invalid node address {addr:?}: {reason}")]
+    InvalidAddress {
+        /// The address as given (any password blanked).
+        addr: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// An address whose host does not resolve.
+    #[error("cannot resolve node address {addr:?}: {kind}")]
+    Resolve {
+        /// The address as given (any password blanked).
+        addr: String,
+        /// The resolver's error.
+        kind: std::io::ErrorKind,
+    },
+    /// The same server (address and database) listed twice: it would vote twice.
+    #[error("node {0} is listed twice")]
+    DuplicateNode(String),
+    /// A quorum outside (N/2, N].
+    #[error("quorum {quorum} is not a majority of {nodes} nodes (must be in {min}..={nodes})")]
+    Quorum {
+        /// The quorum asked for.
+        quorum: usize,
+        /// The number of nodes.
+        nodes: usize,
+        /// The smallest majority, N/2 + 1.
+        min: usize,
+    },
+    /// A drift factor that is not a finite number in [0, 1).
+    #[error("drift factor {0} is not in [0, 1)")]
+    DriftFactor(f64),
+    /// A zero node timeout.
+    #[error("node timeout must be above zero")]
+    NodeTimeout,
+    /// Zero tries.
+    #[error("tries must be at least 1")]
+    Tries,
+    /// A ttl below 1 ms or above what Redis takes.
+    #[error("ttl {0:?} is outside 1 ms ..= i64::MAX ms")]
+    Ttl(Duration),
+}
+
+/// Why an operation did not succeed.
+///
+/// Lock acquisition ends with [`Conflict`](Error::Conflict) when other clients hold the lock,
+/// [`NoQuorum`](Error::NoQuorum) when too few nodes could answer, or
+/// [`ValiditySpent`](Error::ValiditySpent) when a quorum was reached too late to be of use.
+/// Release and extension end with [`NotHeld`](Error::NotHeld) when another token holds the
+/// key, [`Expired`](Error::Expired) when the lock had run out, or `NoQuorum`.
+#[derive(Debug, Clone, PartialEq, ThisError)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock is held by another client: too many nodes refused for a quorum to be possible.
+    #[error("lock held by another client ({} of {} nodes refused): {nodes}", .nodes.count(&NodeOutcome::Held), .nodes.0.len())]
+    Conflict {
+        /// Every node's answer; those that refused are [`NodeOutcome::Held`].
+        nodes: NodeReports,
+    },
+    /// Too few nodes answered usefully for a quorum (timeouts, I/O, protocol or server errors).
+    #[error("no quorum reachable: {nodes}")]
+    NoQuorum {
+        /// Every node's answer or failure.
+        nodes: NodeReports,
+    },
+    /// A quorum was reached, but the time it took (plus the drift allowance) used up the whole
+    /// ttl, so the lock was never valid. It has been released.
+    #[error("quorum reached after {elapsed:?}, leaving no validity out of a {ttl:?} ttl")]
+    ValiditySpent {
+        /// Time from before the first send to the quorum.
+        elapsed: Duration,
+        /// The ttl asked for.
+        ttl: Duration,
+    },
+    /// The lock is not held by this token: another client holds the key on some node.
+    #[error("lock not held: another token holds it ({nodes})")]
+    NotHeld {
+        /// Every node's answer.
+        nodes: NodeReports,
+    },
+    /// The lock had already expired: its validity ran out, or the keys are gone.
+    #[error("lock already expired")]
+    Expired,
+    /// The configuration, or an argument, is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+}

@@ -1,0 +1,276 @@
+//! Throwaway local `redis-server` processes, for the demo, the examples, the tests and the
+//! benchmarks.
+//!
+//! Each server listens on 127.0.0.1 on a free port, keeps nothing on disk (`save ""`,
+//! `appendonly no`), and is killed when its [`LocalServer`] is dropped, also when a test
+//! panics. Servers can be stopped, paused (`SIGSTOP`), resumed and restarted on the same port,
+//! for fault injection. Nothing here ever touches port 6379 or a server it did not start.
+//!
+//! Needs `redis-server` on the `PATH` (or in `REDLOCK_REDIS_SERVER`); the project's
+//! `scripts/install-deps` installs Debian's package.
+//!
+//! # Examples
+//! ```no_run
+//! use redlock_mux::local::LocalCluster;
+//! let cluster = LocalCluster::start(5)?;
+//! assert_eq!(cluster.addrs().len(), 5);
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to start answering `PING`.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Finds the `redis-server` binary: `$REDLOCK_REDIS_SERVER`, the `PATH`, or the usual places.
+pub fn redis_server_path() -> io::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("REDLOCK_REDIS_SERVER") {
+        return Ok(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin", "/usr/sbin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|d| d.join("redis-server"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                "redis-server not found: run `bash scripts/install-deps` (Debian's redis-server), \
+                 or set REDLOCK_REDIS_SERVER",
+            )
+        })
+}
+
+/// One `redis-server` process on a loopback port.
+#[derive(Debug)]
+pub struct LocalServer {
+    port: u16,
+    child: Option<Child>,
+    paused: bool,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A port that was free a moment ago (the kernel's pick for an ephemeral bind).
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+impl LocalServer {
+    /// Starts a server on a free port with no persistence.
+    pub fn start() -> io::Result<LocalServer> {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (such as `["--requirepass", "x"]`).
+    pub fn start_with(extra: &[&str]) -> io::Result<LocalServer> {
+        let dir = std::env::temp_dir().join(format!(
+            "redlock-mux-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let mut server = LocalServer {
+            port: 0,
+            child: None,
+            paused: false,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        // A port found free can be taken by someone else before the server binds it: retry
+        // with another.
+        let mut last = None;
+        for _ in 0..8 {
+            server.port = free_port()?;
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("redis-server did not start")))
+    }
+
+    fn spawn(&mut self) -> io::Result<()> {
+        let mut cmd = Command::new(redis_server_path()?);
+        cmd.args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--daemonize", "no"])
+            .args(["--protected-mode", "yes"])
+            .args(["--loglevel", "warning"])
+            .args(["--logfile", ""])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn()?;
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Err(io::Error::other(format!(
+                    "redis-server on port {} exited at start: {status}",
+                    self.port
+                )));
+            }
+            if ping(self.addr()) {
+                self.child = Some(child);
+                self.paused = false;
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("redis-server on port {} did not answer PING", self.port),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its address, `127.0.0.1:port`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is running (paused counts as running).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Kills the server (`SIGKILL`): it loses every key, as a crash would.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    /// Stops the server if running and starts a fresh one on the same port, with no keys.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.stop();
+        self.spawn()
+    }
+
+    /// Freezes the process (`SIGSTOP`): connections stay open, nothing is answered.
+    pub fn pause(&mut self) -> io::Result<()> {
+        self.signal("STOP")?;
+        self.paused = true;
+        Ok(())
+    }
+
+    /// Thaws a paused process (`SIGCONT`).
+    pub fn resume(&mut self) -> io::Result<()> {
+        self.signal("CONT")?;
+        self.paused = false;
+        Ok(())
+    }
+
+    fn signal(&self, sig: &str) -> io::Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "server not running"))?;
+        let status = Command::new("sh")
+            .args(["-c", &format!("kill -s {sig} {pid}")])
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!("kill -s {sig} {pid}: {status}")))
+        }
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        if self.paused {
+            let _ = self.resume();
+        }
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether a server answers `PING` on `addr` within a short time (`-NOAUTH` counts: the
+/// server is up, it only wants a password).
+fn ping(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && (&buf == b"+PONG\r\n" || buf.starts_with(b"-NOAUTH"))
+}
+
+/// Several independent local masters, as a Redlock deployment has.
+#[derive(Debug)]
+pub struct LocalCluster {
+    servers: Vec<LocalServer>,
+}
+
+impl LocalCluster {
+    /// Starts `n` servers.
+    pub fn start(n: usize) -> io::Result<LocalCluster> {
+        Self::start_with(n, &[])
+    }
+
+    /// Starts `n` servers with extra `redis-server` arguments.
+    pub fn start_with(n: usize, extra: &[&str]) -> io::Result<LocalCluster> {
+        let servers = (0..n)
+            .map(|_| LocalServer::start_with(extra))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(LocalCluster { servers })
+    }
+
+    /// The servers' addresses, `127.0.0.1:port`, in order.
+    pub fn addrs(&self) -> Vec<String> {
+        self.servers.iter().map(|s| s.addr().to_string()).collect()
+    }
+
+    /// How many servers there are.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Server `i`.
+    pub fn server(&mut self, i: usize) -> &mut LocalServer {
+        &mut self.servers[i]
+    }
+
+    /// Every server.
+    pub fn servers(&self) -> &[LocalServer] {
+        &self.servers
+    }
+}

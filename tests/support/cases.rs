@@ -1,0 +1,419 @@
+//! Test bodies shared by the blocking and the async client: each is generic over a
+//! [`Flavor`], and `tests/blocking.rs` (and the async suite) instantiate every one.
+
+use std::time::{Duration, Instant};
+
+use redlock_mux::resp::Frame;
+use redlock_mux::{Error, Lock, NodeOutcome, Token};
+
+use super::*;
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// How long commands a fail-fast round left in flight may take to land on a healthy local
+/// node (they were written before the round returned; only the server's turn is awaited).
+const IN_FLIGHT: Duration = Duration::from_secs(5);
+
+/// Asserts that every node comes to satisfy `check` for `key`, and a quorum at once.
+fn on_every_node(addrs: &[String], why: &str, check: impl Fn(&str) -> bool) {
+    let now = addrs.iter().filter(|a| check(a)).count();
+    assert!(now > addrs.len() / 2, "{why}: only {now} nodes at once");
+    wait_until(IN_FLIGHT, why, || addrs.iter().all(|a| check(a)));
+}
+
+/// Asserts every node holds `token` under `key`.
+fn held_everywhere(addrs: &[String], key: &str, token: &Token) {
+    on_every_node(addrs, &format!("{key} held by {token:?}"), |a| {
+        get(a, key).as_deref() == Some(token.as_str())
+    });
+}
+
+fn gone_everywhere(addrs: &[String], key: &str) {
+    on_every_node(addrs, &format!("{key} gone"), |a| get(a, key).is_none());
+}
+
+pub fn acquire_and_release<F: Flavor>() {
+    let c = cluster(5);
+    let client = F::build(builder(&c)).unwrap();
+    let key = resource("basic");
+    let lock = client.lock(&key, TTL).unwrap();
+    assert_eq!(lock.resource(), key);
+    assert!(lock.validity() > TTL - Duration::from_secs(1));
+    assert!(lock.validity() <= TTL);
+    assert!(!lock.is_expired());
+    held_everywhere(&c.addrs(), &key, lock.token());
+    client.unlock(&lock).unwrap();
+    // Fail-fast returns at the third confirmation; the last two deletes are already on the
+    // wire and the servers answer in order, so a round trip to each shows them done.
+    gone_everywhere(&c.addrs(), &key);
+}
+
+pub fn second_client_refused_then_gets_it<F: Flavor>() {
+    let c = cluster(5);
+    let a = F::build(builder(&c)).unwrap();
+    let b = F::build(builder(&c).retry(1, Duration::ZERO)).unwrap();
+    let key = resource("contend");
+    let held = a.lock(&key, TTL).unwrap();
+    match b.try_lock(&key, TTL) {
+        Err(Error::Conflict { nodes }) => {
+            assert!(nodes.held().count() >= 3, "{nodes}");
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    // The refused attempt released only its own token: a's lock is intact.
+    held_everywhere(&c.addrs(), &key, held.token());
+    a.unlock(&held).unwrap();
+    let taken = b.lock(&key, TTL).unwrap();
+    held_everywhere(&c.addrs(), &key, taken.token());
+}
+
+pub fn unlock_by_non_holder_deletes_nothing<F: Flavor>() {
+    let c = cluster(5);
+    let client = F::build(builder(&c)).unwrap();
+    let key = resource("nonholder");
+    let held = client.lock(&key, TTL).unwrap();
+    let impostor = Lock::from_token(&key, Token::generate());
+    match client.unlock(&impostor) {
+        Err(Error::NotHeld { nodes }) => assert!(nodes.held().count() >= 3, "{nodes}"),
+        other => panic!("expected NotHeld, got {other:?}"),
+    }
+    held_everywhere(&c.addrs(), &key, held.token());
+}
+
+pub fn key_ttl_is_what_was_asked<F: Flavor>() {
+    let c = cluster(5);
+    let client = F::build(builder(&c)).unwrap();
+    let key = resource("ttl");
+    let ttl = Duration::from_millis(7_777);
+    let _lock = client.lock(&key, ttl).unwrap();
+    for a in c.addrs() {
+        let left = pttl(&a, &key);
+        assert!((7_000..=7_777).contains(&left), "PTTL {left} on {a}");
+    }
+}
+
+pub fn extend_keeps_the_lock_and_fails_once_another_holds_it<F: Flavor>() {
+    let c = cluster(5);
+    let client = F::build(builder(&c)).unwrap();
+    let key = resource("extend");
+    let mut lock = client.lock(&key, Duration::from_millis(2_000)).unwrap();
+    let before = lock.valid_until();
+    client.extend(&mut lock, Duration::from_secs(60)).unwrap();
+    assert!(lock.valid_until() > before + Duration::from_secs(50));
+    assert_eq!(lock.ttl(), Duration::from_secs(60));
+    on_every_node(&c.addrs(), "extended", |a| pttl(a, &key) > 55_000);
+    // Another client's token takes the key on every node (as after an expiry and a new
+    // acquisition).
+    for a in c.addrs() {
+        assert_eq!(
+            redis(&a, &["SET", &key, "someone-else"]),
+            Frame::Simple("OK".into())
+        );
+    }
+    let kept = lock.valid_until();
+    match client.extend(&mut lock, Duration::from_secs(60)) {
+        Err(Error::NotHeld { nodes }) => assert!(nodes.held().count() >= 3, "{nodes}"),
+        other => panic!("expected NotHeld, got {other:?}"),
+    }
+    assert_eq!(
+        lock.valid_until(),
+        kept,
+        "a failed extension leaves the lock as it was"
+    );
+    for a in c.addrs() {
+        assert_eq!(get(&a, &key).as_deref(), Some("someone-else"));
+        assert_eq!(pttl(&a, &key), -1, "the other holder's key is untouched");
+    }
+}
+
+pub fn scripts_survive_script_flush<F: Flavor>() {
+    let c = cluster(5);
+    let client = F::build(builder(&c)).unwrap();
+    let key = resource("flush");
+    // Load the scripts once, then flush them everywhere.
+    let mut warm = client.lock(&key, TTL).unwrap();
+    client.extend(&mut warm, TTL).unwrap();
+    client.unlock(&warm).unwrap();
+    for a in c.addrs() {
+        assert_eq!(redis(&a, &["SCRIPT", "FLUSH"]), Frame::Simple("OK".into()));
+        assert_eq!(
+            redis(&a, &["SCRIPT", "EXISTS", redlock_mux::script::RELEASE_SHA1]),
+            Frame::Array(vec![Frame::Integer(0)])
+        );
+    }
+    let mut lock = client.lock(&key, TTL).unwrap();
+    client.extend(&mut lock, Duration::from_secs(30)).unwrap();
+    on_every_node(&c.addrs(), "extended after a flush", |a| {
+        pttl(a, &key) > 25_000
+    });
+    client.unlock(&lock).unwrap();
+    gone_everywhere(&c.addrs(), &key);
+}
+
+pub fn two_of_five_down_still_acquires<F: Flavor>() {
+    let mut c = cluster(5);
+    let client = F::build(builder(&c)).unwrap();
+    c.server(1).stop();
+    c.server(3).stop();
+    for i in 0..20 {
+        let key = resource("twodown");
+        let lock = client
+            .lock(&key, TTL)
+            .unwrap_or_else(|e| panic!("attempt {i}: {e}"));
+        client.unlock(&lock).unwrap();
+    }
+}
+
+pub fn three_of_five_down_fails_fast_naming_causes<F: Flavor>() {
+    let mut c = cluster(5);
+    let timeout = Duration::from_millis(200);
+    let client = F::build(builder(&c).retry(1, Duration::ZERO)).unwrap();
+    c.server(0).stop();
+    c.server(2).stop();
+    c.server(4).stop();
+    for i in 0..10 {
+        let start = Instant::now();
+        let err = client.try_lock(&resource("threedown"), TTL).unwrap_err();
+        let took = start.elapsed();
+        // A small margin over the node timeout for a loaded CI machine; in practice refused
+        // connections answer in microseconds.
+        assert!(
+            took < timeout + Duration::from_millis(100),
+            "attempt {i} took {took:?}"
+        );
+        match err {
+            Error::NoQuorum { nodes } => {
+                assert_eq!(nodes.0.len(), 5);
+                for down in [0, 2, 4] {
+                    let o = &nodes.0[down].outcome;
+                    assert!(
+                        matches!(o, NodeOutcome::Io(_) | NodeOutcome::Down),
+                        "node {down}: {o}"
+                    );
+                }
+                let text = Error::NoQuorum { nodes }.to_string();
+                assert!(text.contains(&c.addrs()[0]), "{text}");
+            }
+            other => panic!("expected NoQuorum, got {other:?}"),
+        }
+    }
+}
+
+pub fn paused_node_costs_at_most_its_timeout_and_late_replies_stay_late<F: Flavor>() {
+    let mut c = cluster(5);
+    let timeout = Duration::from_millis(200);
+    // Without fail-fast every round waits for the paused node, so the timing bound is tight
+    // and every late reply really is late.
+    let client = F::build(builder(&c).fail_fast(false).retry(1, Duration::ZERO)).unwrap();
+    let addrs = c.addrs();
+    let p = resource("paused");
+    assert_eq!(
+        redis(&addrs[0], &["SET", &p, "foreign"]),
+        Frame::Simple("OK".into())
+    );
+    c.server(0).pause().unwrap();
+    for _ in 0..3 {
+        let start = Instant::now();
+        let lock = client.try_lock(&p, TTL).unwrap();
+        assert!(start.elapsed() < timeout + Duration::from_millis(100));
+        client.unlock(&lock).unwrap();
+    }
+    c.server(0).resume().unwrap();
+    // Node 0 now sends its late replies: `$-1` (held) for the three SETs, `:0` for the
+    // releases. A key free on node 0 and foreign elsewhere: node 0's true answer is OK.
+    let q = resource("after-pause");
+    for a in &addrs[1..] {
+        assert_eq!(
+            redis(a, &["SET", &q, "foreign"]),
+            Frame::Simple("OK".into())
+        );
+    }
+    match client.try_lock(&q, TTL) {
+        Err(Error::Conflict { nodes }) => {
+            assert_eq!(
+                nodes.0[0].outcome,
+                NodeOutcome::Ok,
+                "node 0 answered: {nodes}"
+            );
+            for n in &nodes.0[1..] {
+                assert_eq!(n.outcome, NodeOutcome::Held, "{nodes}");
+            }
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    // And the release that followed the lost round reached node 0 in order.
+    assert_eq!(get(&addrs[0], &q), None);
+    for a in &addrs[1..] {
+        assert_eq!(get(a, &q).as_deref(), Some("foreign"));
+    }
+}
+
+pub fn restarted_node_is_reconnected_and_used<F: Flavor>() {
+    let mut c = cluster(5);
+    let client = F::build(builder(&c)).unwrap();
+    let warm = client.lock(&resource("warm"), TTL).unwrap();
+    client.unlock(&warm).unwrap();
+    c.server(2).restart().unwrap();
+    let addr = c.addrs()[2].clone();
+    let mut used = None;
+    for attempt in 0..5 {
+        let key = resource("restart");
+        let lock = client.lock(&key, TTL).unwrap();
+        if get(&addr, &key).as_deref() == Some(lock.token().as_str()) {
+            used = Some(attempt);
+            break;
+        }
+    }
+    assert!(used.is_some(), "the restarted node never got a key back");
+}
+
+pub fn lost_rounds_leave_no_key<F: Flavor>() {
+    let c = cluster(5);
+    let addrs = c.addrs();
+    let client = F::build(builder(&c).retry(1, Duration::ZERO)).unwrap();
+    // Lost to contention: three nodes hold a foreign token.
+    let key = resource("lost");
+    for a in &addrs[..3] {
+        redis(a, &["SET", &key, "foreign"]);
+    }
+    assert!(matches!(
+        client.try_lock(&key, TTL),
+        Err(Error::Conflict { .. })
+    ));
+    for a in &addrs[3..] {
+        assert_eq!(get(a, &key), None, "our SET was released on {a}");
+    }
+    // Lost because the drift allowance leaves no validity: the keys were set everywhere,
+    // and must all be released.
+    let spent = F::build(builder(&c).drift_factor(0.9999).retry(1, Duration::ZERO)).unwrap();
+    let key = resource("spent");
+    match spent.try_lock(&key, TTL) {
+        Err(Error::ValiditySpent { ttl, .. }) => assert_eq!(ttl, TTL),
+        other => panic!("expected ValiditySpent, got {other:?}"),
+    }
+    gone_everywhere(&addrs, &key);
+}
+
+pub fn unlock_and_extend_after_expiry<F: Flavor>() {
+    let c = cluster(5);
+    let addrs = c.addrs();
+    let client = F::build(builder(&c)).unwrap();
+    let key = resource("expiry");
+    let mut lock = client.lock(&key, Duration::from_millis(60)).unwrap();
+    wait_until(Duration::from_secs(5), "the keys to expire", || {
+        addrs.iter().all(|a| pttl(a, &key) == -2)
+    });
+    assert!(lock.is_expired());
+    assert_eq!(lock.validity(), Duration::ZERO);
+    assert_eq!(client.unlock(&lock), Err(Error::Expired));
+    assert_eq!(client.extend(&mut lock, TTL), Err(Error::Expired));
+    gone_everywhere(&addrs, &key);
+
+    // A lock still valid by our clock whose keys vanished (say, deleted by an operator):
+    // extension finds them gone and does not bring them back.
+    let key = resource("vanished");
+    let mut lock = client.lock(&key, TTL).unwrap();
+    for a in &addrs {
+        redis(a, &["DEL", &key]);
+    }
+    assert_eq!(client.extend(&mut lock, TTL), Err(Error::Expired));
+    gone_everywhere(&addrs, &key);
+}
+
+pub fn one_bad_node_is_one_missing_vote<F: Flavor>() {
+    let mut c = cluster(4);
+    // A fifth master that wants a password we do not give: every command gets NOAUTH.
+    let guarded = redlock_mux::local::LocalServer::start_with(&["--requirepass", "pw"]).unwrap();
+    let mut addrs = c.addrs();
+    addrs.push(guarded.addr().to_string());
+    let b = builder(&c)
+        .nodes(&addrs)
+        .fail_fast(false)
+        .retry(1, Duration::ZERO);
+    let client = F::build(b).unwrap();
+    c.server(0).stop();
+    // Node 0 dead, node 4 erroring: three votes left, exactly a quorum.
+    let key = resource("badnode");
+    let lock = client.try_lock(&key, TTL).unwrap();
+    client.unlock(&lock).unwrap();
+    // The per-node report of a lost round shows each cause.
+    for a in &addrs[1..4] {
+        redis(a, &["SET", &key, "foreign"]);
+    }
+    match client.try_lock(&key, TTL) {
+        Err(Error::NoQuorum { nodes }) | Err(Error::Conflict { nodes }) => {
+            assert!(nodes.0[0].outcome.is_failure(), "{nodes}");
+            match &nodes.0[4].outcome {
+                NodeOutcome::Server(msg) => assert!(msg.starts_with("NOAUTH"), "{msg}"),
+                other => panic!("node 4: {other}"),
+            }
+            assert_eq!(nodes.held().count(), 3, "{nodes}");
+        }
+        other => panic!("expected a lost round, got {other:?}"),
+    }
+}
+
+pub fn tiny_ttls_never_panic<F: Flavor>() {
+    let c = cluster(5);
+    let client = F::build(builder(&c).retry(1, Duration::ZERO)).unwrap();
+    for ms in [1u64, 2, 3, 5] {
+        match client.try_lock(&resource("tiny"), Duration::from_millis(ms)) {
+            Ok(lock) => assert!(lock.validity() < Duration::from_millis(ms)),
+            Err(Error::ValiditySpent { .. }) => {}
+            Err(e) => panic!("ttl {ms} ms: {e}"),
+        }
+    }
+    assert!(matches!(
+        client.try_lock("x", Duration::from_micros(999)),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        client.try_lock("x", Duration::MAX),
+        Err(Error::Config(_))
+    ));
+}
+
+pub fn auth_and_select<F: Flavor>() {
+    let c = redlock_mux::local::LocalCluster::start_with(
+        3,
+        &[
+            "--requirepass",
+            "s3cret",
+            "--user",
+            "app",
+            "on",
+            ">apppw",
+            "~*",
+            "&*",
+            "+@all",
+        ],
+    )
+    .unwrap();
+    let ports: Vec<u16> = c.servers().iter().map(|s| s.port()).collect();
+    let urls = [
+        format!("redis://:s3cret@127.0.0.1:{}/2", ports[0]),
+        format!("redis://app:apppw@127.0.0.1:{}/2", ports[1]),
+        format!("redis://s3cret@127.0.0.1:{}/2", ports[2]),
+    ];
+    let client = F::build(
+        redlock_mux::Redlock::builder()
+            .nodes(&urls)
+            .node_timeout(Duration::from_millis(200)),
+    )
+    .unwrap();
+    let key = resource("auth");
+    let lock = client.lock(&key, TTL).unwrap();
+    for p in &ports {
+        let addr = format!("127.0.0.1:{p}");
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        use std::io::{Read, Write};
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let cmd = format!("AUTH s3cret\r\nSELECT 2\r\nGET {key}\r\nSELECT 0\r\nEXISTS {key}\r\n");
+        s.write_all(cmd.as_bytes()).unwrap();
+        let want = format!("+OK\r\n+OK\r\n$40\r\n{}\r\n+OK\r\n:0\r\n", lock.token());
+        let mut got = vec![0u8; want.len()];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), want, "on {addr}");
+    }
+    client.unlock(&lock).unwrap();
+}

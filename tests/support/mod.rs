@@ -1,0 +1,126 @@
+//! Test harness: real `redis-server` masters (through `redlock_mux::local`), a plain admin
+//! client to look at what the nodes hold, and the client-agnostic interface the shared test
+//! bodies in `cases.rs` are written against.
+#![allow(dead_code)]
+
+pub mod cases;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use redlock_mux::local::LocalCluster;
+use redlock_mux::resp::{self, Decoder, Frame};
+use redlock_mux::{Builder, Error, Lock};
+
+/// The operations every client offers, so one test body serves both.
+pub trait LockClient {
+    fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error>;
+    fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error>;
+    fn unlock(&self, lock: &Lock) -> Result<(), Error>;
+    fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error>;
+}
+
+/// How to build a client of one kind.
+pub trait Flavor {
+    type Client: LockClient;
+    fn build(builder: Builder) -> Result<Self::Client, Error>;
+}
+
+impl LockClient for redlock_mux::Redlock {
+    fn lock(&self, r: &str, ttl: Duration) -> Result<Lock, Error> {
+        redlock_mux::Redlock::lock(self, r, ttl)
+    }
+    fn try_lock(&self, r: &str, ttl: Duration) -> Result<Lock, Error> {
+        redlock_mux::Redlock::try_lock(self, r, ttl)
+    }
+    fn unlock(&self, lock: &Lock) -> Result<(), Error> {
+        redlock_mux::Redlock::unlock(self, lock)
+    }
+    fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
+        redlock_mux::Redlock::extend(self, lock, ttl)
+    }
+}
+
+/// The blocking client.
+pub struct Blocking;
+
+impl Flavor for Blocking {
+    type Client = redlock_mux::Redlock;
+    fn build(builder: Builder) -> Result<Self::Client, Error> {
+        builder.build()
+    }
+}
+
+/// Five fresh masters.
+pub fn cluster(n: usize) -> LocalCluster {
+    LocalCluster::start(n).expect("start redis-server (run scripts/install-deps)")
+}
+
+/// A builder for `cluster` with test-friendly timing: a node timeout generous enough for a
+/// loaded 2-core CI machine, and fast retries.
+pub fn builder(cluster: &LocalCluster) -> Builder {
+    redlock_mux::Redlock::builder()
+        .nodes(cluster.addrs())
+        .node_timeout(Duration::from_millis(200))
+        .retry(3, Duration::from_millis(20))
+}
+
+/// Sends one command to a server over a fresh plain connection and returns the reply.
+pub fn redis(addr: &str, args: &[&str]) -> Frame {
+    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut out = BytesMut::new();
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    resp::encode_command(&mut out, &args);
+    s.write_all(&out).unwrap();
+    let mut dec = Decoder::default();
+    let mut buf = BytesMut::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(f) = dec.decode(&mut buf).expect("valid reply") {
+            return f;
+        }
+        let n = s.read(&mut chunk).expect("reply within 5 s");
+        assert!(n > 0, "{addr} closed the connection");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The value of `key` on a server, if any.
+pub fn get(addr: &str, key: &str) -> Option<String> {
+    match redis(addr, &["GET", key]) {
+        Frame::Bulk(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        Frame::NullBulk | Frame::Null => None,
+        other => panic!("GET {key} on {addr}: {other:?}"),
+    }
+}
+
+/// The remaining ttl of `key` in ms (-2: no key, -1: no ttl).
+pub fn pttl(addr: &str, key: &str) -> i64 {
+    match redis(addr, &["PTTL", key]) {
+        Frame::Integer(n) => n,
+        other => panic!("PTTL {key} on {addr}: {other:?}"),
+    }
+}
+
+/// Waits, up to `limit`, for `cond` to hold; panics with `why` if it never does. For waiting
+/// on the servers' own clocks (key expiry), never as a substitute for synchronisation.
+pub fn wait_until(limit: Duration, why: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {why}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A unique resource name per test and call.
+pub fn resource(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("test:{tag}:{}", N.fetch_add(1, Ordering::Relaxed))
+}
