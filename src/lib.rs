@@ -60,3 +60,8 @@ pub use token::Token;
 
 /// Re-exported: the RESP codec this crate speaks.
 pub use resp;
+
+/// The README's examples, compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
