@@ -55,7 +55,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         lock.validity()
     );
 
-    let other = Redlock::builder().nodes(&nodes).retry(1, Duration::ZERO).build()?;
+    let other = Redlock::builder()
+        .nodes(&nodes)
+        .retry(1, Duration::ZERO)
+        .build()?;
     match other.try_lock(resource, ttl) {
         Err(Error::Conflict { nodes }) => println!(
             "a second client is refused while it is held: {} of {} masters said it is taken",

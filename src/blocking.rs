@@ -345,6 +345,7 @@ impl Driver {
             let result = node.on_event(
                 event.is_writable(),
                 event.is_readable() || event.is_read_closed() || event.is_error(),
+                event.is_read_closed() || event.is_error(),
                 now,
                 scratch,
                 current.as_mut(),
@@ -446,6 +447,7 @@ impl Node {
         &mut self,
         writable: bool,
         readable: bool,
+        closing: bool,
         now: Instant,
         scratch: &mut [u8],
         mut current: Option<&mut Current<'_, '_>>,
@@ -488,6 +490,12 @@ impl Node {
                 Ok(n) => {
                     self.conn.received(&scratch[..n]);
                     noscript |= self.take_replies(now, current.as_deref_mut(), i)?;
+                    // A short read emptied the socket's receive queue: bytes that arrive
+                    // later raise a new edge, so the read that would only say WouldBlock is
+                    // skipped. Not when the peer is closing: the end of stream is read now.
+                    if n < scratch.len() && !closing {
+                        return Ok(noscript);
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(noscript),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
