@@ -18,7 +18,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token as MioToken};
 
 use crate::config::{Builder, Config, NodeAddr};
-use crate::conn::{Conn, ConnError, Owner, CONNECT_TIMEOUT};
+use crate::conn::{Conn, ConnError, Tag, CONNECT_TIMEOUT, MAX_OWED};
 use crate::error::{Error, NodeOutcome};
 use crate::lock::Lock;
 use crate::op::{self, Command, Next, OpKind, Retry, Verdict};
@@ -221,7 +221,7 @@ struct Node {
     sock: Option<TcpStream>,
     /// When the connect in progress started.
     connecting: Option<Instant>,
-    conn: Conn,
+    conn: Conn<Tag>,
     deadline: Instant,
 }
 
@@ -245,7 +245,7 @@ impl Driver {
                     addr: addr.clone(),
                     sock: None,
                     connecting: None,
-                    conn: Conn::default(),
+                    conn: Conn::new(MAX_OWED),
                     deadline: now,
                 })
                 .collect(),
@@ -271,7 +271,7 @@ impl Driver {
                 .ensure_connected(&self.poll, i, t1)
                 .and_then(|()| {
                     node.conn
-                        .queue(id, false, |b| cmd.encode(b, false))
+                        .queue(Tag { id, eval: false }, |b| cmd.encode(b, false))
                         .map_err(|e| node.fail(t1, &e.outcome()))
                 })
                 .and_then(|()| node.flush(t1));
@@ -366,7 +366,13 @@ impl Driver {
                 let cmd = cur.cmd;
                 let sent = node
                     .conn
-                    .queue(cur.id, true, |b| cmd.encode(b, true))
+                    .queue(
+                        Tag {
+                            id: cur.id,
+                            eval: true,
+                        },
+                        |b| cmd.encode(b, true),
+                    )
                     .map_err(|e: ConnError| node.fail(now, &e.outcome()))
                     .and_then(|()| node.flush(now));
                 if let Err(outcome) = sent {
@@ -417,7 +423,8 @@ impl Node {
         // Dropping the socket closes it, which also removes it from the poller.
         self.sock = None;
         self.connecting = None;
-        self.conn.failed(now);
+        // The replies owed will never come; their rounds time out or are already over.
+        let _ = self.conn.failed(now);
         outcome.clone()
     }
 
@@ -519,9 +526,7 @@ impl Node {
                 Ok(None) => return Ok(noscript),
                 Err(e) => return Err(self.fail(now, &e.outcome())),
             };
-            let Owner::Op { id, eval } = owner else {
-                continue;
-            };
+            let Tag { id, eval } = owner;
             match current.as_deref_mut() {
                 Some(cur) if id == cur.id && cur.round.is_pending(i) => {
                     match cur.cmd.judge(&frame, eval) {

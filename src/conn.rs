@@ -18,7 +18,9 @@ use resp::{encode_command, Decoder, Frame, Limits};
 use crate::config::NodeAddr;
 use crate::error::NodeOutcome;
 
-/// Replies a connection may owe before it is considered stuck and replaced.
+/// Replies a blocking client's connection may owe before it is considered stuck and
+/// replaced (each round owes one or two per node, so this many means a node that stopped
+/// answering long ago).
 pub(crate) const MAX_OWED: usize = 64;
 /// Bytes that may wait to be written before the connection is considered stuck.
 pub(crate) const MAX_PENDING_WRITE: usize = 1 << 20;
@@ -39,22 +41,27 @@ pub(crate) fn reply_limits() -> Limits {
         .with_max_line_len(64 * 1024)
 }
 
-/// Who a reply in the FIFO belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Owner {
+/// Who a reply in the FIFO belongs to; `T` is what the driver keeps for its own commands.
+#[derive(Debug)]
+enum Owner<T> {
     /// A login command (`AUTH`, `SELECT`) sent when the connection opened: an error reply
     /// fails the connection.
     Handshake,
     /// A `SCRIPT LOAD` sent so that `EVALSHA` finds the scripts: an error reply is ignored
     /// (the `EVAL` fallback covers a script that is missing).
     Preload,
-    /// An operation's command; `eval` when it is the `EVAL` fallback after `NOSCRIPT`.
-    Op {
-        /// The operation's id.
-        id: u64,
-        /// Which node-local attempt this is.
-        eval: bool,
-    },
+    /// A driver's command.
+    Op(T),
+}
+
+/// The blocking driver's tag for a command: the operation it belongs to, and whether it is
+/// the `EVAL` fallback after a `NOSCRIPT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tag {
+    /// The operation's id.
+    pub(crate) id: u64,
+    /// Whether this is the `EVAL` fallback.
+    pub(crate) eval: bool,
 }
 
 /// Why a connection must be dropped.
@@ -84,31 +91,32 @@ impl ConnError {
 
 /// One connection's buffers and bookkeeping.
 #[derive(Debug)]
-pub(crate) struct Conn {
+pub(crate) struct Conn<T> {
     /// Bytes waiting to be written, in order.
     pub(crate) out: BytesMut,
     /// Bytes read and not yet decoded.
     pub(crate) inb: BytesMut,
     decoder: Decoder,
-    owed: VecDeque<Owner>,
+    owed: VecDeque<Owner<T>>,
+    max_owed: usize,
     backoff: Duration,
     retry_at: Option<Instant>,
 }
 
-impl Default for Conn {
-    fn default() -> Self {
+impl<T> Conn<T> {
+    /// A connection that may owe up to `max_owed` replies.
+    pub(crate) fn new(max_owed: usize) -> Self {
         Conn {
             out: BytesMut::with_capacity(4096),
             inb: BytesMut::with_capacity(16 * 1024),
             decoder: Decoder::new(reply_limits()),
-            owed: VecDeque::with_capacity(MAX_OWED),
+            owed: VecDeque::with_capacity(max_owed.min(1024)),
+            max_owed,
             backoff: Duration::ZERO,
             retry_at: None,
         }
     }
-}
 
-impl Conn {
     /// Starts a fresh connection: clears all state and queues the login commands.
     pub(crate) fn opened(&mut self, addr: &NodeAddr) {
         self.out.clear();
@@ -143,18 +151,17 @@ impl Conn {
         }
     }
 
-    /// Queues a command for operation `id`, written by `write`.
+    /// Queues a command, written by `write`, whose reply goes to `tag`.
     pub(crate) fn queue(
         &mut self,
-        id: u64,
-        eval: bool,
+        tag: T,
         write: impl FnOnce(&mut BytesMut),
     ) -> Result<(), ConnError> {
-        if self.owed.len() >= MAX_OWED || self.out.len() >= MAX_PENDING_WRITE {
+        if self.owed.len() >= self.max_owed || self.out.len() >= MAX_PENDING_WRITE {
             return Err(ConnError::Stuck);
         }
         write(&mut self.out);
-        self.owed.push_back(Owner::Op { id, eval });
+        self.owed.push_back(Owner::Op(tag));
         Ok(())
     }
 
@@ -171,7 +178,7 @@ impl Conn {
 
     /// The next reply to an operation's command, with its owner. Handshake replies are
     /// consumed here. `Ok(None)` when no whole reply has arrived.
-    pub(crate) fn next_reply(&mut self) -> Result<Option<(Owner, Frame)>, ConnError> {
+    pub(crate) fn next_reply(&mut self) -> Result<Option<(T, Frame)>, ConnError> {
         loop {
             let frame = match self.decoder.decode(&mut self.inb) {
                 Ok(Some(f)) => f,
@@ -193,24 +200,31 @@ impl Conn {
                     continue;
                 }
                 Owner::Preload => continue,
-                Owner::Op { .. } => {}
+                Owner::Op(tag) => {
+                    // A healthy exchange: the next failure starts the backoff from the bottom.
+                    self.backoff = Duration::ZERO;
+                    return Ok(Some((tag, frame)));
+                }
             }
-            // A healthy exchange: the next failure starts the backoff from the bottom.
-            self.backoff = Duration::ZERO;
-            return Ok(Some((owner, frame)));
         }
     }
 
     /// Records that the connection failed at `now`: clears it, and sets when the next connect
     /// may be tried (immediately after the first failure following a healthy exchange, then
     /// after a delay that doubles up to [`BACKOFF_MAX`]).
-    pub(crate) fn failed(&mut self, now: Instant) {
+    ///
+    /// Returns the tags of the commands whose replies will never come, for the driver to
+    /// tell their owners.
+    pub(crate) fn failed(&mut self, now: Instant) -> impl Iterator<Item = T> + '_ {
         self.out.clear();
         self.inb.clear();
-        self.owed.clear();
         self.decoder.reset();
         self.retry_at = Some(now + self.backoff);
         self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
+        self.owed.drain(..).filter_map(|o| match o {
+            Owner::Op(tag) => Some(tag),
+            _ => None,
+        })
     }
 
     /// Whether a connect may be tried at `now`.
@@ -227,31 +241,25 @@ mod tests {
         NodeAddr::parse(s).unwrap()
     }
 
-    fn feed(c: &mut Conn, bytes: &[u8]) {
+    fn feed(c: &mut Conn<u64>, bytes: &[u8]) {
         c.received(bytes);
     }
 
     /// A connection opened with no login, its script preloads already answered.
-    fn open(c: &mut Conn) {
+    fn open(c: &mut Conn<u64>) {
         c.opened(&addr("127.0.0.1:1"));
         feed(c, b"$3\r\nsha\r\n$3\r\nsha\r\n");
     }
 
     #[test]
     fn late_replies_are_matched_to_their_own_operation() {
-        let mut c = Conn::default();
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
-        c.queue(1, false, |b| b.put_slice(b"x")).unwrap();
-        c.queue(2, false, |b| b.put_slice(b"y")).unwrap();
+        c.queue(1, |b| b.put_slice(b"x")).unwrap();
+        c.queue(2, |b| b.put_slice(b"y")).unwrap();
         feed(&mut c, b":0\r\n:1\r\n");
-        assert_eq!(
-            c.next_reply().unwrap(),
-            Some((Owner::Op { id: 1, eval: false }, Frame::Integer(0)))
-        );
-        assert_eq!(
-            c.next_reply().unwrap(),
-            Some((Owner::Op { id: 2, eval: false }, Frame::Integer(1)))
-        );
+        assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(0))));
+        assert_eq!(c.next_reply().unwrap(), Some((2, Frame::Integer(1))));
         assert_eq!(c.next_reply().unwrap(), None);
         feed(&mut c, b"+OK\r\n");
         assert_eq!(c.next_reply(), Err(ConnError::Unsolicited));
@@ -259,21 +267,18 @@ mod tests {
 
     #[test]
     fn handshake_is_sent_first_and_its_errors_fail_the_connection() {
-        let mut c = Conn::default();
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
         c.opened(&addr("redis://u:p@127.0.0.1:1/2"));
         assert!(c.out.starts_with(
             b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
         ));
-        c.queue(9, false, |b| b.put_slice(b"z")).unwrap();
+        c.queue(9, |b| b.put_slice(b"z")).unwrap();
         // A failed preload is ignored; the EVAL fallback covers it.
         feed(
             &mut c,
             b"+OK\r\n+OK\r\n$3\r\nsha\r\n-ERR no scripts\r\n:1\r\n",
         );
-        assert_eq!(
-            c.next_reply().unwrap(),
-            Some((Owner::Op { id: 9, eval: false }, Frame::Integer(1)))
-        );
+        assert_eq!(c.next_reply().unwrap(), Some((9, Frame::Integer(1))));
         c.opened(&addr("redis://:bad@127.0.0.1:1"));
         feed(&mut c, b"-WRONGPASS invalid password\r\n");
         assert_eq!(
@@ -284,15 +289,12 @@ mod tests {
 
     #[test]
     fn protocol_errors_and_pushes() {
-        let mut c = Conn::default();
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
-        c.queue(1, false, |_| {}).unwrap();
+        c.queue(1, |_| {}).unwrap();
         feed(&mut c, b">2\r\n+invalidate\r\n_\r\n:1\r\n");
-        assert_eq!(
-            c.next_reply().unwrap(),
-            Some((Owner::Op { id: 1, eval: false }, Frame::Integer(1)))
-        );
-        c.queue(2, false, |_| {}).unwrap();
+        assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
+        c.queue(2, |_| {}).unwrap();
         feed(&mut c, b"$1099511627776\r\n");
         assert!(matches!(
             c.next_reply(),
@@ -302,44 +304,44 @@ mod tests {
 
     #[test]
     fn too_many_owed_is_stuck() {
-        let mut c = Conn::default();
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
         let mut queued = 0;
-        while c.queue(queued, false, |_| {}).is_ok() {
+        while c.queue(queued, |_| {}).is_ok() {
             queued += 1;
             assert!(queued <= MAX_OWED as u64);
         }
         // Two of the places are the preloads'.
         assert_eq!(queued, MAX_OWED as u64 - 2);
-        assert_eq!(c.queue(99, false, |_| {}), Err(ConnError::Stuck));
+        assert_eq!(c.queue(99, |_| {}), Err(ConnError::Stuck));
     }
 
     #[test]
     fn backoff_doubles_and_resets_after_a_healthy_reply() {
-        let mut c = Conn::default();
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
         let t = Instant::now();
         assert!(c.may_connect(t));
-        c.failed(t);
+        let _ = c.failed(t);
         assert!(c.may_connect(t), "first retry is immediate");
-        c.failed(t);
+        let _ = c.failed(t);
         assert!(!c.may_connect(t));
         assert!(c.may_connect(t + BACKOFF_MIN));
         for _ in 0..20 {
-            c.failed(t);
+            let _ = c.failed(t);
         }
         assert!(c.may_connect(t + BACKOFF_MAX));
         open(&mut c);
-        c.queue(1, false, |_| {}).unwrap();
+        c.queue(1, |_| {}).unwrap();
         feed(&mut c, b":1\r\n");
         c.next_reply().unwrap();
-        c.failed(t);
+        let _ = c.failed(t);
         assert!(c.may_connect(t));
     }
 
     #[test]
     fn partial_writes_advance() {
-        let mut c = Conn::default();
-        c.queue(1, false, |b| b.put_slice(b"abcdef")).unwrap();
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        c.queue(1, |b| b.put_slice(b"abcdef")).unwrap();
         c.wrote(2);
         assert_eq!(&c.out[..], b"cdef");
         c.wrote(100);
