@@ -272,7 +272,7 @@ impl Driver {
                 .and_then(|()| {
                     node.conn
                         .queue(Tag { id, eval: false }, |b| cmd.encode(b, false))
-                        .map_err(|e| node.fail(t1, &e.outcome()))
+                        .map_err(|(e, _)| node.fail(t1, &e.outcome()))
                 })
                 .and_then(|()| node.flush(t1));
             node.deadline = deadline;
@@ -373,7 +373,7 @@ impl Driver {
                         },
                         |b| cmd.encode(b, true),
                     )
-                    .map_err(|e: ConnError| node.fail(now, &e.outcome()))
+                    .map_err(|(e, _): (ConnError, Tag)| node.fail(now, &e.outcome()))
                     .and_then(|()| node.flush(now));
                 if let Err(outcome) = sent {
                     cur.round.record(j, outcome);

@@ -151,14 +151,15 @@ impl<T> Conn<T> {
         }
     }
 
-    /// Queues a command, written by `write`, whose reply goes to `tag`.
+    /// Queues a command, written by `write`, whose reply goes to `tag`. A connection that is
+    /// stuck takes nothing and hands the tag back.
     pub(crate) fn queue(
         &mut self,
         tag: T,
         write: impl FnOnce(&mut BytesMut),
-    ) -> Result<(), ConnError> {
+    ) -> Result<(), (ConnError, T)> {
         if self.owed.len() >= self.max_owed || self.out.len() >= MAX_PENDING_WRITE {
-            return Err(ConnError::Stuck);
+            return Err((ConnError::Stuck, tag));
         }
         write(&mut self.out);
         self.owed.push_back(Owner::Op(tag));
@@ -313,7 +314,7 @@ mod tests {
         }
         // Two of the places are the preloads'.
         assert_eq!(queued, MAX_OWED as u64 - 2);
-        assert_eq!(c.queue(99, |_| {}), Err(ConnError::Stuck));
+        assert_eq!(c.queue(99, |_| {}), Err((ConnError::Stuck, 99)));
     }
 
     #[test]

@@ -141,6 +141,9 @@ pub enum ConfigError {
     /// Zero tries.
     #[error("tries must be at least 1")]
     Tries,
+    /// The async client was built outside a tokio runtime.
+    #[error("the async client must be built inside a tokio runtime")]
+    NoRuntime,
     /// A ttl below 1 ms or above what Redis takes.
     #[error("ttl {0:?} is outside 1 ms ..= i64::MAX ms")]
     Ttl(Duration),

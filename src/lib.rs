@@ -51,12 +51,16 @@ mod op;
 mod quorum;
 pub mod script;
 mod token;
+#[cfg(feature = "tokio")]
+mod tokio_client;
 
 pub use blocking::Redlock;
 pub use config::{Builder, Config, NodeAddr, DEFAULT_PORT};
 pub use error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
 pub use lock::Lock;
 pub use token::Token;
+#[cfg(feature = "tokio")]
+pub use tokio_client::{AsyncRedlock, KeepAlive, LockGuard, Loss};
 
 /// Re-exported: the RESP codec this crate speaks.
 pub use resp;

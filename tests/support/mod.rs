@@ -124,3 +124,55 @@ pub fn resource(tag: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     format!("test:{tag}:{}", N.fetch_add(1, Ordering::Relaxed))
 }
+
+/// The async client, driven from a synchronous test through a runtime of either flavour.
+pub struct AsyncClient {
+    pub rt: tokio::runtime::Runtime,
+    pub client: redlock_mux::AsyncRedlock,
+}
+
+impl LockClient for AsyncClient {
+    fn lock(&self, r: &str, ttl: Duration) -> Result<Lock, Error> {
+        self.rt.block_on(self.client.lock(r, ttl))
+    }
+    fn try_lock(&self, r: &str, ttl: Duration) -> Result<Lock, Error> {
+        self.rt.block_on(self.client.try_lock(r, ttl))
+    }
+    fn unlock(&self, lock: &Lock) -> Result<(), Error> {
+        self.rt.block_on(self.client.unlock(lock))
+    }
+    fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
+        self.rt.block_on(self.client.extend(lock, ttl))
+    }
+}
+
+/// The async client on a multi-thread runtime.
+pub struct AsyncMulti;
+
+impl Flavor for AsyncMulti {
+    type Client = AsyncClient;
+    fn build(builder: Builder) -> Result<Self::Client, Error> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let client = rt.block_on(async { builder.build_async() })?;
+        Ok(AsyncClient { rt, client })
+    }
+}
+
+/// The async client on a current-thread runtime.
+pub struct AsyncCurrent;
+
+impl Flavor for AsyncCurrent {
+    type Client = AsyncClient;
+    fn build(builder: Builder) -> Result<Self::Client, Error> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let client = rt.block_on(async { builder.build_async() })?;
+        Ok(AsyncClient { rt, client })
+    }
+}
