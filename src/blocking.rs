@@ -343,9 +343,7 @@ impl Driver {
                 continue;
             };
             let result = node.on_event(
-                event.is_writable(),
-                event.is_readable() || event.is_read_closed() || event.is_error(),
-                event.is_read_closed() || event.is_error(),
+                event,
                 now,
                 scratch,
                 current.as_mut(),
@@ -452,14 +450,15 @@ impl Node {
     /// `NOSCRIPT`, so that the caller sends the fallback.
     fn on_event(
         &mut self,
-        writable: bool,
-        readable: bool,
-        closing: bool,
+        event: &mio::event::Event,
         now: Instant,
         scratch: &mut [u8],
         mut current: Option<&mut Current<'_, '_>>,
         i: usize,
     ) -> Result<bool, NodeOutcome> {
+        let writable = event.is_writable();
+        let closing = event.is_read_closed() || event.is_error();
+        let readable = event.is_readable() || closing;
         let Some(sock) = self.sock.as_mut() else {
             return Ok(false);
         };
