@@ -342,13 +342,7 @@ impl Driver {
             let Some(node) = nodes.get_mut(i) else {
                 continue;
             };
-            let result = node.on_event(
-                event,
-                now,
-                scratch,
-                current.as_mut(),
-                i,
-            );
+            let result = node.on_event(event, now, scratch, current.as_mut(), i);
             match result {
                 Ok(seen) => noscript |= seen,
                 Err(outcome) => {

@@ -1,0 +1,360 @@
+//! What only the async client has: pipelining under concurrency, cancellation, and the
+//! keep-alive guard. Against real redis-server masters.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use redlock_mux::resp::Frame;
+use redlock_mux::{AsyncRedlock, Error, KeepAlive, Loss, NodeOutcome};
+use support::{cluster, get, pttl, redis, resource, wait_until};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn keys(addr: &str, pattern: &str) -> Vec<String> {
+    match redis(addr, &["KEYS", pattern]) {
+        Frame::Array(items) => items
+            .iter()
+            .map(|f| String::from_utf8_lossy(f.as_bytes().unwrap()).into_owned())
+            .collect(),
+        other => panic!("KEYS: {other:?}"),
+    }
+}
+
+/// Checks that every connection of `client` answers its own commands: for each node in turn,
+/// the key is free there and foreign everywhere else, so a round without fail-fast must show
+/// exactly that node saying OK. A connection out of step would hand the round some earlier
+/// command's reply instead.
+async fn assert_connections_in_step(client: &AsyncRedlock, addrs: &[String]) {
+    for i in 0..addrs.len() {
+        let key = resource("probe");
+        for (j, a) in addrs.iter().enumerate() {
+            if j != i {
+                redis(a, &["SET", &key, "foreign", "PX", "60000"]);
+            }
+        }
+        match client.try_lock(&key, TTL).await {
+            Err(Error::Conflict { nodes }) => {
+                for (j, r) in nodes.0.iter().enumerate() {
+                    let want = if j == i {
+                        NodeOutcome::Ok
+                    } else {
+                        NodeOutcome::Held
+                    };
+                    assert_eq!(r.outcome, want, "node {j} while probing node {i}: {nodes}");
+                }
+            }
+            other => panic!("probe of node {i}: expected a conflict, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn futures_dropped_at_random_points_leave_connections_in_step_and_every_key_with_a_ttl() {
+    let c = cluster(5);
+    let addrs = c.addrs();
+    let rt = multi_thread();
+    rt.block_on(async {
+        let client = redlock_mux::AsyncRedlock::builder()
+            .nodes(&addrs)
+            .node_timeout(Duration::from_millis(500))
+            .fail_fast(false)
+            .retry(1, Duration::ZERO)
+            .build_async()
+            .unwrap();
+        let mut tasks = Vec::new();
+        for t in 0..64 {
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut completed = 0u32;
+                for i in 0..40 {
+                    let key = format!("cancel:{t}:{i}");
+                    let budget = Duration::from_micros(rand::rng().random_range(0..400));
+                    let acquired = tokio::time::timeout(budget, client.try_lock(&key, TTL)).await;
+                    if let Ok(Ok(lock)) = acquired {
+                        completed += 1;
+                        let budget = Duration::from_micros(rand::rng().random_range(0..400));
+                        let _ = tokio::time::timeout(budget, client.unlock(&lock)).await;
+                    }
+                }
+                completed
+            }));
+        }
+        let mut completed = 0;
+        for t in tasks {
+            completed += t.await.unwrap();
+        }
+        // Some rounds finish, some are cut short at every possible point.
+        assert!(completed < 64 * 40, "no future was ever dropped");
+        assert_connections_in_step(&client, &addrs).await;
+    });
+    // Every lock key on every node carries its ttl; none was left without one.
+    let mut seen = 0;
+    for a in &addrs {
+        for k in keys(a, "cancel:*") {
+            let left = pttl(a, &k);
+            assert!(left > 0 || left == -2, "{k} on {a} has PTTL {left}");
+            seen += 1;
+        }
+    }
+    // Dropped acquisitions release their token; only cancelled unlocks may leave keys (which
+    // expire). The count is informative, the ttl check above is the assertion.
+    eprintln!("keys left behind with a ttl: {seen}");
+}
+
+#[test]
+fn dropped_acquisition_releases_its_token() {
+    let mut c = cluster(5);
+    let addrs = c.addrs();
+    let rt = multi_thread();
+    let client = rt.block_on(async {
+        redlock_mux::AsyncRedlock::builder()
+            .nodes(&addrs)
+            .node_timeout(Duration::from_secs(30))
+            .build_async()
+            .unwrap()
+    });
+    // Warm the connections so the paused nodes already have one open.
+    rt.block_on(async {
+        let l = client.lock(&resource("warm"), TTL).await.unwrap();
+        client.unlock(&l).await.unwrap();
+    });
+    for i in 0..3 {
+        c.server(i).pause().unwrap();
+    }
+    let key = resource("dropped");
+    let task = {
+        let client = client.clone();
+        let key = key.clone();
+        rt.spawn(async move { client.try_lock(&key, TTL).await })
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "the SETs to reach the live nodes",
+        || addrs[3..].iter().all(|a| get(a, &key).is_some()),
+    );
+    task.abort();
+    assert!(rt.block_on(task).unwrap_err().is_cancelled());
+    wait_until(
+        Duration::from_secs(10),
+        "the release on the live nodes",
+        || addrs[3..].iter().all(|a| get(a, &key).is_none()),
+    );
+    for i in 0..3 {
+        c.server(i).resume().unwrap();
+    }
+    // The paused nodes run the queued SET, then the release queued behind it.
+    wait_until(
+        Duration::from_secs(10),
+        "the release on the resumed nodes",
+        || addrs.iter().all(|a| get(a, &key).is_none()),
+    );
+}
+
+#[test]
+fn many_concurrent_tasks_with_a_node_paused_are_all_correct() {
+    let mut c = cluster(5);
+    let addrs = c.addrs();
+    let rt = multi_thread();
+    let timeout = Duration::from_millis(300);
+    let client = rt.block_on(async {
+        redlock_mux::AsyncRedlock::builder()
+            .nodes(&addrs)
+            .node_timeout(timeout)
+            // Every round waits out the paused node, so every one of its replies is late.
+            .fail_fast(false)
+            .retry(3, Duration::from_millis(10))
+            .build_async()
+            .unwrap()
+    });
+    c.server(0).pause().unwrap();
+    let addrs = Arc::new(addrs);
+    let results = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for t in 0..256 {
+            let client = client.clone();
+            let addrs = addrs.clone();
+            tasks.push(tokio::spawn(async move {
+                let key = format!("many:{t}");
+                let start = Instant::now();
+                let lock = client.lock(&key, TTL).await?;
+                let took = start.elapsed();
+                let holders = tokio::task::spawn_blocking({
+                    let addrs = addrs.clone();
+                    let key = key.clone();
+                    let token = lock.token().to_string();
+                    move || {
+                        addrs[1..]
+                            .iter()
+                            .filter(|a| get(a, &key).as_deref() == Some(token.as_str()))
+                            .count()
+                    }
+                })
+                .await
+                .unwrap();
+                client.unlock(&lock).await?;
+                Ok::<_, Error>((took, holders))
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    for (t, r) in results.iter().enumerate() {
+        let (took, holders) = r.as_ref().unwrap_or_else(|e| panic!("task {t}: {e}"));
+        assert!(*holders >= 3, "task {t}: token on {holders} live nodes");
+        // The paused node never holds anyone up for longer than its timeout (plus slack for
+        // 256 tasks on two cores).
+        assert!(
+            *took < timeout + Duration::from_secs(1),
+            "task {t} took {took:?}"
+        );
+    }
+    c.server(0).resume().unwrap();
+    // Node 0 now answers a backlog of 512 commands whose rounds are long over; the same
+    // client's connection to it must still hand each later reply to its own round.
+    rt.block_on(assert_connections_in_step(&client, &addrs));
+}
+
+#[test]
+fn keep_alive_holds_the_lock_for_several_ttls_then_signals_loss_within_validity() {
+    let mut c = cluster(5);
+    let addrs = c.addrs();
+    let rt = multi_thread();
+    let ttl = Duration::from_millis(400);
+    rt.block_on(async {
+        let client = redlock_mux::AsyncRedlock::builder()
+            .nodes(&addrs)
+            .node_timeout(Duration::from_millis(100))
+            .build_async()
+            .unwrap();
+        let key = resource("keepalive");
+        let guard = client.lock_guarded(&key, ttl).await.unwrap();
+        let token = guard.lock().token().to_string();
+        let start = Instant::now();
+        // Hold it for four ttls: the keys never expire and the guard never reports loss.
+        while start.elapsed() < ttl * 4 {
+            assert!(!guard.is_lost(), "lost after {:?}", start.elapsed());
+            assert!(guard.validity() > Duration::ZERO);
+            let held = addrs
+                .iter()
+                .filter(|a| get(a, &key).as_deref() == Some(token.as_str()))
+                .count();
+            assert!(
+                held >= 3,
+                "held on {held} nodes after {:?}",
+                start.elapsed()
+            );
+            tokio::time::sleep(ttl / 8).await;
+        }
+        assert!(guard.extensions() >= 4, "{} extensions", guard.extensions());
+        // The majority goes away: the next extension fails, and the guard says so while the
+        // lock is still valid.
+        for i in 0..3 {
+            c.server(i).stop();
+        }
+        let valid_until = guard.lock().valid_until();
+        let loss = tokio::time::timeout(ttl * 2, guard.lost())
+            .await
+            .expect("loss signalled");
+        assert!(
+            matches!(loss, Loss::ExtendFailed(Error::NoQuorum { .. })),
+            "{loss}"
+        );
+        assert!(
+            Instant::now() < valid_until,
+            "loss signalled {:?} after the validity ended",
+            Instant::now() - valid_until
+        );
+        assert!(guard.is_lost());
+    });
+}
+
+#[test]
+fn guard_release_and_drop_both_release() {
+    let c = cluster(5);
+    let addrs = c.addrs();
+    let rt = multi_thread();
+    rt.block_on(async {
+        let client = redlock_mux::AsyncRedlock::builder()
+            .nodes(&addrs)
+            .build_async()
+            .unwrap();
+        let key = resource("guard-release");
+        let guard = client.lock_guarded(&key, TTL).await.unwrap();
+        guard.release().await.unwrap();
+        // The next holder gets it at once.
+        let again = client.try_lock(&key, TTL).await.unwrap();
+        client.unlock(&again).await.unwrap();
+
+        let key = resource("guard-drop");
+        let guard = client.lock_guarded(&key, TTL).await.unwrap();
+        drop(guard);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match client.try_lock(&key, TTL).await {
+                Ok(lock) => {
+                    client.unlock(&lock).await.unwrap();
+                    break;
+                }
+                Err(Error::Conflict { .. }) if Instant::now() < deadline => {
+                    tokio::task::yield_now().await
+                }
+                Err(e) => panic!("dropped guard's lock not released: {e}"),
+            }
+        }
+    });
+}
+
+#[test]
+fn extension_limit_lets_the_lock_run_out() {
+    let c = cluster(5);
+    let addrs = c.addrs();
+    let rt = multi_thread();
+    rt.block_on(async {
+        let client = redlock_mux::AsyncRedlock::builder()
+            .nodes(&addrs)
+            .build_async()
+            .unwrap();
+        let ttl = Duration::from_millis(200);
+        let guard = client
+            .lock_guarded_with(
+                &resource("limit"),
+                ttl,
+                KeepAlive::default().max_extensions(2),
+            )
+            .await
+            .unwrap();
+        let loss = tokio::time::timeout(ttl * 10, guard.lost())
+            .await
+            .expect("the lock runs out");
+        assert_eq!(loss, Loss::Expired);
+        assert_eq!(guard.extensions(), 2);
+        assert!(guard.lock().is_expired());
+    });
+}
+
+#[test]
+fn building_outside_a_runtime_is_a_typed_error() {
+    let err = redlock_mux::AsyncRedlock::builder()
+        .nodes(["127.0.0.1:1"])
+        .build_async()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::Config(redlock_mux::ConfigError::NoRuntime),
+        "{err}"
+    );
+}
