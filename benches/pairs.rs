@@ -88,6 +88,38 @@ impl Client for Mux {
     }
 }
 
+struct MuxAsync {
+    rt: tokio::runtime::Runtime,
+    client: redlock_mux::AsyncRedlock,
+    label: &'static str,
+}
+
+impl Client for MuxAsync {
+    fn name(&self) -> &'static str {
+        self.label
+    }
+    fn run(&mut self, slice: Duration, round: usize, stats: &mut Stats) {
+        let client = &self.client;
+        self.rt.block_on(async {
+            let start = Instant::now();
+            let mut i = 0u64;
+            while start.elapsed() < slice {
+                let key = format!("bench:mux-async:{}:{round}:{i}", self.label.len());
+                let t = Instant::now();
+                let lock = client.lock(&key, TTL).await.unwrap();
+                let t2 = Instant::now();
+                client.unlock(&lock).await.unwrap();
+                let t3 = Instant::now();
+                stats.lock.push(t2 - t);
+                stats.unlock.push(t3 - t2);
+                i += 1;
+            }
+            stats.pairs += i;
+            stats.busy += start.elapsed();
+        });
+    }
+}
+
 struct Rslock {
     rt: tokio::runtime::Runtime,
     mgr: rslock::LockManager,
@@ -133,6 +165,16 @@ fn main() {
         rt,
         label,
     };
+    let mux_async = |rt: tokio::runtime::Runtime, label| {
+        let client = rt.block_on(async {
+            redlock_mux::AsyncRedlock::builder()
+                .nodes(&addrs)
+                .node_timeout(Duration::from_millis(200))
+                .build_async()
+                .unwrap()
+        });
+        MuxAsync { rt, client, label }
+    };
     let mut clients: Vec<Box<dyn Client>> = vec![
         Box::new(Reference(FanOut::connect(&addrs).unwrap())),
         Box::new(Mux(redlock_mux::Redlock::builder()
@@ -140,6 +182,20 @@ fn main() {
             .node_timeout(Duration::from_millis(200))
             .build()
             .unwrap())),
+        Box::new(mux_async(
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            "redlock-mux async (current-thread)",
+        )),
+        Box::new(mux_async(
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            "redlock-mux async (multi-thread)",
+        )),
         Box::new(rs(
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

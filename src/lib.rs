@@ -53,6 +53,8 @@ pub mod script;
 mod token;
 #[cfg(feature = "tokio")]
 mod tokio_client;
+#[cfg(feature = "tokio")]
+mod tokio_driver;
 
 pub use blocking::Redlock;
 pub use config::{Builder, Config, NodeAddr, DEFAULT_PORT};

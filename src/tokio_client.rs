@@ -1,79 +1,35 @@
 //! [`AsyncRedlock`]: the async client on tokio, many callers pipelined over one connection
 //! per node.
 //!
-//! Each node has a connection task that owns its socket and its [`Conn`] (the same sans-I/O
-//! connection state as the blocking client: reply FIFO, login, script preload, backoff).
-//! A round encodes its command once, hands it to every node's task, and tallies the replies
-//! that come back on the round's own channel, under the node deadline. A task writes every
-//! request that is ready in one write, and hands each reply to the round that owns it, in
-//! FIFO order; a reply whose round has ended (timed out, decided early, or dropped) is read
-//! and discarded, so the connection stays in step whatever the callers do.
-//!
+//! Callers hand their rounds to one driver task ([`tokio_driver`](crate::tokio_driver)) that
+//! owns every node's connection; a round's caller is woken once, when its round is decided.
 //! The module is not called `tokio` so that it does not shadow the crate of that name.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use resp::Frame;
-use tokio::io::Interest;
-use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::config::{Builder, Config, NodeAddr};
-use crate::conn::{Conn, CONNECT_TIMEOUT};
+use crate::config::{Builder, Config};
 use crate::error::{ConfigError, Error, NodeOutcome};
 use crate::lock::Lock;
-use crate::op::{self, Command, Next, OpKind, Retry, Verdict};
-use crate::quorum::{Decision, Round};
-use crate::script::is_noscript_reply;
+use crate::op::{self, Next, OpKind, Retry};
+use crate::quorum::Round;
+use crate::tokio_driver::{Driver, Msg, OwnedCommand};
 use crate::Token;
-
-/// Replies a connection task may owe before its node counts as stuck and is reconnected:
-/// room for thousands of concurrent callers on a healthy node.
-const MAX_OWED: usize = 16 * 1024;
-/// Requests a task takes from its queue before it writes them.
-const BATCH: usize = 512;
-
-/// What a node's task hands back to a round: the node, whether it answers the `EVAL`
-/// fallback, and the reply or why there is none.
-type Reply = (usize, bool, Result<Frame, NodeOutcome>);
-
-/// A command for a node's task, and where its reply goes.
-struct Request {
-    cmd: Bytes,
-    waiter: Waiter,
-}
-
-/// Where one reply goes.
-struct Waiter {
-    node: usize,
-    eval: bool,
-    /// `None` for fire-and-forget commands (the release of a dropped acquisition).
-    tx: Option<mpsc::UnboundedSender<Reply>>,
-}
-
-impl Waiter {
-    /// Delivers the reply; false if nobody is listening any more.
-    fn answer(self, reply: Result<Frame, NodeOutcome>) -> bool {
-        match self.tx {
-            Some(tx) => tx.send((self.node, self.eval, reply)).is_ok(),
-            None => false,
-        }
-    }
-}
 
 /// A Redlock client for async code on tokio.
 ///
-/// Cheap to clone: clones share the connection tasks. Concurrent callers are pipelined: each
-/// node has one connection, requests that are ready together go out in one write, and replies
-/// are matched to callers in order. One slow or dead node delays no caller beyond its node
-/// timeout.
+/// Cheap to clone: clones share one driver task, which owns one connection per node.
+/// Concurrent callers are pipelined: the commands of every round that is ready go out in one
+/// write per node, and replies are matched to rounds in order. One slow or dead node delays no
+/// caller beyond its node timeout.
 ///
 /// Every operation is cancellation-safe: dropping its future at any await point leaves the
 /// connections in step (owed replies are read and dropped), and dropping an acquisition whose
-/// `SET`s were already sent releases that token on every node, best effort.
+/// `SET`s may have been sent releases that token on every node, best effort.
 ///
 /// Works on the current-thread and the multi-thread runtime; nothing in it blocks.
 ///
@@ -98,7 +54,7 @@ pub struct AsyncRedlock {
 
 struct Inner {
     config: Config,
-    nodes: Vec<mpsc::UnboundedSender<Request>>,
+    tx: mpsc::UnboundedSender<Msg>,
 }
 
 impl std::fmt::Debug for AsyncRedlock {
@@ -111,7 +67,7 @@ impl std::fmt::Debug for AsyncRedlock {
 
 impl Builder {
     /// Validates the options and builds the async client. Must be called inside a tokio
-    /// runtime, which the connection tasks are spawned on; connections open on first use.
+    /// runtime, which the driver task is spawned on; connections open on first use.
     pub fn build_async(self) -> Result<AsyncRedlock, Error> {
         AsyncRedlock::with_config(self.config()?)
     }
@@ -123,21 +79,14 @@ impl AsyncRedlock {
         Builder::default()
     }
 
-    /// Builds a client from a validated configuration, spawning one connection task per node
-    /// on the current tokio runtime. The tasks end when the last clone is dropped.
+    /// Builds a client from a validated configuration, spawning its driver task on the
+    /// current tokio runtime. The task ends when the last clone is dropped.
     pub fn with_config(config: Config) -> Result<AsyncRedlock, Error> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
-        let nodes = config
-            .nodes
-            .iter()
-            .map(|addr| {
-                let (tx, rx) = mpsc::unbounded_channel();
-                handle.spawn(run_node(addr.clone(), rx));
-                tx
-            })
-            .collect();
+        let (tx, rx) = mpsc::unbounded_channel();
+        handle.spawn(Driver::new(&config, rx).run());
         Ok(AsyncRedlock {
-            inner: Arc::new(Inner { config, nodes }),
+            inner: Arc::new(Inner { config, tx }),
         })
     }
 
@@ -166,25 +115,27 @@ impl AsyncRedlock {
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let ttl_ms = op::ttl_ms(ttl)?;
         let ttl = Duration::from_millis(ttl_ms);
-        let token = Token::generate();
-        let cmd = Command {
+        let cmd = OwnedCommand {
             kind: OpKind::Acquire,
-            resource: resource.as_bytes(),
-            token: &token,
+            resource: Bytes::copy_from_slice(resource.as_bytes()),
+            token: Token::generate(),
             ttl_ms,
+        };
+        let release = OwnedCommand {
+            kind: OpKind::Release,
+            ..cmd.clone()
         };
         let cfg = &self.inner.config;
         // From here until the outcome is known, dropping this future releases the token.
         let mut guard = ReleaseOnDrop {
             inner: &self.inner,
-            resource: resource.as_bytes(),
-            token: &token,
-            armed: true,
+            cmd: Some(release.clone()),
         };
-        let (round, t1) = self.round(&cmd, cfg.fail_fast).await;
+        let token = cmd.token;
+        let (round, t1) = self.round(cmd, cfg.fail_fast).await;
         match op::acquired(cfg, &round, t1, Instant::now(), ttl) {
             Ok(validity) => {
-                guard.armed = false;
+                guard.cmd = None;
                 Ok(Lock {
                     resource: resource.to_owned(),
                     token,
@@ -193,12 +144,8 @@ impl AsyncRedlock {
                 })
             }
             Err(e) => {
-                let release = Command {
-                    kind: OpKind::Release,
-                    ..cmd
-                };
-                self.round(&release, false).await;
-                guard.armed = false;
+                self.round(release, false).await;
+                guard.cmd = None;
                 Err(e)
             }
         }
@@ -206,14 +153,14 @@ impl AsyncRedlock {
 
     /// Releases the lock on every node. Errors as [`Redlock::unlock`](crate::Redlock::unlock).
     pub async fn unlock(&self, lock: &Lock) -> Result<(), Error> {
-        let cmd = Command {
+        let cmd = OwnedCommand {
             kind: OpKind::Release,
-            resource: lock.resource.as_bytes(),
-            token: &lock.token,
+            resource: Bytes::copy_from_slice(lock.resource.as_bytes()),
+            token: lock.token,
             ttl_ms: 0,
         };
         let cfg = &self.inner.config;
-        let (round, _) = self.round(&cmd, cfg.fail_fast).await;
+        let (round, _) = self.round(cmd, cfg.fail_fast).await;
         op::confirmed(cfg, &round)
     }
 
@@ -225,14 +172,14 @@ impl AsyncRedlock {
         if lock.is_expired() {
             return Err(Error::Expired);
         }
-        let cmd = Command {
+        let cmd = OwnedCommand {
             kind: OpKind::Extend,
-            resource: lock.resource.as_bytes(),
-            token: &lock.token,
+            resource: Bytes::copy_from_slice(lock.resource.as_bytes()),
+            token: lock.token,
             ttl_ms,
         };
         let cfg = &self.inner.config;
-        let (round, t1) = self.round(&cmd, cfg.fail_fast).await;
+        let (round, t1) = self.round(cmd, cfg.fail_fast).await;
         op::confirmed(cfg, &round)?;
         let validity = op::validity_after(cfg, t1, Instant::now(), ttl)?;
         lock.valid_until = t1 + validity;
@@ -258,278 +205,55 @@ impl AsyncRedlock {
         Ok(LockGuard::start(self.clone(), lock, keep_alive))
     }
 
-    /// Runs one round of `cmd` on every node: returns the tally and the instant read before
-    /// the first command was handed to a node.
-    async fn round(&self, cmd: &Command<'_>, fail_fast: bool) -> (Round, Instant) {
+    /// Runs one round of `cmd` on every node through the driver: returns the tally and the
+    /// instant read before the round was handed over (so before its first write).
+    async fn round(&self, cmd: OwnedCommand, fail_fast: bool) -> (Round, Instant) {
         let cfg = &self.inner.config;
-        let mut wire = BytesMut::with_capacity(160);
-        cmd.encode(&mut wire, false);
-        let wire = wire.freeze();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut round = Round::new(cfg.nodes.len(), cfg.quorum, fail_fast);
+        let (reply, answer) = oneshot::channel();
         let t1 = Instant::now();
-        for node in 0..cfg.nodes.len() {
-            self.send(node, wire.clone(), false, Some(tx.clone()), &mut round);
-        }
-        let deadline = tokio::time::Instant::from_std(t1 + cfg.node_timeout);
-        while round.decision() == Decision::Open {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some((node, eval, Ok(frame)))) if round.is_pending(node) => {
-                    match cmd.judge(&frame, eval) {
-                        Verdict::Outcome(o) => round.record(node, o),
-                        Verdict::NoScript => {
-                            let targets = round.fallback_targets();
-                            let mut eval_wire = BytesMut::with_capacity(256);
-                            cmd.encode(&mut eval_wire, true);
-                            let eval_wire = eval_wire.freeze();
-                            for j in targets {
-                                self.send(j, eval_wire.clone(), true, Some(tx.clone()), &mut round);
-                            }
-                        }
-                    }
-                }
-                Ok(Some((node, _, Err(outcome)))) => round.record(node, outcome),
-                // A second reply from a node that already voted (its EVALSHA worked and the
-                // fallback EVAL ran too): nothing to count.
-                Ok(Some(_)) => {}
-                // Unreachable while `tx` lives; ends the round all the same.
-                Ok(None) => break,
-                Err(_elapsed) => round.close(|_| NodeOutcome::Timeout),
+        let msg = Msg::Round {
+            cmd,
+            fail_fast,
+            t1,
+            reply,
+        };
+        if self.inner.tx.send(msg).is_ok() {
+            if let Ok(round) = answer.await {
+                return (round, t1);
             }
         }
-        round.close(|_| NodeOutcome::Undecided);
+        // The driver is gone (its runtime is shutting down): no node can be asked.
+        let mut round = Round::new(cfg.nodes.len(), cfg.quorum, fail_fast);
+        round.close(|_| NodeOutcome::Io(std::io::ErrorKind::BrokenPipe));
         (round, t1)
-    }
-
-    /// Hands a command to a node's task.
-    fn send(
-        &self,
-        node: usize,
-        cmd: Bytes,
-        eval: bool,
-        tx: Option<mpsc::UnboundedSender<Reply>>,
-        round: &mut Round,
-    ) {
-        let request = Request {
-            cmd,
-            waiter: Waiter { node, eval, tx },
-        };
-        if self.inner.nodes[node].send(request).is_err() {
-            // The task is gone (its runtime shut down).
-            round.record(node, NodeOutcome::Io(std::io::ErrorKind::BrokenPipe));
-        }
     }
 }
 
 /// Releases a token on every node, fire and forget, when an acquisition is dropped after its
-/// `SET`s may have gone out.
+/// `SET`s may have gone out. The driver writes it after anything queued before it (the `SET`s
+/// of the same token included), so it cannot overtake them.
 struct ReleaseOnDrop<'a> {
     inner: &'a Inner,
-    resource: &'a [u8],
-    token: &'a Token,
-    armed: bool,
+    cmd: Option<OwnedCommand>,
 }
 
 impl Drop for ReleaseOnDrop<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            fire_release(self.inner, self.resource, self.token);
+        if let Some(cmd) = self.cmd.take() {
+            let _ = self.inner.tx.send(Msg::Fire { cmd });
         }
     }
 }
 
-/// Sends the release script to every node without waiting for the replies. It goes as
-/// `EVAL`, not `EVALSHA`: nobody would be there to run the fallback after a `NOSCRIPT`. Each
-/// node's task writes it after anything queued before it (the `SET`s of the same token
-/// included), so it cannot overtake them.
-fn fire_release(inner: &Inner, resource: &[u8], token: &Token) {
-    let cmd = Command {
+/// Releases `lock` on every node without waiting (for a dropped guard).
+fn fire_release(inner: &Inner, lock: &Lock) {
+    let cmd = OwnedCommand {
         kind: OpKind::Release,
-        resource,
-        token,
+        resource: Bytes::copy_from_slice(lock.resource.as_bytes()),
+        token: lock.token,
         ttl_ms: 0,
     };
-    let mut wire = BytesMut::with_capacity(256);
-    cmd.encode(&mut wire, true);
-    let wire = wire.freeze();
-    for (node, tx) in inner.nodes.iter().enumerate() {
-        let _ = tx.send(Request {
-            cmd: wire.clone(),
-            waiter: Waiter {
-                node,
-                eval: true,
-                tx: None,
-            },
-        });
-    }
-}
-
-/// One node's connection task: connects on demand, writes requests in batches, hands replies
-/// back in order, and reconnects after a backoff when the connection fails.
-async fn run_node(addr: NodeAddr, mut rx: mpsc::UnboundedReceiver<Request>) {
-    let mut conn: Conn<Waiter> = Conn::new(MAX_OWED);
-    let mut scratch = vec![0u8; 16 * 1024];
-    let mut stream: Option<TcpStream> = None;
-    loop {
-        let Some(sock) = stream.as_ref() else {
-            // Not connected: wait for work, then connect (callers waiting meanwhile are
-            // bounded by their own node timeout).
-            let Some(first) = rx.recv().await else {
-                return;
-            };
-            let now = Instant::now();
-            if !conn.may_connect(now) {
-                refuse(first, &mut rx, &NodeOutcome::Down);
-                continue;
-            }
-            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr.socket)).await {
-                Ok(Ok(sock)) => {
-                    // Best effort: a socket that refuses NODELAY still works, only slower.
-                    let _ = sock.set_nodelay(true);
-                    conn.opened(&addr);
-                    stream = Some(sock);
-                    if let Err((e, w)) = enqueue(&mut conn, first) {
-                        w.answer(Err(e.outcome()));
-                    }
-                }
-                Ok(Err(e)) => {
-                    fail(&mut conn, now, &NodeOutcome::Io(e.kind()));
-                    refuse(first, &mut rx, &NodeOutcome::Io(e.kind()));
-                }
-                Err(_) => {
-                    fail(&mut conn, now, &NodeOutcome::Timeout);
-                    refuse(first, &mut rx, &NodeOutcome::Timeout);
-                }
-            }
-            continue;
-        };
-        let interest = if conn.out.is_empty() {
-            Interest::READABLE
-        } else {
-            Interest::READABLE | Interest::WRITABLE
-        };
-        let result = tokio::select! {
-            biased;
-            ready = sock.ready(interest) => match ready {
-                Ok(ready) => service(sock, &mut conn, &mut scratch, ready),
-                Err(e) => Err(NodeOutcome::Io(e.kind())),
-            },
-            request = rx.recv() => match request {
-                // Every handle is gone: close the connection and end.
-                None => return,
-                Some(first) => take_batch(&mut conn, first, &mut rx)
-                    .and_then(|()| write_some(sock, &mut conn)),
-            },
-        };
-        if let Err(outcome) = result {
-            stream = None;
-            fail(&mut conn, Instant::now(), &outcome);
-        }
-    }
-}
-
-/// Fails the connection and tells every caller still owed a reply.
-fn fail(conn: &mut Conn<Waiter>, now: Instant, outcome: &NodeOutcome) {
-    for waiter in conn.failed(now) {
-        waiter.answer(Err(outcome.clone()));
-    }
-}
-
-/// Answers `first` and everything already queued with `outcome` (the node cannot be asked).
-fn refuse(first: Request, rx: &mut mpsc::UnboundedReceiver<Request>, outcome: &NodeOutcome) {
-    first.waiter.answer(Err(outcome.clone()));
-    while let Ok(r) = rx.try_recv() {
-        r.waiter.answer(Err(outcome.clone()));
-    }
-}
-
-/// Queues one request's command.
-fn enqueue(conn: &mut Conn<Waiter>, r: Request) -> Result<(), (crate::conn::ConnError, Waiter)> {
-    let cmd = r.cmd;
-    conn.queue(r.waiter, |out| out.put_slice(&cmd))
-}
-
-/// Queues `first` and whatever else is ready, up to a batch. A stuck connection fails.
-fn take_batch(
-    conn: &mut Conn<Waiter>,
-    first: Request,
-    rx: &mut mpsc::UnboundedReceiver<Request>,
-) -> Result<(), NodeOutcome> {
-    let mut next = Some(first);
-    let mut taken = 0;
-    while let Some(r) = next.take() {
-        if let Err((e, w)) = enqueue(conn, r) {
-            let outcome = e.outcome();
-            w.answer(Err(outcome.clone()));
-            return Err(outcome);
-        }
-        taken += 1;
-        if taken < BATCH {
-            next = rx.try_recv().ok();
-        }
-    }
-    Ok(())
-}
-
-/// Handles readiness: reads and dispatches every reply, writes what is pending.
-fn service(
-    sock: &TcpStream,
-    conn: &mut Conn<Waiter>,
-    scratch: &mut [u8],
-    ready: tokio::io::Ready,
-) -> Result<(), NodeOutcome> {
-    if ready.is_readable() || ready.is_read_closed() {
-        loop {
-            match sock.try_read(scratch) {
-                Ok(0) => {
-                    dispatch(conn)?;
-                    return Err(NodeOutcome::Io(std::io::ErrorKind::UnexpectedEof));
-                }
-                Ok(n) => {
-                    conn.received(&scratch[..n]);
-                    dispatch(conn)?;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(NodeOutcome::Io(e.kind())),
-            }
-        }
-    }
-    if ready.is_writable() || !conn.out.is_empty() {
-        write_some(sock, conn)?;
-    }
-    Ok(())
-}
-
-/// Hands every whole reply to its waiter. A late `NOSCRIPT` (its round is over, so nobody
-/// sends the fallback) reloads the scripts for the rounds to come.
-fn dispatch(conn: &mut Conn<Waiter>) -> Result<(), NodeOutcome> {
-    loop {
-        match conn.next_reply() {
-            Ok(Some((waiter, frame))) => {
-                let noscript = is_noscript_reply(&frame);
-                if !waiter.answer(Ok(frame)) && noscript {
-                    conn.reload_scripts();
-                }
-            }
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(e.outcome()),
-        }
-    }
-}
-
-/// Writes as much pending output as the socket takes.
-fn write_some(sock: &TcpStream, conn: &mut Conn<Waiter>) -> Result<(), NodeOutcome> {
-    while !conn.out.is_empty() {
-        match sock.try_write(&conn.out) {
-            Ok(0) => return Err(NodeOutcome::Io(std::io::ErrorKind::WriteZero)),
-            Ok(n) => conn.wrote(n),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(NodeOutcome::Io(e.kind())),
-        }
-    }
-    Ok(())
+    let _ = inner.tx.send(Msg::Fire { cmd });
 }
 
 /// How a [`LockGuard`] keeps its lock alive.
@@ -714,8 +438,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         self.task.abort();
         if !self.released {
-            let lock = self.lock();
-            fire_release(&self.redlock.inner, lock.resource.as_bytes(), &lock.token);
+            fire_release(&self.redlock.inner, &self.lock());
         }
     }
 }

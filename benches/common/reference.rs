@@ -112,3 +112,80 @@ impl FanOut {
         self.fan_out(|l| l.starts_with(":1"))
     }
 }
+
+/// The minimal pipelined reference: one thread, one blocking connection per node; a batch of
+/// `n` acquisitions is written to every node in one write, then every reply is read; then the
+/// same for the `n` releases. What a client that pipelines many callers can reach at most.
+pub struct Pipelined {
+    nodes: Vec<(TcpStream, BufReader<TcpStream>)>,
+    cmd: Vec<u8>,
+    line: String,
+}
+
+impl Pipelined {
+    pub fn connect(addrs: &[String]) -> io::Result<Pipelined> {
+        let mut fan = FanOut::connect(addrs)?;
+        Ok(Pipelined {
+            nodes: std::mem::take(&mut fan.nodes),
+            cmd: Vec::with_capacity(64 * 1024),
+            line: String::with_capacity(64),
+        })
+    }
+
+    fn exchange(&mut self, n: usize, ok: &str) -> io::Result<Vec<usize>> {
+        for (w, _) in &mut self.nodes {
+            w.write_all(&self.cmd)?;
+        }
+        let mut yes = vec![0usize; n];
+        for (_, r) in &mut self.nodes {
+            for y in yes.iter_mut() {
+                self.line.clear();
+                r.read_line(&mut self.line)?;
+                if self.line.starts_with(ok) {
+                    *y += 1;
+                }
+            }
+        }
+        Ok(yes)
+    }
+
+    /// Locks then unlocks `keys` (with `tokens`) as two pipelined batches; returns how many
+    /// of the locks won a majority.
+    pub fn pairs(&mut self, keys: &[String], tokens: &[String], ttl_ms: u64) -> io::Result<usize> {
+        let ttl = ttl_ms.to_string();
+        self.cmd.clear();
+        for (k, t) in keys.iter().zip(tokens) {
+            command(
+                &mut self.cmd,
+                &[
+                    b"SET",
+                    k.as_bytes(),
+                    t.as_bytes(),
+                    b"NX",
+                    b"PX",
+                    ttl.as_bytes(),
+                ],
+            );
+        }
+        let won = self
+            .exchange(keys.len(), "+OK")?
+            .iter()
+            .filter(|&&y| y > self.nodes.len() / 2)
+            .count();
+        self.cmd.clear();
+        for (k, t) in keys.iter().zip(tokens) {
+            command(
+                &mut self.cmd,
+                &[
+                    b"EVALSHA",
+                    RELEASE_SHA1.as_bytes(),
+                    b"1",
+                    k.as_bytes(),
+                    t.as_bytes(),
+                ],
+            );
+        }
+        self.exchange(keys.len(), ":1")?;
+        Ok(won)
+    }
+}
