@@ -114,6 +114,8 @@ pub(crate) struct Driver {
     /// Rounds that got an outcome since they were last checked for a decision.
     touched: Vec<u32>,
     scratch: Box<[u8]>,
+    /// Whether the last poll yielded to let more rounds arrive before writing.
+    deferred: bool,
 }
 
 impl Driver {
@@ -140,6 +142,7 @@ impl Driver {
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             touched: Vec::new(),
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
+            deferred: false,
         }
     }
 
@@ -152,6 +155,16 @@ impl Driver {
         loop {
             let now = Instant::now();
             let mut progress = self.take_messages(cx, now);
+            // Under load, rounds arrive from callers running beside the driver (on other
+            // workers of a multi-thread runtime, or queued behind it): yield once before
+            // writing, so that one write per node carries them all instead of one each.
+            let busy = self.rounds.len() - self.free.len() > 1;
+            if progress && busy && !self.deferred {
+                self.deferred = true;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            self.deferred = false;
             for i in 0..self.nodes.len() {
                 progress |= self.poll_node(i, cx, now);
             }
