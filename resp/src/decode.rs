@@ -182,12 +182,14 @@ impl Decoder {
         }
         match self.advance(buf) {
             Ok(Step::Incomplete) => Ok(None),
-            Ok(step) => {
+            Ok(Step::Single(tok)) => {
+                let frame = take_scalar(tok, buf, self.pos);
+                self.clear();
+                Ok(Some(frame))
+            }
+            Ok(Step::Tree) => {
                 let bytes = buf.split_to(self.pos).freeze();
-                let frame = match step {
-                    Step::Single(tok) => scalar(tok, &bytes),
-                    _ => self.build(&bytes),
-                };
+                let frame = self.build(&bytes);
                 self.clear();
                 Ok(Some(frame))
             }
@@ -587,6 +589,37 @@ enum Line {
     Closed,
     /// A header was consumed; more items follow.
     Continue,
+}
+
+/// Takes a whole top-level scalar, `end` bytes long, off the front of `buf`. Only the payload
+/// is split off as `Bytes` (one reference count taken); the framing bytes are skipped, and a
+/// frame without payload takes no reference at all.
+fn take_scalar(tok: Tok, buf: &mut BytesMut, end: usize) -> Frame {
+    use bytes::Buf;
+    fn payload(buf: &mut BytesMut, s: usize, e: usize, end: usize) -> Bytes {
+        buf.advance(s);
+        let b = buf.split_to(e - s).freeze();
+        buf.advance(end - e);
+        b
+    }
+    match tok {
+        Tok::Simple(s, e) => Frame::Simple(payload(buf, s, e, end)),
+        Tok::Error(s, e) => Frame::Error(payload(buf, s, e, end)),
+        Tok::Bulk(s, e) | Tok::Chunk(s, e) => Frame::Bulk(payload(buf, s, e, end)),
+        Tok::BigNumber(s, e) => Frame::BigNumber(payload(buf, s, e, end)),
+        Tok::BulkError(s, e) => Frame::BulkError(payload(buf, s, e, end)),
+        Tok::Verbatim(s, e) => {
+            let format = [buf[s], buf[s + 1], buf[s + 2]];
+            Frame::Verbatim {
+                format,
+                text: payload(buf, s + 4, e, end),
+            }
+        }
+        other => {
+            buf.advance(end);
+            scalar(other, &Bytes::new())
+        }
+    }
 }
 
 /// Turns a scalar token (or an empty aggregate) into its frame.

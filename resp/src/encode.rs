@@ -96,9 +96,59 @@ fn put_bulk(dst: &mut impl BufMut, ty: u8, payload: &[u8]) {
 /// assert_eq!(out, b"*6\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\ntok\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n30000\r\n");
 /// ```
 pub fn encode_command(dst: &mut impl BufMut, args: &[&[u8]]) {
-    put_header(dst, b'*', count(args.len()));
+    // A short command (the lock commands are about 100 bytes) is assembled on the stack and
+    // written in one piece.
+    const SMALL: usize = 256;
+    let payload: usize = args.iter().map(|a| a.len()).sum();
+    // Each argument shorter than 1000 bytes costs at most 8 header bytes (`\r\n$999\r\n`), the
+    // array header and the last CRLF 5 more for up to 99 arguments: the stack buffer holds it.
+    if args.len() <= 16 && payload + 8 * args.len() + 8 <= SMALL {
+        let mut buf = [0u8; SMALL];
+        let mut ib = IntBuf::new();
+        let mut n = 0;
+        let mut put = |bytes: &[u8], n: &mut usize| {
+            buf[*n..*n + bytes.len()].copy_from_slice(bytes);
+            *n += bytes.len();
+        };
+        put(b"*", &mut n);
+        put(ib.format(count(args.len())), &mut n);
+        for arg in args {
+            put(b"\r\n$", &mut n);
+            put(ib.format(count(arg.len())), &mut n);
+            put(b"\r\n", &mut n);
+            put(arg, &mut n);
+        }
+        put(b"\r\n", &mut n);
+        dst.put_slice(&buf[..n]);
+        return;
+    }
+    // Few, larger writes: each argument costs one write of its header (with the CRLF that
+    // ends the argument before it) and one of its bytes. Tiny writes are what makes encoding
+    // slow on a `BytesMut`, whose every `put` checks capacity.
+    let mut head = [0u8; 48];
+    let mut ib = IntBuf::new();
+    head[0] = b'*';
+    let digits = ib.format(count(args.len()));
+    let mut n = 1 + digits.len();
+    head[1..n].copy_from_slice(digits);
     for arg in args {
-        put_bulk(dst, b'$', arg);
+        head[n..n + 3].copy_from_slice(b"\r\n$");
+        n += 3;
+        let digits = ib.format(count(arg.len()));
+        head[n..n + digits.len()].copy_from_slice(digits);
+        n += digits.len();
+        head[n..n + 2].copy_from_slice(b"\r\n");
+        n += 2;
+        dst.put_slice(&head[..n]);
+        dst.put_slice(arg);
+        n = 0;
+    }
+    if args.is_empty() {
+        head[n..n + 2].copy_from_slice(b"\r\n");
+        n += 2;
+        dst.put_slice(&head[..n]);
+    } else {
+        dst.put_slice(b"\r\n");
     }
 }
 

@@ -719,6 +719,22 @@ proptest! {
     }
 
     #[test]
+    fn encode_command_matches_the_plain_definition(
+        args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 0..20)
+    ) {
+        let mut want = format!("*{}\r\n", args.len()).into_bytes();
+        for a in &args {
+            want.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            want.extend_from_slice(a);
+            want.extend_from_slice(b"\r\n");
+        }
+        let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+        let mut got = BytesMut::new();
+        crate::encode_command(&mut got, &refs);
+        prop_assert_eq!(&got[..], &want[..]);
+    }
+
+    #[test]
     fn integers_agree_with_std_on_canonical_forms(n in any::<i64>()) {
         prop_assert_eq!(parse_int(n.to_string().as_bytes()), Some(n));
     }
