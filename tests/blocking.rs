@@ -54,3 +54,32 @@ fn script_digests_match_what_redis_computes() {
         }
     }
 }
+
+#[test]
+fn clients_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<redlock_mux::Redlock>();
+    assert_send_sync::<redlock_mux::AsyncRedlock>();
+    assert_send_sync::<redlock_mux::Lock>();
+    assert_send_sync::<redlock_mux::Error>();
+    // A Redlock shared by threads: each caller's round is whole and correct.
+    let c = support::cluster(5);
+    let client = std::sync::Arc::new(support::builder(&c).build().unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    let key = format!("shared:{t}:{i}");
+                    let lock = client
+                        .lock(&key, std::time::Duration::from_secs(10))
+                        .unwrap();
+                    client.unlock(&lock).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
