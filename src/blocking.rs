@@ -102,6 +102,17 @@ impl Redlock {
         &self.config
     }
 
+    /// Bytes of buffer capacity the connections hold (read and write buffers of every node).
+    /// For tests that bound what a hostile node can make the client hold.
+    #[doc(hidden)]
+    pub fn buffered_capacity(&self) -> usize {
+        self.driver()
+            .nodes
+            .iter()
+            .map(|n| n.conn.inb.capacity() + n.conn.out.capacity())
+            .sum()
+    }
+
     fn driver(&self) -> MutexGuard<'_, Driver> {
         // The driver's state is consistent between operations whatever happened in another
         // caller's, so a poisoned mutex is safe to use.

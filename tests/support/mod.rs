@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod hostile;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
