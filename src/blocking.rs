@@ -18,7 +18,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token as MioToken};
 
 use crate::config::{Builder, Config, NodeAddr};
-use crate::conn::{Conn, ConnError, Tag, CONNECT_TIMEOUT, MAX_OWED};
+use crate::conn::{stale_after, Conn, ConnError, Tag, CONNECT_TIMEOUT, MAX_OWED};
 use crate::error::{Error, NodeOutcome};
 use crate::lock::Lock;
 use crate::op::{self, Command, Next, OpKind, Retry, Verdict};
@@ -279,10 +279,10 @@ impl Driver {
         let deadline = t1 + cfg.node_timeout;
         for (i, node) in self.nodes.iter_mut().enumerate() {
             let sent = node
-                .ensure_connected(&self.poll, i, t1)
+                .ensure_connected(&self.poll, i, t1, stale_after(cfg.node_timeout))
                 .and_then(|()| {
                     node.conn
-                        .queue(Tag { id, eval: false }, |b| cmd.encode(b, false))
+                        .queue(Tag { id, eval: false }, t1, |b| cmd.encode(b, false))
                         .map_err(|(e, _)| node.fail(t1, &e.outcome()))
                 })
                 .and_then(|()| node.flush(t1));
@@ -374,6 +374,7 @@ impl Driver {
                             id: cur.id,
                             eval: true,
                         },
+                        now,
                         |b| cmd.encode(b, true),
                     )
                     .map_err(|(e, _): (ConnError, Tag)| node.fail(now, &e.outcome()))
@@ -389,7 +390,17 @@ impl Driver {
 impl Node {
     /// Makes sure a connection exists or is being made; `Err` with the outcome to record when
     /// the node cannot be asked this round.
-    fn ensure_connected(&mut self, poll: &Poll, i: usize, now: Instant) -> Result<(), NodeOutcome> {
+    fn ensure_connected(
+        &mut self,
+        poll: &Poll,
+        i: usize,
+        now: Instant,
+        stale: Duration,
+    ) -> Result<(), NodeOutcome> {
+        if self.sock.is_some() && self.conn.is_stale(now, stale) {
+            // Replaced, and reconnected below at once if the backoff allows.
+            self.fail(now, &NodeOutcome::Timeout);
+        }
         if self.sock.is_some() {
             match self.connecting {
                 Some(start) if now.saturating_duration_since(start) > CONNECT_TIMEOUT => {

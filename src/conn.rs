@@ -31,6 +31,13 @@ pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How long a connect may stay in progress before it counts as failed.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long past its queueing a reply may still be owed before its connection is replaced:
+/// four node timeouts, and never under half a second (a reply that late has missed its round
+/// long ago either way).
+pub(crate) fn stale_after(node_timeout: Duration) -> Duration {
+    (node_timeout * 4).max(Duration::from_millis(500))
+}
+
 /// The decoder limits for replies to lock commands: far above anything a real reply needs,
 /// low enough that a hostile node cannot make a connection hold more than about a megabyte.
 pub(crate) fn reply_limits() -> Limits {
@@ -50,8 +57,8 @@ enum Owner<T> {
     /// A `SCRIPT LOAD` sent so that `EVALSHA` finds the scripts: an error reply is ignored
     /// (the `EVAL` fallback covers a script that is missing).
     Preload,
-    /// A driver's command.
-    Op(T),
+    /// A driver's command, and when it was queued.
+    Op(T, Instant),
 }
 
 /// The blocking driver's tag for a command: the operation it belongs to, and whether it is
@@ -156,13 +163,14 @@ impl<T> Conn<T> {
     pub(crate) fn queue(
         &mut self,
         tag: T,
+        now: Instant,
         write: impl FnOnce(&mut BytesMut),
     ) -> Result<(), (ConnError, T)> {
         if self.owed.len() >= self.max_owed || self.out.len() >= MAX_PENDING_WRITE {
             return Err((ConnError::Stuck, tag));
         }
         write(&mut self.out);
-        self.owed.push_back(Owner::Op(tag));
+        self.owed.push_back(Owner::Op(tag, now));
         Ok(())
     }
 
@@ -201,7 +209,7 @@ impl<T> Conn<T> {
                     continue;
                 }
                 Owner::Preload => continue,
-                Owner::Op(tag) => {
+                Owner::Op(tag, _) => {
                     // A healthy exchange: the next failure starts the backoff from the bottom.
                     self.backoff = Duration::ZERO;
                     return Ok(Some((tag, frame)));
@@ -223,9 +231,25 @@ impl<T> Conn<T> {
         self.retry_at = Some(now + self.backoff);
         self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
         self.owed.drain(..).filter_map(|o| match o {
-            Owner::Op(tag) => Some(tag),
+            Owner::Op(tag, _) => Some(tag),
             _ => None,
         })
+    }
+
+    /// Whether the oldest reply still owed to a command is older than `limit` at `now`.
+    ///
+    /// A connection that owes a reply long past every deadline is replaced: the node may have
+    /// lost the command (a proxy that swallowed bytes, a server that never answered), and
+    /// then every reply that follows would be taken for the one before it. Dropping the
+    /// connection puts the stream back in step.
+    pub(crate) fn is_stale(&self, now: Instant, limit: Duration) -> bool {
+        self.owed
+            .iter()
+            .find_map(|o| match o {
+                Owner::Op(_, at) => Some(*at),
+                _ => None,
+            })
+            .is_some_and(|at| now.saturating_duration_since(at) > limit)
     }
 
     /// Whether a connect may be tried at `now`.
@@ -256,8 +280,8 @@ mod tests {
     fn late_replies_are_matched_to_their_own_operation() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
-        c.queue(1, |b| b.put_slice(b"x")).unwrap();
-        c.queue(2, |b| b.put_slice(b"y")).unwrap();
+        c.queue(1, Instant::now(), |b| b.put_slice(b"x")).unwrap();
+        c.queue(2, Instant::now(), |b| b.put_slice(b"y")).unwrap();
         feed(&mut c, b":0\r\n:1\r\n");
         assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(0))));
         assert_eq!(c.next_reply().unwrap(), Some((2, Frame::Integer(1))));
@@ -273,7 +297,7 @@ mod tests {
         assert!(c.out.starts_with(
             b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
         ));
-        c.queue(9, |b| b.put_slice(b"z")).unwrap();
+        c.queue(9, Instant::now(), |b| b.put_slice(b"z")).unwrap();
         // A failed preload is ignored; the EVAL fallback covers it.
         feed(
             &mut c,
@@ -292,10 +316,10 @@ mod tests {
     fn protocol_errors_and_pushes() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
-        c.queue(1, |_| {}).unwrap();
+        c.queue(1, Instant::now(), |_| {}).unwrap();
         feed(&mut c, b">2\r\n+invalidate\r\n_\r\n:1\r\n");
         assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
-        c.queue(2, |_| {}).unwrap();
+        c.queue(2, Instant::now(), |_| {}).unwrap();
         feed(&mut c, b"$1099511627776\r\n");
         assert!(matches!(
             c.next_reply(),
@@ -308,13 +332,16 @@ mod tests {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
         let mut queued = 0;
-        while c.queue(queued, |_| {}).is_ok() {
+        while c.queue(queued, Instant::now(), |_| {}).is_ok() {
             queued += 1;
             assert!(queued <= MAX_OWED as u64);
         }
         // Two of the places are the preloads'.
         assert_eq!(queued, MAX_OWED as u64 - 2);
-        assert_eq!(c.queue(99, |_| {}), Err((ConnError::Stuck, 99)));
+        assert_eq!(
+            c.queue(99, Instant::now(), |_| {}),
+            Err((ConnError::Stuck, 99))
+        );
     }
 
     #[test]
@@ -332,7 +359,7 @@ mod tests {
         }
         assert!(c.may_connect(t + BACKOFF_MAX));
         open(&mut c);
-        c.queue(1, |_| {}).unwrap();
+        c.queue(1, Instant::now(), |_| {}).unwrap();
         feed(&mut c, b":1\r\n");
         c.next_reply().unwrap();
         let _ = c.failed(t);
@@ -340,9 +367,24 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_owed_past_the_limit_makes_the_connection_stale() {
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        open(&mut c);
+        let t = Instant::now();
+        assert!(!c.is_stale(t, Duration::from_millis(10)), "nothing owed");
+        c.queue(1, t, |_| {}).unwrap();
+        assert!(!c.is_stale(t + Duration::from_millis(10), Duration::from_millis(10)));
+        assert!(c.is_stale(t + Duration::from_millis(11), Duration::from_millis(10)));
+        feed(&mut c, b":1\r\n");
+        assert!(c.next_reply().unwrap().is_some());
+        assert!(!c.is_stale(t + Duration::from_secs(9), Duration::from_millis(10)));
+    }
+
+    #[test]
     fn partial_writes_advance() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
-        c.queue(1, |b| b.put_slice(b"abcdef")).unwrap();
+        c.queue(1, Instant::now(), |b| b.put_slice(b"abcdef"))
+            .unwrap();
         c.wrote(2);
         assert_eq!(&c.out[..], b"cdef");
         c.wrote(100);

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Sleep;
 
 use crate::config::{Config, NodeAddr};
-use crate::conn::{Conn, CONNECT_TIMEOUT};
+use crate::conn::{stale_after, Conn, CONNECT_TIMEOUT};
 use crate::error::NodeOutcome;
 use crate::op::{Command, OpKind, Verdict};
 use crate::quorum::{Decision, Round};
@@ -278,6 +278,14 @@ impl Driver {
         eval: bool,
         now: Instant,
     ) -> Result<(), NodeOutcome> {
+        if self.nodes[i].sock.is_some()
+            && self.nodes[i]
+                .conn
+                .is_stale(now, stale_after(self.node_timeout))
+        {
+            // Replaced, and reconnected below at once if the backoff allows.
+            self.fail_node(i, &NodeOutcome::Timeout, now);
+        }
         let node = &mut self.nodes[i];
         if node.sock.is_none() && node.connecting.is_none() {
             if !node.conn.may_connect(now) {
@@ -292,7 +300,7 @@ impl Driver {
             }));
             node.conn.opened(&node.addr);
         }
-        match node.conn.queue(tag, |b| cmd.encode(b, eval)) {
+        match node.conn.queue(tag, now, |b| cmd.encode(b, eval)) {
             Ok(()) => Ok(()),
             Err((e, _)) => {
                 let outcome = e.outcome();

@@ -5,6 +5,7 @@
 
 pub mod cases;
 pub mod hostile;
+pub mod proxy;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
