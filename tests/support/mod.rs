@@ -4,8 +4,10 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod checker;
 pub mod hostile;
 pub mod proxy;
+pub mod soak;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

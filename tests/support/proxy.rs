@@ -3,6 +3,7 @@
 //! Each accepted connection gets its own upstream connection and two pump threads. Faults
 //! apply to the node's replies (server to client), which is where a client's deadlines and
 //! FIFO are put to the test; `Blackhole` and `Drop` cut both ways. Loopback only.
+#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

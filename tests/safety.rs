@@ -1,0 +1,142 @@
+//! Safety under faults: the mutual-exclusion checker over contended runs with and without a
+//! fault schedule, the negative control that proves the checker can fail, and the delayed
+//! restart rule that prevents what the negative control shows.
+
+mod support;
+
+use std::time::Duration;
+
+use redlock_mux::Redlock;
+use support::checker::Checker;
+use support::soak::{self, SoakConfig};
+use support::{cluster, wait_until};
+
+#[test]
+fn contended_lock_without_faults_is_exclusive() {
+    let report = soak::run(&SoakConfig {
+        duration: Duration::from_secs(3),
+        faults: false,
+        ..SoakConfig::default()
+    });
+    eprintln!("{report}");
+    assert_eq!(report.overlaps, 0, "{report}");
+    assert!(report.acquisitions >= 100, "{report}");
+}
+
+#[test]
+fn contended_lock_under_a_seeded_fault_schedule_is_exclusive() {
+    let seed = std::env::var("REDLOCK_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20261122);
+    let report = soak::run(&SoakConfig {
+        duration: Duration::from_secs(8),
+        seed,
+        ..SoakConfig::default()
+    });
+    eprintln!("seed {seed}\n{report}");
+    assert_eq!(report.overlaps, 0, "seed {seed}\n{report}");
+    assert!(report.acquisitions >= 100, "seed {seed}\n{report}");
+    assert!(report.faults.values().sum::<u64>() >= 10, "{report}");
+}
+
+/// Client A holds the lock on exactly three of five masters. One of the three crashes and
+/// comes back at once with no keys (no persistence, no delay): client B now finds three free
+/// masters and takes the lock while A's validity runs. The checker must report the overlap
+/// the algorithm predicts for a restart that breaks the rules.
+#[test]
+fn negative_control_instant_restart_without_persistence_lets_two_holders_in() {
+    let mut c = cluster(5);
+    let addrs = c.addrs();
+    let ttl = Duration::from_secs(10);
+    let build = || {
+        Redlock::builder()
+            .nodes(&addrs)
+            .node_timeout(Duration::from_millis(200))
+            .retry(1, Duration::ZERO)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    c.server(3).stop();
+    c.server(4).stop();
+    let lock_a = a.lock("control", ttl).unwrap();
+    let checker = Checker::new();
+    let section_a = checker.enter(0, lock_a.valid_until());
+    // 3 and 4 come back empty (they were down when A locked); 2 crashes and restarts at once.
+    c.server(3).restart().unwrap();
+    c.server(4).restart().unwrap();
+    c.server(2).restart().unwrap();
+    // B's client reconnects on its own; the first rounds may still see connections closing.
+    let mut lock_b = None;
+    wait_until(
+        Duration::from_secs(5),
+        "B to get the lock on 2, 3 and 4",
+        || {
+            lock_b = b.try_lock("control", ttl).ok();
+            lock_b.is_some()
+        },
+    );
+    let lock_b = lock_b.unwrap();
+    let section_b = checker.enter(1, lock_b.valid_until());
+    checker.leave(section_b);
+    checker.leave(section_a);
+    let overlaps = checker.overlaps();
+    assert_eq!(overlaps.len(), 1, "the checker must see A and B overlap");
+    assert!(overlaps[0].by > Duration::ZERO);
+    assert_eq!(checker.detector_hits(), 1);
+}
+
+/// The same crash, with the restart delayed past the ttl as the algorithm requires: B cannot
+/// get a quorum while A's validity runs, and the checker sees no overlap.
+#[test]
+fn delayed_restart_keeps_the_lock_exclusive() {
+    let mut c = cluster(5);
+    let addrs = c.addrs();
+    let ttl = Duration::from_millis(600);
+    let build = || {
+        Redlock::builder()
+            .nodes(&addrs)
+            .node_timeout(Duration::from_millis(100))
+            .retry(1, Duration::ZERO)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    c.server(3).stop();
+    c.server(4).stop();
+    let lock_a = a.lock("delayed", ttl).unwrap();
+    let checker = Checker::new();
+    let section_a = checker.enter(0, lock_a.valid_until());
+    c.server(3).restart().unwrap();
+    c.server(4).restart().unwrap();
+    c.server(2).stop();
+    let crashed = std::time::Instant::now();
+    // While node 2 is down, B can reach only 3 and 4: never a quorum.
+    let mut refused = 0;
+    while !lock_a.is_expired() {
+        assert!(
+            b.try_lock("delayed", ttl).is_err(),
+            "B got in while A's validity ran"
+        );
+        refused += 1;
+    }
+    assert!(refused > 0);
+    checker.leave(section_a);
+    // Node 2 may come back (empty) once the largest ttl has passed since its crash.
+    wait_until(
+        ttl * 2,
+        "the restart delay rule: a ttl since the crash",
+        || crashed.elapsed() > ttl,
+    );
+    c.server(2).restart().unwrap();
+    let mut lock_b = None;
+    wait_until(Duration::from_secs(5), "B to get the lock", || {
+        lock_b = b.try_lock("delayed", ttl).ok();
+        lock_b.is_some()
+    });
+    let section_b = checker.enter(1, lock_b.unwrap().valid_until());
+    checker.leave(section_b);
+    assert!(checker.overlaps().is_empty());
+    assert_eq!(checker.detector_hits(), 0);
+}
