@@ -81,6 +81,7 @@ fn run<F: Flavor>(behavior: Behavior) -> F::Client {
         other => panic!("{behavior:?}: expected a lost round, got {other:?}"),
     };
     let hostile_outcome = &nodes.0[4].outcome;
+    eprintln!("{behavior:?}: node answered \"{hostile_outcome}\" in {took:?}");
     assert!(
         expected(behavior, hostile_outcome),
         "{behavior:?}: hostile node answered {hostile_outcome}"
@@ -130,6 +131,7 @@ macro_rules! hostile_cases {
                     let client = run::<Blocking>($behavior);
                     // What the client holds for five connections after all that.
                     let held = client.buffered_capacity();
+                    eprintln!("{:?}: buffers held over 5 connections: {held} bytes", $behavior);
                     assert!(held <= 2 << 20, "{:?}: {held} bytes of buffers", $behavior);
                 }
             )*
@@ -142,6 +144,7 @@ macro_rules! hostile_cases {
                     let before = rss_kib();
                     run::<AsyncMulti>($behavior);
                     let after = rss_kib();
+                    eprintln!("{:?} (async): RSS {before} -> {after} KiB", $behavior);
                     // Shared by the tests running beside it, so only a coarse bound: nothing
                     // like the 2^40 bytes or the endless line the node announced.
                     assert!(after < before + 256 * 1024, "{:?}: RSS {before} -> {after} KiB", $behavior);

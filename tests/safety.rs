@@ -140,3 +140,40 @@ fn delayed_restart_keeps_the_lock_exclusive() {
     assert!(checker.overlaps().is_empty());
     assert_eq!(checker.detector_hits(), 0);
 }
+
+/// Liveness: with two of five masters down, locks keep being granted; once they are back,
+/// the rate returns to what it was (compared within this run, as a ratio).
+#[test]
+fn throughput_returns_after_faults_heal() {
+    let mut c = cluster(5);
+    let client = support::builder(&c)
+        .retry(1, Duration::ZERO)
+        .build()
+        .unwrap();
+    let window = Duration::from_millis(700);
+    let rate = |tag: &str| {
+        let start = std::time::Instant::now();
+        let mut n = 0u32;
+        while start.elapsed() < window {
+            let lock = client
+                .lock(&format!("heal:{tag}:{n}"), Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("{tag}: {e}"));
+            client.unlock(&lock).unwrap();
+            n += 1;
+        }
+        f64::from(n) / start.elapsed().as_secs_f64()
+    };
+    let before = rate("before");
+    c.server(1).stop();
+    c.server(3).stop();
+    let degraded = rate("two-down");
+    c.server(1).restart().unwrap();
+    c.server(3).restart().unwrap();
+    let after = rate("healed");
+    eprintln!("pairs/s: before {before:.0}, two down {degraded:.0}, healed {after:.0}");
+    assert!(degraded > 0.0);
+    assert!(
+        after >= before * 0.5,
+        "healed rate {after:.0}/s is under half the rate before {before:.0}/s"
+    );
+}
