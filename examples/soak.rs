@@ -4,7 +4,7 @@
 //! overlap.
 //!
 //! Run: `cargo run --release --example soak -- --seconds 60 --seed 7 [--threads 4] [--tasks 4]
-//! [--ttl-ms 500] [--node-timeout-ms 50] [--no-faults]`
+//! [--ttl-ms 500] [--node-timeout-ms 50] [--stall-chance 0.01] [--no-faults]`
 
 #[path = "../tests/support/checker.rs"]
 mod checker;
@@ -38,6 +38,7 @@ fn main() {
         ttl: Duration::from_millis(arg("--ttl-ms", 500)),
         node_timeout: Duration::from_millis(arg("--node-timeout-ms", 50)),
         faults: !std::env::args().any(|a| a == "--no-faults"),
+        stall_chance: arg("--stall-chance", 0.01),
     };
     println!(
         "soak: {:?}, seed {}, {} threads + {} tasks on one resource, ttl {:?}, node timeout {:?}",

@@ -28,6 +28,8 @@ pub struct SoakConfig {
     pub node_timeout: Duration,
     /// Whether to inject faults at all.
     pub faults: bool,
+    /// Chance that a holder stalls past its validity inside its critical section.
+    pub stall_chance: f64,
 }
 
 impl Default for SoakConfig {
@@ -40,6 +42,7 @@ impl Default for SoakConfig {
             ttl: Duration::from_millis(500),
             node_timeout: Duration::from_millis(50),
             faults: true,
+            stall_chance: 0.01,
         }
     }
 }
@@ -84,9 +87,6 @@ impl std::fmt::Display for Report {
 
 const RESOURCE: &str = "soak:resource";
 
-/// Chance that a holder stalls past its validity inside the critical section.
-const STALL_CHANCE: f64 = 0.01;
-
 fn quantile(v: &mut [u64], q: f64) -> Duration {
     if v.is_empty() {
         return Duration::ZERO;
@@ -124,7 +124,7 @@ pub fn run(cfg: &SoakConfig) -> Report {
             latencies.clone(),
             stalls.clone(),
         );
-        let ttl = cfg.ttl;
+        let (ttl, stall_chance) = (cfg.ttl, cfg.stall_chance);
         let seed = cfg.seed.wrapping_mul(1000).wrapping_add(t as u64);
         handles.push(std::thread::spawn(move || {
             let mut rng = StdRng::seed_from_u64(seed);
@@ -137,7 +137,7 @@ pub fn run(cfg: &SoakConfig) -> Report {
                         let section = checker.enter(t, lock.valid_until());
                         // The holder's work, and now and then a stall (a GC pause, a swap)
                         // that outlasts the validity.
-                        if rng.random_bool(STALL_CHANCE) {
+                        if rng.random_bool(stall_chance) {
                             stalls.fetch_add(1, Ordering::SeqCst);
                             std::thread::sleep(ttl + Duration::from_millis(20));
                         } else {
@@ -163,6 +163,7 @@ pub fn run(cfg: &SoakConfig) -> Report {
             stalls.clone(),
         );
         let (tasks, ttl, threads, seed) = (cfg.tasks, cfg.ttl, cfg.threads, cfg.seed);
+        let stall_chance = cfg.stall_chance;
         let builder = builder.clone();
         handles.push(std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -193,7 +194,7 @@ pub fn run(cfg: &SoakConfig) -> Report {
                                 Ok(lock) => {
                                     lat.push(start.elapsed().as_nanos() as u64);
                                     let section = checker.enter(holder, lock.valid_until());
-                                    let work = if rng.random_bool(STALL_CHANCE) {
+                                    let work = if rng.random_bool(stall_chance) {
                                         stalls.fetch_add(1, Ordering::SeqCst);
                                         ttl + Duration::from_millis(20)
                                     } else {
