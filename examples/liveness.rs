@@ -44,6 +44,7 @@ fn main() {
     cluster.server(1).restart().unwrap();
     cluster.server(3).restart().unwrap();
     let healed = pairs(&client, "healed", run);
+    let later = pairs(&client, "later", run);
     println!("pairs/s, 5 of 5 up        {healthy:.0}");
     println!(
         "pairs/s, 3 of 5 up        {degraded:.0} ({:.2}x healthy)",
@@ -52,6 +53,10 @@ fn main() {
     println!(
         "pairs/s, healed           {healed:.0} ({:.2}x healthy)",
         healed / healthy
+    );
+    println!(
+        "pairs/s, a window later   {later:.0} ({:.2}x healthy)",
+        later / healthy
     );
 
     cluster.server(0).stop();
