@@ -247,46 +247,31 @@ pub fn run(cfg: &SoakConfig) -> Report {
                 cluster.server(node).restart().unwrap();
                 "kill + delayed restart"
             }
-            2 => {
-                proxies[node].set(Fault::Latency {
-                    fixed: Duration::from_millis(rng.random_range(20..100)),
-                    jitter: Duration::from_millis(50),
-                });
+            kind => {
+                // A network fault on the node's proxy, for `hold`, then healed.
+                let (fault, name) = match kind {
+                    2 => (
+                        Fault::Latency {
+                            fixed: Duration::from_millis(rng.random_range(20..100)),
+                            jitter: Duration::from_millis(50),
+                        },
+                        "latency spike",
+                    ),
+                    3 => (Fault::Blackhole, "blackhole"),
+                    4 => (Fault::ResetMidReply, "reset mid-reply"),
+                    6 => (Fault::HalfClose, "half-close"),
+                    7 => (
+                        Fault::Slow {
+                            delay: Duration::from_millis(rng.random_range(1..30)),
+                        },
+                        "slow replies",
+                    ),
+                    _ => (Fault::Drop, "dropped connections"),
+                };
+                proxies[node].set(fault);
                 std::thread::sleep(hold);
                 proxies[node].set(Fault::Pass);
-                "latency spike"
-            }
-            3 => {
-                proxies[node].set(Fault::Blackhole);
-                std::thread::sleep(hold);
-                proxies[node].set(Fault::Pass);
-                "blackhole"
-            }
-            6 => {
-                proxies[node].set(Fault::HalfClose);
-                std::thread::sleep(hold);
-                proxies[node].set(Fault::Pass);
-                "half-close"
-            }
-            7 => {
-                proxies[node].set(Fault::Slow {
-                    delay: Duration::from_millis(rng.random_range(1..30)),
-                });
-                std::thread::sleep(hold);
-                proxies[node].set(Fault::Pass);
-                "slow replies"
-            }
-            4 => {
-                proxies[node].set(Fault::ResetMidReply);
-                std::thread::sleep(hold);
-                proxies[node].set(Fault::Pass);
-                "reset mid-reply"
-            }
-            _ => {
-                proxies[node].set(Fault::Drop);
-                std::thread::sleep(hold);
-                proxies[node].set(Fault::Pass);
-                "dropped connections"
+                name
             }
         };
         *faults.entry(name).or_default() += 1;
