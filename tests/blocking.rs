@@ -1,6 +1,7 @@
 //! The blocking client against real redis-server masters. The bodies are shared with the
 //! async client's suite (`support/cases.rs`).
 
+#[macro_use]
 mod support;
 
 use support::{cases, redis, Blocking};
@@ -16,23 +17,7 @@ macro_rules! shared_cases {
     };
 }
 
-shared_cases!(Blocking:
-    acquire_and_release,
-    second_client_refused_then_gets_it,
-    unlock_by_non_holder_deletes_nothing,
-    key_ttl_is_what_was_asked,
-    extend_keeps_the_lock_and_fails_once_another_holds_it,
-    scripts_survive_script_flush,
-    two_of_five_down_still_acquires,
-    three_of_five_down_fails_fast_naming_causes,
-    paused_node_costs_at_most_its_timeout_and_late_replies_stay_late,
-    restarted_node_is_reconnected_and_used,
-    lost_rounds_leave_no_key,
-    unlock_and_extend_after_expiry,
-    one_bad_node_is_one_missing_vote,
-    tiny_ttls_never_panic,
-    auth_and_select,
-);
+for_each_case!(shared_cases, Blocking);
 
 #[test]
 fn script_digests_match_what_redis_computes() {

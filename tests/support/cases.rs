@@ -1,5 +1,31 @@
 //! Test bodies shared by the blocking and the async client: each is generic over a
-//! [`Flavor`], and `tests/blocking.rs` (and the async suite) instantiate every one.
+//! [`Flavor`], and `tests/blocking.rs` and `tests/async_shared.rs` instantiate every one
+//! through [`for_each_case!`], so that a new body runs against every client.
+
+/// Calls `$m!($flavor: case, case, ...)` with the name of every shared body. (Test binaries
+/// that share `support/` without the shared bodies leave it unused.)
+#[allow(unused_macros)]
+macro_rules! for_each_case {
+    ($m:ident, $flavor:ty) => {
+        $m!($flavor:
+            acquire_and_release,
+            second_client_refused_then_gets_it,
+            unlock_by_non_holder_deletes_nothing,
+            key_ttl_is_what_was_asked,
+            extend_keeps_the_lock_and_fails_once_another_holds_it,
+            scripts_survive_script_flush,
+            two_of_five_down_still_acquires,
+            three_of_five_down_fails_fast_naming_causes,
+            paused_node_costs_at_most_its_timeout_and_late_replies_stay_late,
+            restarted_node_is_reconnected_and_used,
+            lost_rounds_leave_no_key,
+            unlock_and_extend_after_expiry,
+            one_bad_node_is_one_missing_vote,
+            tiny_ttls_never_panic,
+            auth_and_select,
+        );
+    };
+}
 
 use std::time::{Duration, Instant};
 

@@ -3,6 +3,7 @@
 //! bodies in `cases.rs` are written against.
 #![allow(dead_code)]
 
+#[macro_use]
 pub mod cases;
 pub mod checker;
 pub mod hostile;
