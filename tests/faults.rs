@@ -8,30 +8,19 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redlock_mux::{Error, NodeOutcome};
+use redlock_mux::NodeOutcome;
 use support::proxy::{Fault, Proxy};
-use support::{cluster, redis, resource, AsyncMulti, Blocking, Flavor, LockClient};
+use support::{cluster, lost_round, resource, AsyncMulti, Blocking, Flavor, LockClient};
 
 const TTL: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// Runs a round lost to contention on nodes 0, 1 and 2 (so every node's answer is reported)
-/// and returns node 4's answer and how long the round took.
+/// Node 4's answer in a round lost to contention on nodes 0, 1 and 2, and how long the
+/// round took.
 fn node4_answer<C: LockClient>(client: &C, addrs: &[String]) -> (NodeOutcome, Duration) {
-    let key = resource("fault");
-    for a in &addrs[..3] {
-        redis(a, &["SET", &key, "foreign", "PX", "60000"]);
-    }
-    let start = Instant::now();
-    let err = client.try_lock(&key, TTL).unwrap_err();
-    let took = start.elapsed();
-    match err {
-        Error::Conflict { nodes } | Error::NoQuorum { nodes } => {
-            assert_eq!(nodes.0[3].outcome, NodeOutcome::Ok, "{nodes}");
-            (nodes.0[4].outcome.clone(), took)
-        }
-        other => panic!("expected a lost round, got {other:?}"),
-    }
+    let (nodes, took) = lost_round(client, addrs, 0..3, "fault");
+    assert_eq!(nodes.0[3].outcome, NodeOutcome::Ok, "{nodes}");
+    (nodes.0[4].outcome.clone(), took)
 }
 
 fn run<F: Flavor>(fault: Fault, expect: impl Fn(&NodeOutcome) -> bool) {

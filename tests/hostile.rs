@@ -6,12 +6,14 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redlock_mux::resp::ErrorKind as RespError;
-use redlock_mux::{Error, NodeOutcome};
+use redlock_mux::NodeOutcome;
 use support::hostile::{Behavior, HostileServer};
-use support::{cluster, redis, resource, wait_until, AsyncMulti, Blocking, Flavor, LockClient};
+use support::{
+    cluster, lost_round, resource, wait_until, AsyncMulti, Blocking, Flavor, LockClient,
+};
 
 const TTL: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(200);
@@ -69,17 +71,7 @@ fn run<F: Flavor>(behavior: Behavior) -> F::Client {
 
     // First contact, in a round lost to contention on two real nodes, so the report shows
     // every node's answer: the hostile one's is the typed outcome expected.
-    let key = resource("hostile");
-    for a in &addrs[..2] {
-        redis(a, &["SET", &key, "foreign", "PX", "60000"]);
-    }
-    let start = Instant::now();
-    let err = client.try_lock(&key, TTL).unwrap_err();
-    let took = start.elapsed();
-    let nodes = match err {
-        Error::Conflict { nodes } | Error::NoQuorum { nodes } => nodes,
-        other => panic!("{behavior:?}: expected a lost round, got {other:?}"),
-    };
+    let (nodes, took) = lost_round(&client, &addrs, 0..2, "hostile");
     let hostile_outcome = &nodes.0[4].outcome;
     eprintln!("{behavior:?}: node answered \"{hostile_outcome}\" in {took:?}");
     assert!(

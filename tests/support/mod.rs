@@ -123,6 +123,30 @@ pub fn wait_until(limit: Duration, why: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Runs one acquisition that is lost to contention: a foreign token is set on the nodes
+/// numbered in `foreign` first. With fail-fast off, the error then reports every node's
+/// answer. Returns that report and how long the attempt (with its release round) took.
+pub fn lost_round<C: LockClient>(
+    client: &C,
+    addrs: &[String],
+    foreign: std::ops::Range<usize>,
+    tag: &str,
+) -> (redlock_mux::NodeReports, Duration) {
+    let key = resource(tag);
+    for a in &addrs[foreign] {
+        redis(a, &["SET", &key, "foreign", "PX", "60000"]);
+    }
+    let start = Instant::now();
+    let err = client
+        .try_lock(&key, Duration::from_secs(10))
+        .expect_err("a round lost to contention");
+    let took = start.elapsed();
+    match err {
+        Error::Conflict { nodes } | Error::NoQuorum { nodes } => (nodes, took),
+        other => panic!("expected a lost round, got {other:?}"),
+    }
+}
+
 /// A unique resource name per test and call.
 pub fn resource(tag: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
