@@ -5,7 +5,7 @@
 //! the encoder writes what it is given (fake servers in tests rely on that to send bad frames),
 //! and a frame that came out of the [`Decoder`](crate::Decoder) always encodes back to valid RESP.
 
-use bytes::{BufMut, Bytes};
+use bytes::BufMut;
 
 use crate::Frame;
 
@@ -284,14 +284,6 @@ fn put_pairs(dst: &mut impl BufMut, pairs: &[(Frame, Frame)], streamed: bool) {
         k.encode_with(dst, streamed);
         v.encode_with(dst, streamed);
     }
-}
-
-/// Encodes a frame into a new `Bytes`. A convenience for tests and fake servers; the hot path
-/// encodes into a reused buffer with [`Frame::encode`] instead.
-pub fn to_bytes(frame: &Frame) -> Bytes {
-    let mut v = Vec::new();
-    frame.encode(&mut v);
-    Bytes::from(v)
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ mod frame;
 mod limits;
 
 pub use decode::Decoder;
-pub use encode::{encode_command, to_bytes, IntBuf};
+pub use encode::{encode_command, IntBuf};
 pub use error::{Error, ErrorKind};
 pub use frame::Frame;
 pub use limits::Limits;
