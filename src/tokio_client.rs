@@ -202,7 +202,13 @@ impl AsyncRedlock {
         keep_alive: KeepAlive,
     ) -> Result<LockGuard, Error> {
         let lock = self.lock(resource, ttl).await?;
-        Ok(LockGuard::start(self.clone(), lock, keep_alive))
+        Ok(self.keep_alive(lock, keep_alive))
+    }
+
+    /// Keeps a lock taken earlier (by [`try_lock`](Self::try_lock), say, in a retry loop of the
+    /// caller's own) alive with the given policy. The lock must come from this client's nodes.
+    pub fn keep_alive(&self, lock: Lock, policy: KeepAlive) -> LockGuard {
+        LockGuard::start(self.clone(), lock, policy)
     }
 
     /// Runs one round of `cmd` on every node through the driver: returns the tally and the

@@ -1,0 +1,312 @@
+//! The command line: global options, subcommands, and the parsers for durations and signals.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use redlock_mux::local::{redis_server_path, LocalCluster};
+use redlock_mux::{AsyncRedlock, Builder, Redlock};
+
+use crate::exit::{self, Failure};
+
+/// A distributed lock over N independent Redis masters (Redlock).
+#[derive(Debug, Parser)]
+#[command(name = "redlock", version, after_help = exit::TABLE)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The options every subcommand takes.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// The masters: comma-separated `host:port` or `redis://[:password@]host:port[/db]`.
+    #[arg(long, env = "REDLOCK_NODES", value_delimiter = ',', global = true)]
+    pub nodes: Vec<String>,
+    /// How long a lock lives on the nodes unless extended (`10s`, `250ms`, `1m`).
+    #[arg(long, default_value = "10s", value_parser = duration, global = true)]
+    pub ttl: Duration,
+    /// How long each node has to answer one command.
+    #[arg(long, default_value = "50ms", value_parser = duration, global = true)]
+    pub node_timeout: Duration,
+    /// How many more rounds an acquisition tries after the first.
+    #[arg(long, default_value_t = 2, global = true)]
+    pub retries: u32,
+    /// The upper bound of the random delay between rounds (drawn from [delay/2, delay]).
+    #[arg(long, default_value = "200ms", value_parser = duration, global = true)]
+    pub retry_delay: Duration,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding a lock: a distributed flock(1).
+    ///
+    /// Acquires the lock, runs CMD while keeping the lock alive, releases it when CMD exits,
+    /// and exits with CMD's status. CMD is not run if the lock cannot be had (exit 75). If the
+    /// lock is lost while CMD runs, CMD is sent --loss-signal and redlock exits 76. SIGINT and
+    /// SIGTERM sent to redlock are forwarded to CMD.
+    Run(RunArgs),
+    /// Take a lock and print its token and validity; it lives until its ttl runs out or
+    /// `redlock unlock` releases it.
+    Lock(LockArgs),
+    /// Release a lock taken by `redlock lock`, given its token.
+    Unlock(UnlockArgs),
+    /// Measure lock + unlock pairs: throughput and a latency histogram.
+    ///
+    /// With no nodes configured, starts five local redis-server masters for the run.
+    Bench(BenchArgs),
+    /// Start five local masters, run a contended workload through a mutual-exclusion checker
+    /// (pausing one master midway), print what happened, and stop the masters.
+    Demo(DemoArgs),
+}
+
+/// `redlock run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The name of the lock.
+    #[arg(long)]
+    pub resource: String,
+    /// Keep trying to acquire for this long (instead of --retries rounds).
+    #[arg(long, value_parser = duration)]
+    pub wait: Option<Duration>,
+    /// The signal sent to CMD when the lock is lost (a name like TERM or a number).
+    #[arg(long, default_value = "TERM", value_parser = signal)]
+    pub loss_signal: i32,
+    /// After the loss signal, how long CMD has to exit before it is sent SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub kill_after: Duration,
+    /// The command and its arguments, after `--`.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `redlock lock`.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// The name of the lock.
+    #[arg(long)]
+    pub resource: String,
+    /// Print one JSON object instead of `key=value` lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `redlock unlock`.
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    /// The name of the lock.
+    #[arg(long)]
+    pub resource: String,
+    /// The token `redlock lock` printed.
+    #[arg(long)]
+    pub token: String,
+}
+
+/// Which client `bench` drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Client {
+    /// `Redlock`: one thread per client, one operation at a time.
+    Blocking,
+    /// `AsyncRedlock` on a multi-thread tokio runtime: `--depth` operations in flight per client.
+    Async,
+}
+
+/// Which resources `bench` locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Resources {
+    /// Every worker its own resource: every acquisition should succeed.
+    Distinct,
+    /// One resource for all: measures contention (refusals are counted, not retried).
+    One,
+}
+
+/// `redlock bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Independent clients, each with its own connections to every node.
+    #[arg(long, default_value_t = 1)]
+    pub clients: usize,
+    /// How long to measure.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub duration: Duration,
+    /// How long to run before measuring (connections, caches).
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    pub warmup: Duration,
+    /// Which client to drive.
+    #[arg(long, value_enum, default_value_t = Client::Async)]
+    pub client: Client,
+    /// Distinct resources per worker, or one contended resource.
+    #[arg(long, value_enum, default_value_t = Resources::Distinct)]
+    pub resources: Resources,
+    /// Operations in flight per client, pipelined on its connections (async client only).
+    #[arg(long, default_value_t = 1)]
+    pub depth: usize,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `redlock demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How long the workload runs.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub duration: Duration,
+    /// Clients contending for the one resource, each with its own connections.
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    /// Do not pause a master midway.
+    #[arg(long)]
+    pub no_faults: bool,
+}
+
+/// Parses a human duration: `10s`, `250ms`, `1m30s`, `1.5s`.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    match decimal(s) {
+        Some(d) => Ok(d),
+        None => humantime::parse_duration(s).map_err(|e| format!("{e} (try 10s, 250ms, 1m30s)")),
+    }
+}
+
+/// A decimal with one unit (`1.5s`, `0.25ms`), which humantime does not take.
+fn decimal(s: &str) -> Option<Duration> {
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+    let (num, unit) = s.split_at(split);
+    if !num.contains('.') {
+        return None;
+    }
+    let value: f64 = num.parse().ok()?;
+    let unit_ns = match unit {
+        "ms" => 1e6,
+        "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        _ => return None,
+    };
+    let ns = (value * unit_ns).round();
+    // Up to about 584 years, what a u64 of nanoseconds holds.
+    (ns.is_finite() && ns < u64::MAX as f64).then(|| Duration::from_nanos(ns as u64))
+}
+
+/// Parses a signal name (`TERM`, `SIGTERM`, `term`) or number.
+pub fn signal(s: &str) -> Result<i32, String> {
+    if let Ok(n) = s.parse::<i32>() {
+        return if (1..=64).contains(&n) {
+            Ok(n)
+        } else {
+            Err(format!("no signal {n}"))
+        };
+    }
+    let upper = s.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    Ok(match name {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "ALRM" => libc::SIGALRM,
+        "TERM" => libc::SIGTERM,
+        _ => {
+            return Err(format!(
+                "unknown signal {s:?} (try TERM, INT, HUP, KILL or a number)"
+            ))
+        }
+    })
+}
+
+impl Global {
+    /// The builder for these options; refuses an empty node list.
+    pub fn builder(&self, nodes: &[String]) -> Result<Builder, Failure> {
+        if nodes.is_empty() {
+            return Err(Failure::new(
+                exit::USAGE,
+                "no nodes: pass --nodes host:port,... or set REDLOCK_NODES",
+            ));
+        }
+        Ok(Redlock::builder()
+            .nodes(nodes)
+            .node_timeout(self.node_timeout)
+            .retry(self.retries.saturating_add(1), self.retry_delay))
+    }
+
+    /// The configured nodes, with empty entries (a stray comma, an empty variable) dropped.
+    pub fn node_list(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+
+    /// A blocking client on the configured nodes.
+    pub fn blocking(&self, nodes: &[String]) -> Result<Redlock, Failure> {
+        self.builder(nodes)?
+            .build()
+            .map_err(|e| Failure::new(exit::code_of(&e), e.to_string()))
+    }
+
+    /// An async client on the configured nodes; call inside a runtime.
+    pub fn async_client(&self, nodes: &[String]) -> Result<AsyncRedlock, Failure> {
+        self.builder(nodes)?
+            .build_async()
+            .map_err(|e| Failure::new(exit::code_of(&e), e.to_string()))
+    }
+}
+
+/// The masters a `bench` or `demo` runs on: the configured ones, or five local throwaway
+/// servers (kept alive by the returned cluster, stopped when it drops).
+pub fn nodes_or_local(global: &Global) -> Result<(Vec<String>, Option<LocalCluster>), Failure> {
+    let nodes = global.node_list();
+    if !nodes.is_empty() {
+        return Ok((nodes, None));
+    }
+    redis_server_path().map_err(|_| {
+        Failure::new(
+            exit::UNAVAILABLE,
+            "redis-server not found: install it (apt-get install -y redis-server) or pass --nodes",
+        )
+    })?;
+    let cluster = LocalCluster::start(5)
+        .map_err(|e| Failure::new(exit::UNAVAILABLE, format!("starting local masters: {e}")))?;
+    Ok((cluster.addrs(), Some(cluster)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(duration("0.25ms"), Ok(Duration::from_micros(250)));
+        assert!(duration("10").is_err());
+        assert!(duration("ten seconds").is_err());
+        assert!(duration("1.5parsecs").is_err());
+        assert!(duration("").is_err());
+        assert!(duration("99999999999999999999.5h").is_err());
+    }
+
+    #[test]
+    fn signals() {
+        assert_eq!(signal("TERM"), Ok(libc::SIGTERM));
+        assert_eq!(signal("sigint"), Ok(libc::SIGINT));
+        assert_eq!(signal("9"), Ok(9));
+        assert!(signal("0").is_err());
+        assert!(signal("NOPE").is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,192 @@
+//! `redlock demo`: five throwaway masters, clients fighting over one resource, a master paused
+//! midway, and the mutual-exclusion checker's verdict.
+
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use redlock_mux::{Error, Redlock};
+
+use crate::args::{nodes_or_local, DemoArgs, Global};
+use crate::exit::{self, Failure};
+use crate::stats::{self, Recorder};
+
+#[path = "../../../tests/support/checker.rs"]
+mod checker;
+
+use checker::Checker;
+
+/// Runs `redlock demo`; returns the exit code.
+pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
+    if a.clients == 0 {
+        return Err(Failure::new(exit::USAGE, "--clients must be at least 1"));
+    }
+    let (nodes, mut cluster) = nodes_or_local(global)?;
+    let clients = (0..a.clients)
+        .map(|_| global.blocking(&nodes))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The nodes must answer before the clock starts.
+    let probe = &clients[0];
+    let resource = format!(
+        "redlock-demo:{}",
+        &redlock_mux::Token::generate().as_str()[..8]
+    );
+    let lock = probe
+        .try_lock(&resource, global.ttl)
+        .map_err(|e| Failure::lock("probing the nodes", &e))?;
+    let _ = probe.unlock(&lock);
+
+    let checker = Checker::new();
+    let start = Instant::now();
+    let end = start + a.duration;
+    let pause = (!a.no_faults && cluster.is_some())
+        .then(|| (start + a.duration * 7 / 20, start + a.duration * 13 / 20));
+    let mut paused_for = None;
+    let ttl = global.ttl;
+
+    let rec = std::thread::scope(|s| -> Result<Recorder, Failure> {
+        let workers: Vec<_> = clients
+            .iter()
+            .enumerate()
+            .map(|(i, redlock)| {
+                let (checker, resource) = (&checker, resource.as_str());
+                std::thread::Builder::new()
+                    .name(format!("demo-{i}"))
+                    .spawn_scoped(s, move || contend(i, redlock, resource, ttl, end, checker))
+                    .map_err(|e| Failure::os("starting a demo thread", e))
+            })
+            .collect::<Result<_, _>>()?;
+        // The fault schedule, on this thread: one master stopped (SIGSTOP) for the middle
+        // 30% of the run, then resumed.
+        if let (Some((from, until)), Some(cluster)) = (pause, cluster.as_mut()) {
+            std::thread::sleep(from.saturating_duration_since(Instant::now()));
+            let paused_at = Instant::now();
+            if cluster.server(2).pause().is_ok() {
+                std::thread::sleep(until.saturating_duration_since(Instant::now()));
+                let _ = cluster.server(2).resume();
+                paused_for = Some((paused_at - start, paused_at.elapsed()));
+            }
+        }
+        let mut total = Recorder::default();
+        for w in workers {
+            let rec = w
+                .join()
+                .map_err(|_| Failure::new(exit::OS, "a demo thread failed"))?;
+            total.merge(&rec);
+        }
+        Ok(total)
+    })?;
+    let elapsed = start.elapsed();
+
+    let overlaps = checker.overlaps();
+    let hits = checker.detector_hits();
+    let ok = overlaps.is_empty() && hits == 0;
+    println!("redlock demo");
+    match &cluster {
+        Some(c) => println!(
+            "  masters   {} local redis-server processes on 127.0.0.1 (ports {}), quorum {}",
+            c.len(),
+            c.servers()
+                .iter()
+                .map(|s| s.port().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            c.len() / 2 + 1
+        ),
+        None => println!(
+            "  masters   {} (quorum {})",
+            nodes.join(", "),
+            nodes.len() / 2 + 1
+        ),
+    }
+    println!(
+        "  workload  {} clients, each with its own connections, fighting over one resource for {:.1}s",
+        a.clients,
+        elapsed.as_secs_f64()
+    );
+    match paused_for {
+        Some((at, len)) => println!(
+            "  fault     master 3 frozen (SIGSTOP) from {:.1}s for {:.1}s, then resumed",
+            at.as_secs_f64(),
+            len.as_secs_f64()
+        ),
+        None => println!("  fault     none"),
+    }
+    println!(
+        "  outcome   {} acquisitions, {} refusals (held by another client), {} errors",
+        stats::thousands(rec.pairs),
+        stats::thousands(rec.conflicts),
+        stats::thousands(rec.errors)
+    );
+    if !rec.lock.is_empty() {
+        println!(
+            "  latency   lock p50 {}, p99 {}, max {}",
+            stats::human_us(rec.lock.value_at_quantile(0.5)),
+            stats::human_us(rec.lock.value_at_quantile(0.99)),
+            stats::human_us(rec.lock.max())
+        );
+    }
+    if ok {
+        println!(
+            "  safety    OK: never two holders at once ({} holder windows checked, 0 overlaps)",
+            stats::thousands(checker.acquisitions() as u64)
+        );
+    } else {
+        println!(
+            "  safety    VIOLATED: {} overlapping windows, occupancy detector hit {hits} times",
+            overlaps.len()
+        );
+        for o in overlaps.iter().take(5) {
+            println!(
+                "            client {} and client {} overlapped by {:?}",
+                o.first.holder, o.second.holder, o.by
+            );
+        }
+    }
+    drop(cluster);
+    if ok {
+        Ok(0)
+    } else {
+        Err(Failure::new(exit::FAILED, "mutual exclusion violated"))
+    }
+}
+
+/// One client: take the lock, hold it for a moment inside the checker, release; back off a
+/// little after a refusal.
+fn contend(
+    holder: usize,
+    redlock: &Redlock,
+    resource: &str,
+    ttl: Duration,
+    end: Instant,
+    checker: &Checker,
+) -> Recorder {
+    let mut rec = Recorder::default();
+    let mut rng = rand::rng();
+    while Instant::now() < end {
+        let t0 = Instant::now();
+        let locked = redlock.try_lock(resource, ttl);
+        rec.lock(t0.elapsed());
+        match locked {
+            Ok(lock) => {
+                let section = checker.enter(holder, lock.valid_until());
+                // The work under the lock.
+                std::thread::sleep(Duration::from_micros(rng.random_range(100..1_000)));
+                checker.leave(section);
+                let t1 = Instant::now();
+                match redlock.unlock(&lock) {
+                    Ok(()) => rec.pair(t1.elapsed(), t0.elapsed()),
+                    Err(e) => rec.error(&e),
+                }
+            }
+            Err(Error::Conflict { .. }) => {
+                rec.conflicts += 1;
+                std::thread::sleep(Duration::from_micros(rng.random_range(0..500)));
+            }
+            Err(e) => {
+                rec.error(&e);
+                std::thread::sleep(Duration::from_micros(rng.random_range(0..500)));
+            }
+        }
+    }
+    rec
+}

@@ -1,0 +1,72 @@
+//! `redlock`: a distributed `flock(1)`, a lock you can take and release from a shell, a load
+//! generator that reports a latency histogram, and a demonstration on five throwaway masters.
+//!
+//! Every failure ends in one line on stderr and an exit code from [`exit`]; nothing here
+//! panics on bad input, unreachable nodes or a missing `redis-server`.
+
+mod args;
+mod bench;
+mod demo;
+mod exit;
+mod lockcmd;
+mod run;
+mod stats;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+use exit::Failure;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and version go to stdout with 0.
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!(
+                "redlock: {} (see redlock --help)",
+                one_line(&e.render().to_string())
+            );
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    match dispatch(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("redlock: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// Runs the chosen subcommand; `Ok` carries the exit code of a run that did what it was asked
+/// (for `run`, the command's own status).
+fn dispatch(cli: Cli) -> Result<u8, Failure> {
+    match &cli.command {
+        Command::Run(a) => run::run(&cli.global, a),
+        Command::Lock(a) => lockcmd::lock(&cli.global, a),
+        Command::Unlock(a) => lockcmd::unlock(&cli.global, a),
+        Command::Bench(a) => bench::bench(&cli.global, a),
+        Command::Demo(a) => demo::demo(&cli.global, a),
+    }
+}
+
+/// clap's usage error, which spans several lines (the error, the missing arguments, a usage
+/// line, a hint), as one line: its first paragraph, without the `error: ` prefix.
+fn one_line(rendered: &str) -> String {
+    let paragraph: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let joined = paragraph.join(" ");
+    joined
+        .strip_prefix("error: ")
+        .unwrap_or(&joined)
+        .to_string()
+}
