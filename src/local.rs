@@ -30,7 +30,15 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Finds the `redis-server` binary: `$REDLOCK_REDIS_SERVER`, the `PATH`, or the usual places.
 pub fn redis_server_path() -> io::Result<PathBuf> {
     if let Some(p) = std::env::var_os("REDLOCK_REDIS_SERVER") {
-        return Ok(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("REDLOCK_REDIS_SERVER={} is not a file", p.display()),
+            ))
+        };
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)

@@ -1,0 +1,499 @@
+//! The `redlock` binary, driven as a user drives it: real processes, real masters, real
+//! signals. Exit codes, one-line errors, `run` excluding a second `run`, forwarding of
+//! SIGINT/SIGTERM, and lock loss.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use redlock_mux::local::LocalCluster;
+use support::{cluster, get, redis, resource, wait_until};
+
+/// Long enough for a loaded 2-core machine; a run that takes longer has hung.
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// `redlock` with the cluster's nodes in REDLOCK_NODES and the test-friendly timing.
+fn redlock(nodes: &[String]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_redlock"));
+    c.env("REDLOCK_NODES", nodes.join(","))
+        .args(["--node-timeout", "200ms", "--retry-delay", "20ms"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Waits for a child, up to [`LIMIT`]; kills it and fails the test if it does not end.
+fn finish(mut child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("collect output");
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("{what}: still running after {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn output(mut cmd: Command, what: &str) -> Output {
+    finish(cmd.spawn().expect("spawn redlock"), what)
+}
+
+fn code(o: &Output) -> i32 {
+    o.status
+        .code()
+        .unwrap_or_else(|| panic!("killed by a signal: {o:?}"))
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The failure contract: the code asked for, and exactly one line on stderr, no panic.
+fn assert_fails(o: &Output, expected: i32, mentions: &str) {
+    let err = stderr(o);
+    assert_eq!(code(o), expected, "exit code; stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line on stderr, got: {err:?}");
+    assert!(err.starts_with("redlock: "), "{err:?}");
+    assert!(
+        err.contains(mentions),
+        "{err:?} should mention {mentions:?}"
+    );
+    assert!(!err.contains("panicked"), "{err:?}");
+}
+
+/// A scratch directory for marker files, removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!("redlock-cli-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).expect("scratch dir");
+        Scratch(p)
+    }
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A shell command that touches `ready`, then runs `body` until `go` appears.
+fn shell_until(scratch: &Scratch, setup: &str, body: &str) -> Vec<String> {
+    let script = format!(
+        "{setup} touch '{ready}'; while [ ! -e '{go}' ]; do {body} sleep 0.01; done",
+        ready = scratch.file("ready").display(),
+        go = scratch.file("go").display(),
+    );
+    vec!["--".into(), "sh".into(), "-c".into(), script]
+}
+
+fn wait_for_file(p: &Path, why: &str) {
+    wait_until(LIMIT, why, || p.exists());
+}
+
+/// How many nodes hold `key` with a value.
+fn holders(c: &LocalCluster, key: &str) -> usize {
+    c.addrs().iter().filter(|a| get(a, key).is_some()).count()
+}
+
+fn send_signal(pid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
+fn status_of(o: &Output) -> ExitStatus {
+    o.status
+}
+
+#[test]
+fn bad_arguments_are_one_line_and_exit_2() {
+    let nodes = ["127.0.0.1:1".to_string()];
+    let cases: [(&[&str], &str); 6] = [
+        (&["--ttl", "10", "lock", "--resource", "r"], "time unit"),
+        (&["lock"], "--resource"),
+        (&["run", "--resource", "r"], "CMD"),
+        (&["bogus"], "bogus"),
+        (
+            &["unlock", "--resource", "r", "--token", "xyz"],
+            "invalid token",
+        ),
+        (
+            &[
+                "run",
+                "--resource",
+                "r",
+                "--loss-signal",
+                "NOPE",
+                "--",
+                "true",
+            ],
+            "unknown signal",
+        ),
+    ];
+    for (args, mentions) in cases {
+        let mut c = redlock(&nodes);
+        c.args(args);
+        assert_fails(&output(c, "bad args"), 2, mentions);
+    }
+    let mut c = redlock(&[]);
+    c.env_remove("REDLOCK_NODES")
+        .args(["lock", "--resource", "r"]);
+    assert_fails(&output(c, "no nodes"), 2, "no nodes");
+    let mut c = redlock(&["redis://:secret@".into()]);
+    c.args(["lock", "--resource", "r"]);
+    let o = output(c, "bad address");
+    assert_fails(&o, 2, "invalid node address");
+    assert!(
+        !stderr(&o).contains("secret"),
+        "the password is never printed"
+    );
+}
+
+#[test]
+fn help_lists_the_exit_codes() {
+    let o = output(
+        {
+            let mut c = redlock(&[]);
+            c.arg("--help");
+            c
+        },
+        "help",
+    );
+    assert_eq!(code(&o), 0);
+    for needle in ["Exit codes:", "75", "76", "127"] {
+        assert!(stdout(&o).contains(needle), "--help mentions {needle}");
+    }
+}
+
+#[test]
+fn unreachable_nodes_exit_69_in_one_line() {
+    // Ports that were just free: nothing listens there.
+    let nodes: Vec<String> = (0..3)
+        .map(|_| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        })
+        .collect();
+    for args in [
+        &["lock", "--resource", "r"][..],
+        &["run", "--resource", "r", "--", "true"],
+        &["bench", "--duration", "1s"],
+    ] {
+        let mut c = redlock(&nodes);
+        c.args(["--retries", "0"]).args(args);
+        assert_fails(&output(c, "unreachable"), 69, "no quorum");
+    }
+}
+
+#[test]
+fn a_missing_redis_server_exits_69() {
+    let mut c = redlock(&[]);
+    c.env_remove("REDLOCK_NODES")
+        .env("REDLOCK_REDIS_SERVER", "/nonexistent/redis-server")
+        .args(["demo", "--duration", "1s"]);
+    assert_fails(
+        &output(c, "demo without redis-server"),
+        69,
+        "redis-server not found",
+    );
+}
+
+#[test]
+fn lock_prints_a_token_that_unlock_takes() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-lock");
+
+    let mut cmd = redlock(&nodes);
+    cmd.args(["lock", "--resource", &key]);
+    let o = output(cmd, "lock");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let token = out
+        .lines()
+        .find_map(|l| l.strip_prefix("token="))
+        .expect("token= line")
+        .to_string();
+    let validity: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("validity_ms="))
+        .expect("validity_ms= line")
+        .parse()
+        .expect("a number");
+    assert_eq!(token.len(), 40);
+    assert!(
+        validity > 9_000 && validity <= 10_000,
+        "validity {validity}"
+    );
+    assert_eq!(holders(&c, &key), 3);
+    assert!(nodes
+        .iter()
+        .all(|a| get(a, &key).as_deref() == Some(token.as_str())));
+
+    // Held: a second lock is refused with the conflict code.
+    let mut cmd = redlock(&nodes);
+    cmd.args(["--retries", "0", "lock", "--resource", &key, "--json"]);
+    assert_fails(&output(cmd, "second lock"), 75, "held by another client");
+
+    // The wrong token releases nothing.
+    let mut cmd = redlock(&nodes);
+    cmd.args(["unlock", "--resource", &key, "--token", &"0".repeat(40)]);
+    assert_fails(&output(cmd, "foreign unlock"), 1, "not held");
+    assert_eq!(holders(&c, &key), 3);
+
+    let mut cmd = redlock(&nodes);
+    cmd.args(["unlock", "--resource", &key, "--token", &token]);
+    let o = output(cmd, "unlock");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(holders(&c, &key), 0);
+
+    // Released: unlocking again says so.
+    let mut cmd = redlock(&nodes);
+    cmd.args(["unlock", "--resource", &key, "--token", &token]);
+    assert_fails(&output(cmd, "second unlock"), 1, "expired");
+
+    // --json, with a name that needs escaping.
+    let odd = format!("{key}:\"quoted\"");
+    let mut cmd = redlock(&nodes);
+    cmd.args(["lock", "--json", "--resource", &odd]);
+    let o = output(cmd, "lock --json");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let json = stdout(&o);
+    assert!(
+        json.trim_end().starts_with('{') && json.trim_end().ends_with('}'),
+        "{json}"
+    );
+    assert!(json.contains(r#":\"quoted\""#), "{json}");
+    assert!(
+        json.contains("\"validity_ms\":") && json.contains("\"token\":\""),
+        "{json}"
+    );
+}
+
+#[test]
+fn run_exits_with_the_commands_status_and_releases() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-status");
+    let cases: [(&[&str], i32); 4] = [
+        (&["true"], 0),
+        (&["sh", "-c", "exit 7"], 7),
+        (&["sh", "-c", "kill -KILL $$"], 128 + 9),
+        (&["/nonexistent/command"], 127),
+    ];
+    for (cmd_args, expected) in cases {
+        let mut cmd = redlock(&nodes);
+        cmd.args(["run", "--resource", &key, "--"]).args(cmd_args);
+        let o = output(cmd, "run");
+        assert_eq!(code(&o), expected, "{cmd_args:?}: {}", stderr(&o));
+        assert_eq!(holders(&c, &key), 0, "{cmd_args:?}: released");
+    }
+    // The command really runs under the lock: it sees its own key on the nodes.
+    let probe = format!("redis-cli -p {} GET {key}", c.servers()[0].port());
+    let mut cmd = redlock(&nodes);
+    cmd.args(["run", "--resource", &key, "--", "sh", "-c", &probe]);
+    let o = output(cmd, "run redis-cli");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim().len(), 40, "a token: {:?}", stdout(&o));
+}
+
+#[test]
+fn run_excludes_a_second_run_of_the_same_resource() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-exclude");
+    let scratch = Scratch::new("exclude");
+
+    let mut first = redlock(&nodes);
+    first
+        .args(["run", "--resource", &key])
+        .args(shell_until(&scratch, "", ""));
+    let first = first.spawn().expect("spawn first run");
+    wait_for_file(&scratch.file("ready"), "the first run's command to start");
+    assert_eq!(holders(&c, &key), 3, "held while the command runs");
+
+    let second_ran = scratch.file("second-ran");
+    let mut second = redlock(&nodes);
+    second.args(["run", "--resource", &key, "--wait", "300ms", "--", "touch"]);
+    second.arg(&second_ran);
+    let started = Instant::now();
+    let o = output(second, "second run");
+    assert_fails(&o, 75, "held by another client");
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "it kept trying for --wait"
+    );
+    assert!(!second_ran.exists(), "the second command must not run");
+
+    fs::write(scratch.file("go"), b"").unwrap();
+    let o = finish(first, "first run");
+    assert!(status_of(&o).success(), "{}", stderr(&o));
+    assert_eq!(holders(&c, &key), 0);
+
+    let mut third = redlock(&nodes);
+    third
+        .args(["run", "--resource", &key, "--", "touch"])
+        .arg(&second_ran);
+    assert_eq!(code(&output(third, "third run")), 0);
+    assert!(second_ran.exists(), "runs once the lock is free");
+}
+
+#[test]
+fn sigint_and_sigterm_are_forwarded_and_the_lock_released() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    for (sig, status) in [("TERM", 42), ("INT", 43)] {
+        let key = resource(&format!("cli-signal-{sig}"));
+        let scratch = Scratch::new(&format!("signal-{sig}"));
+        let got = scratch.file("got");
+        let trap = format!("trap \"touch '{}'; exit {status}\" {sig};", got.display());
+        let mut cmd = redlock(&nodes);
+        cmd.args(["run", "--resource", &key])
+            .args(shell_until(&scratch, &trap, ""));
+        let child = cmd.spawn().expect("spawn run");
+        wait_for_file(&scratch.file("ready"), "the command to start");
+        send_signal(child.id(), sig);
+        let o = finish(child, "signalled run");
+        assert_eq!(
+            code(&o),
+            status,
+            "SIG{sig}: exit with the command's status; {}",
+            stderr(&o)
+        );
+        assert!(got.exists(), "SIG{sig} reached the command");
+        assert_eq!(holders(&c, &key), 0, "released after SIG{sig}");
+    }
+}
+
+#[test]
+fn a_lost_lock_signals_the_command_and_exits_76() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-lost");
+    let scratch = Scratch::new("lost");
+    let got = scratch.file("got");
+    let trap = format!("trap \"touch '{}'; exit 0\" USR1;", got.display());
+    let mut cmd = redlock(&nodes);
+    cmd.args([
+        "--ttl",
+        "1s",
+        "run",
+        "--resource",
+        &key,
+        "--loss-signal",
+        "USR1",
+    ])
+    .args(shell_until(&scratch, &trap, ""));
+    let child = cmd.spawn().expect("spawn run");
+    wait_for_file(&scratch.file("ready"), "the command to start");
+    // Another client takes the resource over on every node: the next extension fails.
+    for a in &nodes {
+        redis(a, &["SET", &key, "someone-else", "PX", "60000"]);
+    }
+    let o = finish(child, "run losing its lock");
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(got.exists(), "the loss signal reached the command");
+    assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
+    for a in &nodes {
+        assert_eq!(
+            get(a, &key).as_deref(),
+            Some("someone-else"),
+            "the other holder's key is left alone"
+        );
+    }
+
+    // A command that ignores the loss signal is killed after --kill-after.
+    let key = resource("cli-lost-kill");
+    let scratch = Scratch::new("lost-kill");
+    let mut cmd = redlock(&nodes);
+    cmd.args([
+        "--ttl",
+        "1s",
+        "run",
+        "--resource",
+        &key,
+        "--kill-after",
+        "200ms",
+    ])
+    .args(shell_until(&scratch, "trap '' TERM;", ""));
+    let child = cmd.spawn().expect("spawn run");
+    wait_for_file(&scratch.file("ready"), "the command to start");
+    for a in &nodes {
+        redis(a, &["SET", &key, "someone-else", "PX", "60000"]);
+    }
+    let o = finish(child, "run whose command ignores SIGTERM");
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(stderr(&o).contains("killing"), "{}", stderr(&o));
+}
+
+#[test]
+fn bench_reports_pairs_and_percentiles_as_json() {
+    let c = cluster(3);
+    for (client, depth) in [("blocking", "1"), ("async", "4")] {
+        let mut cmd = redlock(&c.addrs());
+        cmd.args([
+            "bench",
+            "--json",
+            "--duration",
+            "500ms",
+            "--warmup",
+            "100ms",
+        ])
+        .args(["--client", client, "--clients", "2", "--depth", depth]);
+        let o = output(cmd, "bench");
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let json = stdout(&o);
+        let pairs: u64 = json
+            .split("\"pairs\":")
+            .nth(1)
+            .and_then(|s| s.split(',').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("pairs in {json}"));
+        assert!(pairs > 0, "{json}");
+        assert!(json.contains("\"errors\":0,"), "{json}");
+        assert!(
+            json.contains("\"conflicts\":0,"),
+            "distinct resources never conflict: {json}"
+        );
+        for field in ["p50_us", "p90_us", "p99_us", "p999_us", "max_us"] {
+            assert!(json.contains(field), "{field} in {json}");
+        }
+    }
+    let mut cmd = redlock(&c.addrs());
+    cmd.args(["bench", "--client", "blocking", "--depth", "2"]);
+    assert_fails(&output(cmd, "bench blocking depth 2"), 2, "--depth");
+}
+
+#[test]
+fn demo_starts_its_own_masters_and_finds_no_overlap() {
+    let mut cmd = redlock(&[]);
+    cmd.env_remove("REDLOCK_NODES")
+        .args(["demo", "--duration", "1500ms", "--clients", "4"]);
+    let o = output(cmd, "demo");
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("5 local redis-server processes"), "{out}");
+    assert!(out.contains("frozen (SIGSTOP)"), "{out}");
+    assert!(out.contains("safety    OK"), "{out}");
+}
