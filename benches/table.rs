@@ -187,6 +187,10 @@ enum Client {
     RedlockCrate {
         rl: redlock::RedLock,
     },
+    /// node-redlock 4.2 on ioredis, a process per turn (`benches/node/bench.js`).
+    Node {
+        addrs: Vec<String>,
+    },
 }
 
 impl Client {
@@ -223,6 +227,13 @@ impl Client {
         clients.push(Client::RedlockCrate {
             rl: redlock::RedLock::new(urls),
         });
+        if node_dir().join("node_modules").is_dir() {
+            clients.push(Client::Node { addrs });
+        } else {
+            eprintln!(
+                "node-redlock: skipped (run `npm ci` in benches/node, as benches/table does)"
+            );
+        }
         clients
     }
 
@@ -238,6 +249,7 @@ impl Client {
             }
             Client::Rslock { multi, .. } => format!("rslock 0.10 ({})", flavour(*multi)),
             Client::RedlockCrate { .. } => "redlock 2.0 (threads sharing one RedLock)".into(),
+            Client::Node { .. } => "node-redlock 4.2 (ioredis, one event loop)".into(),
         }
     }
 
@@ -352,8 +364,59 @@ impl Client {
                     took
                 })
             }
+            Client::Node { addrs } => node_turn(addrs, callers, slice),
         }
     }
+}
+
+fn node_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("node")
+}
+
+/// One turn of node-redlock: `bench.js` warms up, measures `slice`, and prints its pairs, the
+/// nanoseconds measured, and the latencies.
+fn node_turn(
+    addrs: &[String],
+    callers: usize,
+    slice: Duration,
+) -> (u64, Duration, Samples, Samples) {
+    let o = Command::new("node")
+        .arg(node_dir().join("bench.js"))
+        .args([
+            "--callers",
+            &callers.to_string(),
+            "--seconds",
+            &slice.as_secs_f64().to_string(),
+        ])
+        .args(["--nodes", &addrs.join(",")])
+        .output()
+        .expect("run node");
+    assert!(
+        o.status.success(),
+        "node-redlock: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut lines = text.lines();
+    let mut head = lines
+        .next()
+        .unwrap_or_default()
+        .split(' ')
+        .map(|n| n.parse::<u64>().unwrap_or(0));
+    let (pairs, busy) = (head.next().unwrap_or(0), head.next().unwrap_or(0));
+    let mut samples = || {
+        Samples(
+            lines
+                .next()
+                .unwrap_or_default()
+                .split(' ')
+                .filter_map(|n| n.parse().ok())
+                .collect(),
+        )
+    };
+    let pair = samples();
+    let lock = samples();
+    (pairs, Duration::from_nanos(busy), pair, lock)
 }
 
 /// Instructions per pair under callgrind, for the clients `instr` knows.
