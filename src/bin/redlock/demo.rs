@@ -112,11 +112,14 @@ pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
         None => println!("  fault     none"),
     }
     println!(
-        "  outcome   {} acquisitions, {} refusals (held by another client), {} errors",
+        "  outcome   {} acquisitions, {} refusals (held by another client), {} failed rounds",
         stats::thousands(rec.pairs),
         stats::thousands(rec.conflicts),
         stats::thousands(rec.errors)
     );
+    if let Some(e) = &rec.first_error {
+        println!("            first failure: {e}");
+    }
     if !rec.lock.is_empty() {
         println!(
             "  latency   lock p50 {}, p99 {}, max {}",
