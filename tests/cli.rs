@@ -346,6 +346,28 @@ fn run_excludes_a_second_run_of_the_same_resource() {
     );
     assert!(!second_ran.exists(), "the second command must not run");
 
+    // A run still waiting for the lock gives up on SIGTERM, without running its command.
+    let connections = || {
+        let list = redis(&nodes[0], &["CLIENT", "LIST"]);
+        let text = list.as_bytes().expect("CLIENT LIST is a string");
+        String::from_utf8_lossy(text).lines().count()
+    };
+    let before = connections();
+    let mut waiting = redlock(&nodes);
+    waiting
+        .args(["run", "--resource", &key, "--wait", "60s", "--", "touch"])
+        .arg(&second_ran);
+    let waiting = waiting.spawn().expect("spawn waiting run");
+    // Its connections appear once it is in its first round, after its signal handlers are in.
+    wait_until(LIMIT, "the waiting run to connect", || {
+        connections() > before
+    });
+    send_signal(waiting.id(), "TERM");
+    let o = finish(waiting, "waiting run");
+    assert_eq!(code(&o), 128 + 15, "{}", stderr(&o));
+    assert!(!second_ran.exists(), "the waiting command must not run");
+    assert_eq!(holders(&c, &key), 3, "the first run's lock is untouched");
+
     fs::write(scratch.file("go"), b"").unwrap();
     let o = finish(first, "first run");
     assert!(status_of(&o).success(), "{}", stderr(&o));

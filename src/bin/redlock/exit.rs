@@ -34,7 +34,8 @@ Exit codes:
   75   the lock is held by another client
   76   run: the lock was lost while the command ran (the command was signalled)
   126  run: the command could not be executed
-  127  run: the command was not found";
+  127  run: the command was not found
+  130  run: SIGINT (143: SIGTERM) while waiting for the lock; the command was not run";
 
 /// A failure: the line printed on stderr (after `redlock: `) and the exit code.
 #[derive(Debug)]
