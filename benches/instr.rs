@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::reference::FanOut;
-use common::{arg, token};
+use common::{arg, runtime, token};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -86,13 +86,4 @@ fn main() {
             std::process::exit(2);
         }
     }
-}
-
-fn runtime(multi: bool) -> tokio::runtime::Runtime {
-    let mut b = if multi {
-        tokio::runtime::Builder::new_multi_thread()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-    };
-    b.enable_all().build().expect("tokio runtime")
 }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::reference::{FanOut, Pipelined};
-use common::{arg, flag, token, us, Samples};
+use common::{arg, flag, runtime, token, us, Samples};
 use redlock_mux::local::LocalCluster;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -146,15 +146,6 @@ where
         }
         (pairs, start.elapsed(), lat, lock)
     })
-}
-
-fn runtime(multi: bool) -> tokio::runtime::Runtime {
-    let mut b = if multi {
-        tokio::runtime::Builder::new_multi_thread()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-    };
-    b.enable_all().build().expect("tokio runtime")
 }
 
 fn flavour(multi: bool) -> &'static str {

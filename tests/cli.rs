@@ -408,6 +408,28 @@ fn sigint_and_sigterm_are_forwarded_and_the_lock_released() {
     }
 }
 
+/// Runs `redlock --ttl 1s run` with `run_args` and a command that starts with `setup`; once
+/// it runs, another client takes the resource over on every node, so the next extension
+/// fails. Returns redlock's output.
+fn run_and_take_over(
+    nodes: &[String],
+    key: &str,
+    scratch: &Scratch,
+    run_args: &[&str],
+    setup: &str,
+) -> Output {
+    let mut cmd = redlock(nodes);
+    cmd.args(["--ttl", "1s", "run", "--resource", key])
+        .args(run_args)
+        .args(shell_until(scratch, setup, ""));
+    let child = cmd.spawn().expect("spawn run");
+    wait_for_file(&scratch.file("ready"), "the command to start");
+    for a in nodes {
+        redis(a, &["SET", key, "someone-else", "PX", "60000"]);
+    }
+    finish(child, "run losing its lock")
+}
+
 #[test]
 fn a_lost_lock_signals_the_command_and_exits_76() {
     let c = cluster(3);
@@ -416,24 +438,7 @@ fn a_lost_lock_signals_the_command_and_exits_76() {
     let scratch = Scratch::new("lost");
     let got = scratch.file("got");
     let trap = format!("trap \"touch '{}'; exit 0\" USR1;", got.display());
-    let mut cmd = redlock(&nodes);
-    cmd.args([
-        "--ttl",
-        "1s",
-        "run",
-        "--resource",
-        &key,
-        "--loss-signal",
-        "USR1",
-    ])
-    .args(shell_until(&scratch, &trap, ""));
-    let child = cmd.spawn().expect("spawn run");
-    wait_for_file(&scratch.file("ready"), "the command to start");
-    // Another client takes the resource over on every node: the next extension fails.
-    for a in &nodes {
-        redis(a, &["SET", &key, "someone-else", "PX", "60000"]);
-    }
-    let o = finish(child, "run losing its lock");
+    let o = run_and_take_over(&nodes, &key, &scratch, &["--loss-signal", "USR1"], &trap);
     assert_eq!(code(&o), 76, "{}", stderr(&o));
     assert!(got.exists(), "the loss signal reached the command");
     assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
@@ -448,23 +453,13 @@ fn a_lost_lock_signals_the_command_and_exits_76() {
     // A command that ignores the loss signal is killed after --kill-after.
     let key = resource("cli-lost-kill");
     let scratch = Scratch::new("lost-kill");
-    let mut cmd = redlock(&nodes);
-    cmd.args([
-        "--ttl",
-        "1s",
-        "run",
-        "--resource",
+    let o = run_and_take_over(
+        &nodes,
         &key,
-        "--kill-after",
-        "200ms",
-    ])
-    .args(shell_until(&scratch, "trap '' TERM;", ""));
-    let child = cmd.spawn().expect("spawn run");
-    wait_for_file(&scratch.file("ready"), "the command to start");
-    for a in &nodes {
-        redis(a, &["SET", &key, "someone-else", "PX", "60000"]);
-    }
-    let o = finish(child, "run whose command ignores SIGTERM");
+        &scratch,
+        &["--kill-after", "200ms"],
+        "trap '' TERM;",
+    );
     assert_eq!(code(&o), 76, "{}", stderr(&o));
     assert!(stderr(&o).contains("killing"), "{}", stderr(&o));
 }

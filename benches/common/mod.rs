@@ -62,3 +62,13 @@ pub fn token() -> String {
     rand::rng().fill_bytes(&mut raw);
     raw.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// A tokio runtime of either flavour, with every driver enabled.
+pub fn runtime(multi: bool) -> tokio::runtime::Runtime {
+    let mut b = if multi {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    b.enable_all().build().expect("tokio runtime")
+}

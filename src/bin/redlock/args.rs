@@ -114,6 +114,16 @@ pub enum Client {
     Async,
 }
 
+impl Client {
+    /// The name as `--client` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Client::Blocking => "blocking",
+            Client::Async => "async",
+        }
+    }
+}
+
 /// Which resources `bench` locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Resources {
@@ -121,6 +131,16 @@ pub enum Resources {
     Distinct,
     /// One resource for all: measures contention (refusals are counted, not retried).
     One,
+}
+
+impl Resources {
+    /// The name as `--resources` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Resources::Distinct => "distinct",
+            Resources::One => "one",
+        }
+    }
 }
 
 /// `redlock bench`.

@@ -77,11 +77,17 @@ pub fn bench(global: &Global, a: &BenchArgs) -> Result<u8, Failure> {
     progress.finish();
     drop(cluster);
 
-    let elapsed = a.duration.as_secs_f64();
+    let report = Report {
+        global,
+        nodes: &nodes,
+        a,
+        rec: &rec,
+        secs: a.duration.as_secs_f64(),
+    };
     if a.json {
-        println!("{}", report_json(global, &nodes, a, &rec, elapsed));
+        println!("{}", report.json());
     } else {
-        print!("{}", report_text(global, &nodes, a, &rec, elapsed));
+        print!("{}", report.text());
     }
     if rec.pairs == 0 && rec.errors > 0 {
         return Err(Failure::new(
@@ -122,14 +128,7 @@ fn run_blocking(
                     .map_err(|e| Failure::os("starting a bench thread", e))
             })
             .collect::<Result<_, _>>()?;
-        let mut total = Recorder::default();
-        for w in workers {
-            let rec = w
-                .join()
-                .map_err(|_| Failure::new(exit::OS, "a bench thread failed"))?;
-            total.merge(&rec);
-        }
-        Ok(total)
+        stats::join(workers, "bench")
     })
 }
 
@@ -294,91 +293,91 @@ impl Progress {
     }
 }
 
-fn header(global: &Global, nodes: &[String], a: &BenchArgs) -> String {
-    format!(
-        "{} client, {} client{} x depth {}, {} resource{}, {} nodes (quorum {}), ttl {}",
-        match a.client {
-            Client::Blocking => "blocking",
-            Client::Async => "async",
-        },
-        a.clients,
-        if a.clients == 1 { "" } else { "s" },
-        a.depth,
-        match a.resources {
-            Resources::Distinct => "distinct",
-            Resources::One => "one contended",
-        },
-        if a.resources == Resources::Distinct {
-            "s"
-        } else {
-            ""
-        },
-        nodes.len(),
-        nodes.len() / 2 + 1,
-        humantime::format_duration(global.ttl),
-    )
+/// What a run measured, and how it was set up: printed for people or as JSON.
+struct Report<'a> {
+    global: &'a Global,
+    nodes: &'a [String],
+    a: &'a BenchArgs,
+    rec: &'a Recorder,
+    secs: f64,
 }
 
-fn report_text(
-    global: &Global,
-    nodes: &[String],
-    a: &BenchArgs,
-    rec: &Recorder,
-    secs: f64,
-) -> String {
-    let mut out = format!(
-        "redlock bench: {}\nmeasured {:.2}s after a {:.2}s warm-up\n",
-        header(global, nodes, a),
-        secs,
-        a.warmup.as_secs_f64()
-    );
-    out += &format!(
+impl Report<'_> {
+    fn header(&self) -> String {
+        let Report {
+            global, nodes, a, ..
+        } = self;
+        format!(
+            "{} client, {} client{} x depth {}, {} resource{}, {} nodes (quorum {}), ttl {}",
+            a.client.name(),
+            a.clients,
+            if a.clients == 1 { "" } else { "s" },
+            a.depth,
+            match a.resources {
+                Resources::Distinct => "distinct",
+                Resources::One => "one contended",
+            },
+            if a.resources == Resources::Distinct {
+                "s"
+            } else {
+                ""
+            },
+            nodes.len(),
+            nodes.len() / 2 + 1,
+            humantime::format_duration(global.ttl),
+        )
+    }
+
+    fn text(&self) -> String {
+        let Report { a, rec, secs, .. } = *self;
+        let mut out = format!(
+            "redlock bench: {}\nmeasured {:.2}s after a {:.2}s warm-up\n",
+            self.header(),
+            secs,
+            a.warmup.as_secs_f64()
+        );
+        out += &format!(
         "  pairs    {:>12}  {:.1}/s\n  refused  {:>12}  (held by another client)\n  errors   {:>12}\n",
         stats::thousands(rec.pairs),
         rec.pairs as f64 / secs,
         stats::thousands(rec.conflicts),
         stats::thousands(rec.errors),
     );
-    if let Some(e) = &rec.first_error {
-        out += &format!("  first error: {e}\n");
-    }
-    out += &format!(
-        "  latency {:>10}{:>10}{:>10}{:>10}{:>10}\n",
-        "p50", "p90", "p99", "p999", "max"
-    );
-    for (name, h) in [
-        ("lock", &rec.lock),
-        ("unlock", &rec.unlock),
-        ("pair", &rec.pair),
-    ] {
-        if !h.is_empty() {
-            out += &format!("  {name:<8}{}\n", stats::row(h));
+        if let Some(e) = &rec.first_error {
+            out += &format!("  first error: {e}\n");
         }
+        out += &format!(
+            "  latency {:>10}{:>10}{:>10}{:>10}{:>10}\n",
+            "p50", "p90", "p99", "p999", "max"
+        );
+        for (name, h) in [
+            ("lock", &rec.lock),
+            ("unlock", &rec.unlock),
+            ("pair", &rec.pair),
+        ] {
+            if !h.is_empty() {
+                out += &format!("  {name:<8}{}\n", stats::row(h));
+            }
+        }
+        out
     }
-    out
-}
 
-fn report_json(
-    global: &Global,
-    nodes: &[String],
-    a: &BenchArgs,
-    rec: &Recorder,
-    secs: f64,
-) -> String {
-    format!(
+    fn json(&self) -> String {
+        let Report {
+            global,
+            nodes,
+            a,
+            rec,
+            secs,
+        } = *self;
+        format!(
         "{{\"client\":\"{}\",\"clients\":{},\"depth\":{},\"resources\":\"{}\",\"nodes\":{},\"ttl_ms\":{},\
          \"warmup_s\":{:.3},\"duration_s\":{secs:.3},\"pairs\":{},\"pairs_per_sec\":{:.1},\
          \"conflicts\":{},\"errors\":{},\"first_error\":{},\"lock\":{},\"unlock\":{},\"pair\":{}}}",
-        match a.client {
-            Client::Blocking => "blocking",
-            Client::Async => "async",
-        },
+        a.client.name(),
         a.clients,
         a.depth,
-        match a.resources {
-            Resources::Distinct => "distinct",
-            Resources::One => "one",
-        },
+        a.resources.name(),
         nodes.len(),
         global.ttl.as_millis(),
         a.warmup.as_secs_f64(),
@@ -391,4 +390,5 @@ fn report_json(
         stats::json(&rec.unlock),
         stats::json(&rec.pair),
     )
+    }
 }

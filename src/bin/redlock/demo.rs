@@ -66,14 +66,7 @@ pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
                 paused_for = Some((paused_at - start, paused_at.elapsed()));
             }
         }
-        let mut total = Recorder::default();
-        for w in workers {
-            let rec = w
-                .join()
-                .map_err(|_| Failure::new(exit::OS, "a demo thread failed"))?;
-            total.merge(&rec);
-        }
-        Ok(total)
+        stats::join(workers, "demo")
     })?;
     let elapsed = start.elapsed();
 

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+use crate::exit::{self, Failure};
+
 /// The largest latency recorded as itself; anything slower is recorded as this.
 const MAX_US: u64 = 60_000_000;
 
@@ -87,6 +89,21 @@ impl Recorder {
             self.first_error.clone_from(&other.first_error);
         }
     }
+}
+
+/// Waits for every worker thread and adds up what they saw.
+pub fn join(
+    workers: Vec<std::thread::ScopedJoinHandle<'_, Recorder>>,
+    what: &str,
+) -> Result<Recorder, Failure> {
+    let mut total = Recorder::default();
+    for w in workers {
+        let rec = w
+            .join()
+            .map_err(|_| Failure::new(exit::OS, format!("a {what} thread failed")))?;
+        total.merge(&rec);
+    }
+    Ok(total)
 }
 
 /// The quantiles reported, with their labels.
