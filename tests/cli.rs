@@ -347,21 +347,23 @@ fn run_excludes_a_second_run_of_the_same_resource() {
     assert!(!second_ran.exists(), "the second command must not run");
 
     // A run still waiting for the lock gives up on SIGTERM, without running its command.
-    let connections = || {
-        let list = redis(&nodes[0], &["CLIENT", "LIST"]);
-        let text = list.as_bytes().expect("CLIENT LIST is a string");
-        String::from_utf8_lossy(text).lines().count()
+    // How many SETs node 0 has run: the waiting run's attempts are the only ones now.
+    let sets = || {
+        let info = redis(&nodes[0], &["INFO", "commandstats"]);
+        let text = String::from_utf8_lossy(info.as_bytes().expect("INFO is a string")).into_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().expect("a count"))
     };
-    let before = connections();
+    let before = sets();
     let mut waiting = redlock(&nodes);
     waiting
         .args(["run", "--resource", &key, "--wait", "60s", "--", "touch"])
         .arg(&second_ran);
     let waiting = waiting.spawn().expect("spawn waiting run");
-    // Its connections appear once it is in its first round, after its signal handlers are in.
-    wait_until(LIMIT, "the waiting run to connect", || {
-        connections() > before
-    });
+    // Its first SET comes after its signal handlers are in.
+    wait_until(LIMIT, "the waiting run's first attempt", || sets() > before);
     send_signal(waiting.id(), "TERM");
     let o = finish(waiting, "waiting run");
     assert_eq!(code(&o), 128 + 15, "{}", stderr(&o));
