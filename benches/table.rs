@@ -161,9 +161,9 @@ enum Client {
     Reference {
         addrs: Vec<String>,
     },
+    /// One `Redlock` shared by every caller thread.
     MuxBlocking {
-        addrs: Vec<String>,
-        pool: Vec<redlock_mux::Redlock>,
+        client: redlock_mux::Redlock,
     },
     MuxAsync {
         rt: tokio::runtime::Runtime,
@@ -193,8 +193,11 @@ impl Client {
                 addrs: addrs.clone(),
             },
             Client::MuxBlocking {
-                addrs: addrs.clone(),
-                pool: Vec::new(),
+                client: redlock_mux::Redlock::builder()
+                    .nodes(&addrs)
+                    .node_timeout(Duration::from_millis(500))
+                    .build()
+                    .expect("blocking client"),
             },
         ];
         for multi in [true, false] {
@@ -234,7 +237,9 @@ impl Client {
             Client::Reference { .. } => {
                 format!("reference: pipelined (1 thread, batches of {callers})")
             }
-            Client::MuxBlocking { .. } => "**redlock-mux blocking** (a client per thread)".into(),
+            Client::MuxBlocking { .. } => {
+                "**redlock-mux blocking** (threads sharing one Redlock)".into()
+            }
             Client::MuxAsync { multi, .. } => {
                 format!("**redlock-mux async** ({})", flavour(*multi))
             }
@@ -296,19 +301,9 @@ impl Client {
                 // The pipeline has no separate acquisition latency: its lock column is blank.
                 (pairs, start.elapsed(), lat, Samples::default())
             }
-            Client::MuxBlocking { addrs, pool } => {
-                while pool.len() < callers {
-                    pool.push(
-                        redlock_mux::Redlock::builder()
-                            .nodes(&*addrs)
-                            .node_timeout(Duration::from_millis(500))
-                            .build()
-                            .expect("blocking client"),
-                    );
-                }
-                let pool = &*pool;
-                threads(callers, slice, tag, &|t, key| {
-                    let c = &pool[t];
+            Client::MuxBlocking { client } => {
+                let c = &*client;
+                threads(callers, slice, tag, &|_, key| {
                     let t0 = Instant::now();
                     let lock = c.lock(key, TTL).expect("mux lock");
                     let took = t0.elapsed();

@@ -11,6 +11,7 @@
 //! until `WouldBlock`, and every write goes on until the buffer is empty or `WouldBlock`.
 
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -26,14 +27,18 @@ use crate::quorum::{Decision, Round};
 use crate::script::is_noscript_reply;
 use crate::Token;
 
+/// The most operations one round carries: callers beyond wait for the next round.
+const MAX_BATCH: usize = 128;
+
 /// A Redlock client that blocks the calling thread: the lowest-latency way to take a lock
 /// from synchronous code.
 ///
-/// `Redlock` is `Send + Sync`. It owns one connection per node and one poller; an operation
-/// needs them all for its round, so concurrent callers take turns (a mutex guards the
-/// connections; it is not held while `lock` sleeps between tries). A thread that needs locks
-/// in parallel with others should have a `Redlock` of its own, or use the async client, which
-/// pipelines concurrent callers over shared connections.
+/// `Redlock` is `Send + Sync`. It owns one connection per node and one poller, and threads can
+/// share it: an operation that finds another caller's round in progress queues its command,
+/// and whichever caller runs the next round takes every queued command along, written in the
+/// same pass down the same connections and tallied side by side. Callers sharing a client
+/// are thus pipelined, as the async client pipelines its tasks; nothing is held while `lock`
+/// sleeps between tries.
 ///
 /// # Examples
 /// ```no_run
@@ -51,6 +56,60 @@ use crate::Token;
 pub struct Redlock {
     config: Config,
     driver: Mutex<Driver>,
+    /// Operations of callers that found the driver busy, for the next holder to run in its
+    /// batch, and the results of those run by another caller.
+    queue: Mutex<Queue>,
+    /// The most operations one round has carried (see `largest_batch`).
+    largest_batch: AtomicUsize,
+}
+
+/// Who runs the driver, and what waits for it.
+#[derive(Default)]
+struct Queue {
+    /// A caller is running a round; the others queue their operations for the next one.
+    busy: bool,
+    next_ticket: u64,
+    waiting: Vec<Request>,
+    /// Rounds run for a caller by another, until their caller collects them.
+    done: Vec<(u64, Round, Instant)>,
+}
+
+/// Ends a caller's turn at the driver when dropped: `busy` off, and the caller of the first
+/// operation still waiting woken to run the next round.
+struct EndTurn<'a>(&'a Redlock);
+
+impl Drop for EndTurn<'_> {
+    fn drop(&mut self) {
+        let mut q = self.0.queue();
+        q.busy = false;
+        // Operations still waiting: the first one's caller runs the next round.
+        if let Some(next) = q.waiting.first() {
+            next.caller.unpark();
+        }
+    }
+}
+
+/// A queued operation, owning what its command borrows.
+struct Request {
+    ticket: u64,
+    /// Its caller, parked until the result is in or its turn to run a round comes.
+    caller: std::thread::Thread,
+    kind: OpKind,
+    resource: Box<[u8]>,
+    token: Token,
+    ttl_ms: u64,
+    fail_fast: bool,
+}
+
+impl Request {
+    fn command(&self) -> Command<'_> {
+        Command {
+            kind: self.kind,
+            resource: &self.resource,
+            token: &self.token,
+            ttl_ms: self.ttl_ms,
+        }
+    }
 }
 
 impl std::fmt::Debug for Redlock {
@@ -94,6 +153,8 @@ impl Redlock {
         Ok(Redlock {
             config,
             driver: Mutex::new(driver),
+            queue: Mutex::new(Queue::default()),
+            largest_batch: AtomicUsize::new(0),
         })
     }
 
@@ -113,10 +174,138 @@ impl Redlock {
             .sum()
     }
 
+    /// The most operations a single round has written and tallied together: above 1 once
+    /// callers sharing this client have been pipelined. For tests and diagnostics.
+    #[doc(hidden)]
+    pub fn largest_batch(&self) -> usize {
+        self.largest_batch.load(Ordering::Relaxed)
+    }
+
     fn driver(&self) -> MutexGuard<'_, Driver> {
         // The driver's state is consistent between operations whatever happened in another
         // caller's, so a poisoned mutex is safe to use.
         self.driver.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // The queue is only pushed to and taken from whole: poison leaves it consistent.
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs one round of `cmd`: at once if no round is running, else queued for the caller
+    /// that runs the next one (which may be this caller). Returns the tally and the instant
+    /// read before the round's first write.
+    fn submit(&self, cmd: Command<'_>, fail_fast: bool) -> (Round, Instant) {
+        let mut q = self.queue();
+        if !q.busy && q.waiting.is_empty() {
+            // Nobody runs a round and nobody waits: run this one, alone unless others queue
+            // up before it starts.
+            q.busy = true;
+            drop(q);
+            let own = self.run_batch(Some((cmd, fail_fast)));
+            return own.unwrap_or_else(|| self.unanswered());
+        }
+        let ticket = q.next_ticket;
+        q.next_ticket += 1;
+        q.waiting.push(Request {
+            ticket,
+            kind: cmd.kind,
+            caller: std::thread::current(),
+            resource: cmd.resource.into(),
+            token: *cmd.token,
+            ttl_ms: cmd.ttl_ms,
+            fail_fast,
+        });
+        loop {
+            if let Some(pos) = q.done.iter().position(|(t, ..)| *t == ticket) {
+                let (_, round, t1) = q.done.swap_remove(pos);
+                return (round, t1);
+            }
+            if !q.busy {
+                // The round before has ended and ours is still waiting: run it, with every
+                // other waiting request.
+                q.busy = true;
+                drop(q);
+                self.run_batch(None);
+                q = self.queue();
+                continue;
+            }
+            // Unparked when the result is in, or when the round ends with ours still
+            // waiting (a wake-up that came before the park makes it return at once).
+            drop(q);
+            std::thread::park();
+            q = self.queue();
+        }
+    }
+
+    /// A round in which no node was asked (for a result that cannot be missing).
+    fn unanswered(&self) -> (Round, Instant) {
+        let cfg = &self.config;
+        let mut round = Round::new(cfg.nodes.len(), cfg.quorum, false);
+        round.close(|_| NodeOutcome::Undecided);
+        (round, Instant::now())
+    }
+
+    /// Runs `own` (the caller's operation, unless it is queued) with the queued requests (up
+    /// to [`MAX_BATCH`] in all) in one round, leaves their results in `done` and wakes their
+    /// callers, ends the turn, and returns the round of `own`. Called by the caller that set
+    /// `busy`.
+    fn run_batch(&self, own: Option<(Command<'_>, bool)>) -> Option<(Round, Instant)> {
+        // Ends the turn however this returns, so that a waiter is never left asleep.
+        let _turn = EndTurn(self);
+        let cfg = &self.config;
+        // Only the caller that set `busy` gets here, so this lock is never contended.
+        let mut driver = self.driver();
+        let requests: Vec<Request> = {
+            let mut q = self.queue();
+            let room = MAX_BATCH - usize::from(own.is_some());
+            if q.waiting.len() <= room {
+                std::mem::take(&mut q.waiting)
+            } else {
+                // The rest wait for the next round, which one of their callers runs.
+                q.waiting.drain(..room).collect()
+            }
+        };
+        let (mine, t1, rounds) = if let (Some((cmd, fail_fast)), true) = (own, requests.is_empty())
+        {
+            // Alone: a batch of one, on the stack.
+            let mut jobs = [Job::new(cfg, cmd, fail_fast)];
+            let t1 = driver.run(cfg, &mut jobs);
+            let [job] = jobs;
+            (Some(job.round), t1, Vec::new())
+        } else {
+            let mut jobs: Vec<Job<'_>> = own
+                .iter()
+                .map(|&(cmd, fail_fast)| Job::new(cfg, cmd, fail_fast))
+                .chain(
+                    requests
+                        .iter()
+                        .map(|r| Job::new(cfg, r.command(), r.fail_fast)),
+                )
+                .collect();
+            self.largest_batch.fetch_max(jobs.len(), Ordering::Relaxed);
+            let t1 = driver.run(cfg, &mut jobs);
+            let mut rounds: Vec<Round> = jobs.into_iter().map(|j| j.round).collect();
+            let mine = if own.is_some() {
+                Some(rounds.remove(0))
+            } else {
+                None
+            };
+            (mine, t1, rounds)
+        };
+        drop(driver);
+        let mut q = self.queue();
+        q.done.extend(
+            requests
+                .iter()
+                .zip(rounds)
+                .map(|(r, round)| (r.ticket, round, t1)),
+        );
+        drop(q);
+        for r in &requests {
+            r.caller.unpark();
+        }
+        mine.map(|round| (round, t1))
     }
 
     /// Acquires `resource` for `ttl`, retrying up to the configured number of tries with a
@@ -153,8 +342,7 @@ impl Redlock {
             ttl_ms,
         };
         let cfg = &self.config;
-        let mut driver = self.driver();
-        let (round, t1) = driver.round(cfg, &cmd, cfg.fail_fast);
+        let (round, t1) = self.submit(cmd, cfg.fail_fast);
         match op::acquired(cfg, &round, t1, Instant::now(), ttl) {
             Ok(validity) => Ok(Lock {
                 resource: resource.to_owned(),
@@ -167,7 +355,7 @@ impl Redlock {
                     kind: OpKind::Release,
                     ..cmd
                 };
-                driver.round(cfg, &release, false);
+                self.submit(release, false);
                 Err(e)
             }
         }
@@ -186,7 +374,7 @@ impl Redlock {
             ttl_ms: 0,
         };
         let cfg = &self.config;
-        let (round, _) = self.driver().round(cfg, &cmd, cfg.fail_fast);
+        let (round, _) = self.submit(cmd, cfg.fail_fast);
         op::confirmed(cfg, &round)
     }
 
@@ -209,7 +397,7 @@ impl Redlock {
             ttl_ms,
         };
         let cfg = &self.config;
-        let (round, t1) = self.driver().round(cfg, &cmd, cfg.fail_fast);
+        let (round, t1) = self.submit(cmd, cfg.fail_fast);
         op::confirmed(cfg, &round)?;
         let validity = op::validity_after(cfg, t1, Instant::now(), ttl)?;
         lock.valid_until = t1 + validity;
@@ -236,11 +424,32 @@ struct Node {
     deadline: Instant,
 }
 
-/// The round in progress, for the event handler.
-struct Current<'a, 'b> {
+/// One operation of a batch: its command and the round that tallies it.
+struct Job<'a> {
+    /// Given when the batch starts; replies carry it back.
     id: u64,
-    cmd: &'a Command<'b>,
-    round: &'a mut Round,
+    cmd: Command<'a>,
+    round: Round,
+    /// A reply was `NOSCRIPT`: the `EVAL` form goes to the nodes still pending.
+    noscript: bool,
+}
+
+impl<'a> Job<'a> {
+    fn new(cfg: &Config, cmd: Command<'a>, fail_fast: bool) -> Job<'a> {
+        Job {
+            id: 0,
+            cmd,
+            round: Round::new(cfg.nodes.len(), cfg.quorum, fail_fast),
+            noscript: false,
+        }
+    }
+}
+
+/// Records `outcome` for node `i` in every job still waiting for it.
+fn record_all(jobs: &mut [Job<'_>], i: usize, outcome: &NodeOutcome) {
+    for job in jobs.iter_mut().filter(|j| j.round.is_pending(i)) {
+        job.round.record(i, outcome.clone());
+    }
 }
 
 impl Driver {
@@ -256,7 +465,9 @@ impl Driver {
                     addr: addr.clone(),
                     sock: None,
                     connecting: None,
-                    conn: Conn::new(MAX_OWED),
+                    // A round owes up to two replies per operation (the fallback's), beside
+                    // what a slow node still owes from rounds before.
+                    conn: Conn::new(MAX_OWED + 2 * MAX_BATCH),
                     deadline: now,
                 })
                 .collect(),
@@ -265,64 +476,72 @@ impl Driver {
         })
     }
 
-    /// Runs one round of `cmd` on every node. Returns the tally and the instant read before
-    /// the first write.
-    fn round(&mut self, cfg: &Config, cmd: &Command<'_>, fail_fast: bool) -> (Round, Instant) {
+    /// Runs one round of every job's command on every node, the commands written in one pass
+    /// and tallied as their replies arrive, until every round is decided or its nodes' time
+    /// is up. Returns the instant read before the first write.
+    fn run(&mut self, cfg: &Config, jobs: &mut [Job<'_>]) -> Instant {
         // Take in whatever happened since the last round (late replies, closed connections),
         // so that a node that went away is reconnected now rather than failing this round.
-        self.pump(Some(Duration::ZERO), None);
+        self.pump(Some(Duration::ZERO), &mut []);
 
-        let id = self.next_op;
-        self.next_op += 1;
-        let mut round = Round::new(self.nodes.len(), cfg.quorum, fail_fast);
+        for job in jobs.iter_mut() {
+            job.id = self.next_op;
+            self.next_op += 1;
+        }
         let t1 = Instant::now();
         let deadline = t1 + cfg.node_timeout;
         for (i, node) in self.nodes.iter_mut().enumerate() {
-            let sent = node
-                .ensure_connected(&self.poll, i, t1, stale_after(cfg.node_timeout))
-                .and_then(|()| {
+            let mut sent = node.ensure_connected(&self.poll, i, t1, stale_after(cfg.node_timeout));
+            for job in jobs.iter() {
+                sent = sent.and_then(|()| {
                     node.conn
-                        .queue(Tag { id, eval: false }, t1, |b| cmd.encode(b, false))
+                        .queue(
+                            Tag {
+                                id: job.id,
+                                eval: false,
+                            },
+                            t1,
+                            |b| job.cmd.encode(b, false),
+                        )
                         .map_err(|(e, _)| node.fail(t1, &e.outcome()))
-                })
-                .and_then(|()| node.flush(t1));
+                });
+            }
+            let sent = sent.and_then(|()| node.flush(t1));
             node.deadline = deadline;
             if let Err(outcome) = sent {
-                round.record(i, outcome);
+                record_all(jobs, i, &outcome);
             }
         }
         loop {
-            if round.decision() != Decision::Open {
+            if jobs.iter().all(|j| j.round.decision() != Decision::Open) {
                 break;
             }
             let now = Instant::now();
             let mut next: Option<Instant> = None;
             for (i, node) in self.nodes.iter().enumerate() {
-                if round.is_pending(i) {
+                let pending = jobs.iter().any(|j| j.round.is_pending(i));
+                if pending {
                     if now >= node.deadline {
-                        round.record(i, NodeOutcome::Timeout);
+                        record_all(jobs, i, &NodeOutcome::Timeout);
                     } else {
                         next = Some(next.map_or(node.deadline, |n| n.min(node.deadline)));
                     }
                 }
             }
             let Some(next) = next else { break };
-            if round.decision() != Decision::Open {
+            if jobs.iter().all(|j| j.round.decision() != Decision::Open) {
                 break;
             }
-            let current = Current {
-                id,
-                cmd,
-                round: &mut round,
-            };
-            self.pump(Some(next - now), Some(current));
+            self.pump(Some(next - now), jobs);
         }
-        round.close(|_| NodeOutcome::Undecided);
-        (round, t1)
+        for job in jobs.iter_mut() {
+            job.round.close(|_| NodeOutcome::Undecided);
+        }
+        t1
     }
 
     /// Waits up to `timeout` for readiness and handles every event.
-    fn pump(&mut self, timeout: Option<Duration>, mut current: Option<Current<'_, '_>>) {
+    fn pump(&mut self, timeout: Option<Duration>, jobs: &mut [Job<'_>]) {
         let Driver {
             poll,
             events,
@@ -336,42 +555,32 @@ impl Driver {
             Err(e) => {
                 // The poller itself failed: nothing can be waited on. Fail every node still
                 // owing an answer rather than spin.
-                if let Some(cur) = current.as_mut() {
-                    for i in 0..nodes.len() {
-                        if cur.round.is_pending(i) {
-                            cur.round.record(i, NodeOutcome::Io(e.kind()));
-                        }
-                    }
+                for i in 0..nodes.len() {
+                    record_all(jobs, i, &NodeOutcome::Io(e.kind()));
                 }
                 return;
             }
         }
         let now = Instant::now();
-        let mut noscript = false;
         for event in events.iter() {
             let i = event.token().0;
             let Some(node) = nodes.get_mut(i) else {
                 continue;
             };
-            let result = node.on_event(event, now, scratch, current.as_mut(), i);
-            match result {
-                Ok(seen) => noscript |= seen,
-                Err(outcome) => {
-                    if let Some(cur) = current.as_mut() {
-                        cur.round.record(i, outcome);
-                    }
-                }
+            if let Err(outcome) = node.on_event(event, now, scratch, jobs, i) {
+                record_all(jobs, i, &outcome);
             }
         }
-        if let (true, Some(cur)) = (noscript, current) {
-            for j in cur.round.fallback_targets() {
+        for job in jobs.iter_mut().filter(|j| j.noscript) {
+            job.noscript = false;
+            for j in job.round.fallback_targets() {
                 let node = &mut nodes[j];
-                let cmd = cur.cmd;
+                let cmd = job.cmd;
                 let sent = node
                     .conn
                     .queue(
                         Tag {
-                            id: cur.id,
+                            id: job.id,
                             eval: true,
                         },
                         now,
@@ -380,7 +589,7 @@ impl Driver {
                     .map_err(|(e, _): (ConnError, Tag)| node.fail(now, &e.outcome()))
                     .and_then(|()| node.flush(now));
                 if let Err(outcome) = sent {
-                    cur.round.record(j, outcome);
+                    job.round.record(j, outcome);
                 }
             }
         }
@@ -462,25 +671,25 @@ impl Node {
         Ok(())
     }
 
-    /// Handles one readiness event. `Ok(true)` when a reply of the current round was
-    /// `NOSCRIPT`, so that the caller sends the fallback.
+    /// Handles one readiness event; a job whose reply was `NOSCRIPT` is marked for the
+    /// fallback.
     fn on_event(
         &mut self,
         event: &mio::event::Event,
         now: Instant,
         scratch: &mut [u8],
-        mut current: Option<&mut Current<'_, '_>>,
+        jobs: &mut [Job<'_>],
         i: usize,
-    ) -> Result<bool, NodeOutcome> {
+    ) -> Result<(), NodeOutcome> {
         let writable = event.is_writable();
         let closing = event.is_read_closed() || event.is_error();
         let readable = event.is_readable() || closing;
         let Some(sock) = self.sock.as_mut() else {
-            return Ok(false);
+            return Ok(());
         };
         if self.connecting.is_some() {
             if !(writable || readable) {
-                return Ok(false);
+                return Ok(());
             }
             match sock.take_error() {
                 Ok(Some(e)) | Err(e) => return Err(self.fail(now, &NodeOutcome::Io(e.kind()))),
@@ -488,7 +697,7 @@ impl Node {
             }
             match sock.peer_addr() {
                 Ok(_) => self.connecting = None,
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
                 Err(e) => return Err(self.fail(now, &NodeOutcome::Io(e.kind()))),
             }
             self.flush(now)?;
@@ -496,59 +705,55 @@ impl Node {
             self.flush(now)?;
         }
         if !readable {
-            return Ok(false);
+            return Ok(());
         }
-        let mut noscript = false;
         loop {
             let Some(sock) = self.sock.as_mut() else {
-                return Ok(noscript);
+                return Ok(());
             };
             match sock.read(scratch) {
                 Ok(0) => {
                     // Replies that arrived before the close still count.
-                    self.take_replies(now, current.as_deref_mut(), i)?;
+                    self.take_replies(now, jobs, i)?;
                     return Err(self.fail(now, &NodeOutcome::Io(io::ErrorKind::UnexpectedEof)));
                 }
                 Ok(n) => {
                     self.conn.received(&scratch[..n]);
-                    noscript |= self.take_replies(now, current.as_deref_mut(), i)?;
+                    self.take_replies(now, jobs, i)?;
                     // A short read emptied the socket's receive queue: bytes that arrive
                     // later raise a new edge, so the read that would only say WouldBlock is
                     // skipped. Not when the peer is closing: the end of stream is read now.
                     if n < scratch.len() && !closing {
-                        return Ok(noscript);
+                        return Ok(());
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(noscript),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.fail(now, &NodeOutcome::Io(e.kind()))),
             }
         }
     }
 
-    /// Decodes every whole reply received, gives those of the current round their verdict, and
-    /// drops the late ones. `Ok(true)` when one of the current round's was `NOSCRIPT`.
+    /// Decodes every whole reply received, gives those of the batch's jobs their verdict, and
+    /// drops the late ones. A job whose reply was `NOSCRIPT` is marked for the fallback.
     fn take_replies(
         &mut self,
         now: Instant,
-        mut current: Option<&mut Current<'_, '_>>,
+        jobs: &mut [Job<'_>],
         i: usize,
-    ) -> Result<bool, NodeOutcome> {
-        let mut noscript = false;
+    ) -> Result<(), NodeOutcome> {
         loop {
             let (owner, frame) = match self.conn.next_reply() {
                 Ok(Some(r)) => r,
-                Ok(None) => return Ok(noscript),
+                Ok(None) => return Ok(()),
                 Err(e) => return Err(self.fail(now, &e.outcome())),
             };
             let Tag { id, eval } = owner;
-            match current.as_deref_mut() {
-                Some(cur) if id == cur.id && cur.round.is_pending(i) => {
-                    match cur.cmd.judge(&frame, eval) {
-                        Verdict::Outcome(o) => cur.round.record(i, o),
-                        Verdict::NoScript => noscript = true,
-                    }
-                }
+            match jobs.iter_mut().find(|j| j.id == id) {
+                Some(job) if job.round.is_pending(i) => match job.cmd.judge(&frame, eval) {
+                    Verdict::Outcome(o) => job.round.record(i, o),
+                    Verdict::NoScript => job.noscript = true,
+                },
                 _ => {
                     // A late reply: dropped. If it says the scripts are gone, load them again
                     // so that the next operation's EVALSHA finds them.

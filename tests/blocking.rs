@@ -68,3 +68,75 @@ fn clients_are_send_and_sync() {
         t.join().unwrap();
     }
 }
+
+#[test]
+fn threads_sharing_a_client_are_pipelined_in_one_round() {
+    use std::sync::Barrier;
+    use std::time::Duration;
+    let c = support::cluster(5);
+    let client = support::builder(&c).build().unwrap();
+    let threads = 16;
+    let start = Barrier::new(threads);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (client, start) = (&client, &start);
+            s.spawn(move || {
+                start.wait();
+                for i in 0..50 {
+                    let key = support::resource(&format!("piped:{t}:{i}"));
+                    let lock = client.lock(&key, Duration::from_secs(10)).unwrap();
+                    assert!(lock.validity() > Duration::from_secs(9));
+                    client.unlock(&lock).unwrap();
+                }
+            });
+        }
+    });
+    assert!(
+        client.largest_batch() > 1,
+        "16 threads on one client: some rounds must carry several callers' commands"
+    );
+    // Every key was released: nothing of the 800 pairs is left on any node.
+    for addr in c.addrs() {
+        match redis(&addr, &["DBSIZE"]) {
+            redlock_mux::resp::Frame::Integer(n) => assert_eq!(n, 0, "{addr}"),
+            other => panic!("DBSIZE: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn threads_sharing_a_client_exclude_each_other() {
+    use std::time::Duration;
+    let c = support::cluster(5);
+    let client = support::builder(&c).build().unwrap();
+    let checker = support::checker::Checker::new();
+    let key = support::resource("shared-contended");
+    let acquired = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let (client, checker, key, acquired) = (&client, &checker, &key, &acquired);
+            s.spawn(move || {
+                for _ in 0..100 {
+                    match client.try_lock(key, Duration::from_secs(10)) {
+                        Ok(lock) => {
+                            let section = checker.enter(t, lock.valid_until());
+                            std::thread::sleep(Duration::from_micros(200));
+                            checker.leave(section);
+                            client.unlock(&lock).unwrap();
+                            acquired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Err(redlock_mux::Error::Conflict { .. }) => {}
+                        Err(e) => panic!("thread {t}: {e}"),
+                    }
+                }
+            });
+        }
+    });
+    assert!(acquired.into_inner() > 0, "someone got the lock");
+    assert!(checker.overlaps().is_empty(), "{:?}", checker.overlaps());
+    assert_eq!(checker.detector_hits(), 0);
+    assert!(
+        client.largest_batch() > 1,
+        "contenders were pipelined together"
+    );
+}

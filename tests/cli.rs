@@ -469,7 +469,7 @@ fn a_lost_lock_signals_the_command_and_exits_76() {
 #[test]
 fn bench_reports_pairs_and_percentiles_as_json() {
     let c = cluster(3);
-    for (client, depth) in [("blocking", "1"), ("async", "4")] {
+    for (client, depth) in [("blocking", "4"), ("async", "4")] {
         let mut cmd = redlock(&c.addrs());
         cmd.args([
             "bench",
@@ -500,8 +500,8 @@ fn bench_reports_pairs_and_percentiles_as_json() {
         }
     }
     let mut cmd = redlock(&c.addrs());
-    cmd.args(["bench", "--client", "blocking", "--depth", "2"]);
-    assert_fails(&output(cmd, "bench blocking depth 2"), 2, "--depth");
+    cmd.args(["bench", "--client", "blocking", "--depth", "0"]);
+    assert_fails(&output(cmd, "bench blocking depth 0"), 2, "--depth");
 }
 
 #[test]

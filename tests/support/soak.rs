@@ -115,8 +115,13 @@ pub fn run(cfg: &SoakConfig) -> Report {
         .retry(3, Duration::from_millis(10));
 
     let mut handles = Vec::new();
+    // Threads share clients two by two, so that rounds carrying two callers' commands (the
+    // blocking client's pipelining) run under the faults too.
+    let shared: Vec<Arc<redlock_mux::Redlock>> = (0..cfg.threads.div_ceil(2))
+        .map(|_| Arc::new(builder.clone().build().unwrap()))
+        .collect();
     for t in 0..cfg.threads {
-        let client = builder.clone().build().unwrap();
+        let client = shared[t / 2].clone();
         let (checker, stop, failed, latencies, stalls) = (
             checker.clone(),
             stop.clone(),

@@ -108,7 +108,7 @@ pub struct UnlockArgs {
 /// Which client `bench` drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Client {
-    /// `Redlock`: one thread per client, one operation at a time.
+    /// `Redlock`: `--depth` threads per client, sharing it.
     Blocking,
     /// `AsyncRedlock` on a multi-thread tokio runtime: `--depth` operations in flight per client.
     Async,
@@ -161,7 +161,8 @@ pub struct BenchArgs {
     /// Distinct resources per worker, or one contended resource.
     #[arg(long, value_enum, default_value_t = Resources::Distinct)]
     pub resources: Resources,
-    /// Operations in flight per client, pipelined on its connections (async client only).
+    /// Operations in flight per client, pipelined on its connections (tasks for the async
+    /// client, threads for the blocking one).
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
     /// Print one JSON object instead of the table.

@@ -32,12 +32,6 @@ pub fn bench(global: &Global, a: &BenchArgs) -> Result<u8, Failure> {
             "--clients and --depth must be at least 1",
         ));
     }
-    if a.client == Client::Blocking && a.depth > 1 {
-        return Err(Failure::new(
-            exit::USAGE,
-            "--depth above 1 needs --client async (a blocking client has one operation in flight)",
-        ));
-    }
     let (nodes, cluster) = nodes_or_local(global)?;
     if cluster.is_some() && !a.json {
         eprintln!(
@@ -101,7 +95,8 @@ pub fn bench(global: &Global, a: &BenchArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// One thread per client, each with its own `Redlock`.
+/// `--depth` threads per client sharing its `Redlock`, whose rounds carry their operations
+/// together.
 fn run_blocking(
     global: &Global,
     nodes: &[String],
@@ -114,16 +109,16 @@ fn run_blocking(
         .map(|_| global.blocking(nodes))
         .collect::<Result<Vec<_>, _>>()?;
     let ttl = global.ttl;
+    let clients = &clients;
     std::thread::scope(|s| {
-        let workers: Vec<_> = clients
-            .into_iter()
-            .enumerate()
-            .map(|(i, redlock)| {
-                let name = resource(i, 0);
+        let workers: Vec<_> = (0..a.clients)
+            .flat_map(|c| (0..a.depth).map(move |slot| (c, slot)))
+            .map(|(c, slot)| {
+                let name = resource(c, slot);
                 std::thread::Builder::new()
-                    .name(format!("bench-{i}"))
+                    .name(format!("bench-{c}-{slot}"))
                     .spawn_scoped(s, move || {
-                        blocking_worker(&redlock, &name, ttl, clock, done)
+                        blocking_worker(&clients[c], &name, ttl, clock, done)
                     })
                     .map_err(|e| Failure::os("starting a bench thread", e))
             })
