@@ -27,7 +27,7 @@ pub fn run(global: &Global, a: &RunArgs) -> Result<u8, Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::os("starting the runtime", e))?;
-    rt.block_on(async {
+    let code = rt.block_on(async {
         let mut signals =
             Signals::new().map_err(|e| Failure::os("installing signal handlers", e))?;
         let redlock = global.async_client(&nodes)?;
@@ -45,7 +45,12 @@ pub fn run(global: &Global, a: &RunArgs) -> Result<u8, Failure> {
         };
         let guard = acquired.map_err(|e| Failure::lock(&format!("lock {:?}", a.resource), &e))?;
         supervise(guard, &mut signals, a).await
-    })
+    });
+    // Everything that matters has been answered (the release included); what is left (idle
+    // connections, the driver task) goes with the process, without waiting for an orderly
+    // shutdown.
+    rt.shutdown_background();
+    code
 }
 
 /// Acquires with the configured retries, or, given `wait`, with as many rounds as fit in it.
@@ -118,7 +123,8 @@ async fn supervise(guard: LockGuard, signals: &mut Signals, a: &RunArgs) -> Resu
     };
     let status = status.map_err(|e| Failure::os("waiting for the command", e))?;
     if lost {
-        drop(guard);
+        // Whatever of it is still ours on some nodes is freed now rather than at its ttl.
+        let _ = guard.release().await;
         return Ok(exit::LOST);
     }
     if let Err(e) = guard.release().await {
