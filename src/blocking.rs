@@ -294,16 +294,18 @@ impl Redlock {
             (mine, t1, rounds)
         };
         drop(driver);
-        let mut q = self.queue();
-        q.done.extend(
-            requests
-                .iter()
-                .zip(rounds)
-                .map(|(r, round)| (r.ticket, round, t1)),
-        );
-        drop(q);
-        for r in &requests {
-            r.caller.unpark();
+        if !requests.is_empty() {
+            let mut q = self.queue();
+            q.done.extend(
+                requests
+                    .iter()
+                    .zip(rounds)
+                    .map(|(r, round)| (r.ticket, round, t1)),
+            );
+            drop(q);
+            for r in &requests {
+                r.caller.unpark();
+            }
         }
         mine.map(|round| (round, t1))
     }
