@@ -19,12 +19,11 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token as MioToken};
 
 use crate::config::{Builder, Config, NodeAddr};
-use crate::conn::{stale_after, Conn, ConnError, Tag, CONNECT_TIMEOUT, MAX_OWED};
+use crate::conn::{stale_after, Conn, CONNECT_TIMEOUT, MAX_OWED};
 use crate::error::{Error, NodeOutcome};
 use crate::lock::Lock;
-use crate::op::{self, Command, Next, OpKind, Retry, Verdict};
+use crate::op::{self, Command, Next, OpKind, Retry};
 use crate::quorum::{Decision, Round};
-use crate::script::is_noscript_reply;
 use crate::Token;
 
 /// The most operations one round carries: callers beyond wait for the next round.
@@ -422,7 +421,8 @@ struct Node {
     sock: Option<TcpStream>,
     /// When the connect in progress started.
     connecting: Option<Instant>,
-    conn: Conn<Tag>,
+    /// Replies are tagged with their job's id.
+    conn: Conn<u64>,
     deadline: Instant,
 }
 
@@ -432,8 +432,6 @@ struct Job<'a> {
     id: u64,
     cmd: Command<'a>,
     round: Round,
-    /// A reply was `NOSCRIPT`: the `EVAL` form goes to the nodes still pending.
-    noscript: bool,
 }
 
 impl<'a> Job<'a> {
@@ -442,7 +440,6 @@ impl<'a> Job<'a> {
             id: 0,
             cmd,
             round: Round::new(cfg.nodes.len(), cfg.quorum, fail_fast),
-            noscript: false,
         }
     }
 }
@@ -498,12 +495,10 @@ impl Driver {
                 sent = sent.and_then(|()| {
                     node.conn
                         .queue(
-                            Tag {
-                                id: job.id,
-                                eval: false,
-                            },
+                            job.id,
                             t1,
                             |b| job.cmd.encode(b, false),
+                            |b| job.cmd.encode_fallback(b),
                         )
                         .map_err(|(e, _)| node.fail(t1, &e.outcome()))
                 });
@@ -571,28 +566,6 @@ impl Driver {
             };
             if let Err(outcome) = node.on_event(event, now, scratch, jobs, i) {
                 record_all(jobs, i, &outcome);
-            }
-        }
-        for job in jobs.iter_mut().filter(|j| j.noscript) {
-            job.noscript = false;
-            for j in job.round.fallback_targets() {
-                let node = &mut nodes[j];
-                let cmd = job.cmd;
-                let sent = node
-                    .conn
-                    .queue(
-                        Tag {
-                            id: job.id,
-                            eval: true,
-                        },
-                        now,
-                        |b| cmd.encode(b, true),
-                    )
-                    .map_err(|(e, _): (ConnError, Tag)| node.fail(now, &e.outcome()))
-                    .and_then(|()| node.flush(now));
-                if let Err(outcome) = sent {
-                    job.round.record(j, outcome);
-                }
             }
         }
     }
@@ -673,8 +646,7 @@ impl Node {
         Ok(())
     }
 
-    /// Handles one readiness event; a job whose reply was `NOSCRIPT` is marked for the
-    /// fallback.
+    /// Handles one readiness event.
     fn on_event(
         &mut self,
         event: &mio::event::Event,
@@ -736,8 +708,9 @@ impl Node {
         }
     }
 
-    /// Decodes every whole reply received, gives those of the batch's jobs their verdict, and
-    /// drops the late ones. A job whose reply was `NOSCRIPT` is marked for the fallback.
+    /// Decodes every whole reply received, gives those of the batch's jobs their outcome,
+    /// and drops the late ones. (A `NOSCRIPT` is answered inside the connection, which sends
+    /// the `EVAL` form: written here before returning.)
     fn take_replies(
         &mut self,
         now: Instant,
@@ -745,26 +718,21 @@ impl Node {
         i: usize,
     ) -> Result<(), NodeOutcome> {
         loop {
-            let (owner, frame) = match self.conn.next_reply() {
+            let (id, frame) = match self.conn.next_reply() {
                 Ok(Some(r)) => r,
-                Ok(None) => return Ok(()),
+                Ok(None) => break,
                 Err(e) => return Err(self.fail(now, &e.outcome())),
             };
-            let Tag { id, eval } = owner;
-            match jobs.iter_mut().find(|j| j.id == id) {
-                Some(job) if job.round.is_pending(i) => match job.cmd.judge(&frame, eval) {
-                    Verdict::Outcome(o) => job.round.record(i, o),
-                    Verdict::NoScript => job.noscript = true,
-                },
-                _ => {
-                    // A late reply: dropped. If it says the scripts are gone, load them again
-                    // so that the next operation's EVALSHA finds them.
-                    if is_noscript_reply(&frame) {
-                        self.conn.reload_scripts();
-                        self.flush(now)?;
-                    }
+            if let Some(job) = jobs.iter_mut().find(|j| j.id == id) {
+                if job.round.is_pending(i) {
+                    job.round.record(i, job.cmd.judge(&frame));
                 }
             }
+        }
+        if self.conn.out.is_empty() {
+            Ok(())
+        } else {
+            self.flush(now)
         }
     }
 }

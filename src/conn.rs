@@ -57,18 +57,9 @@ enum Owner<T> {
     /// A `SCRIPT LOAD` sent so that `EVALSHA` finds the scripts: an error reply is ignored
     /// (the `EVAL` fallback covers a script that is missing).
     Preload,
-    /// A driver's command, and when it was queued.
-    Op(T, Instant),
-}
-
-/// The blocking driver's tag for a command: the operation it belongs to, and whether it is
-/// the `EVAL` fallback after a `NOSCRIPT`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Tag {
-    /// The operation's id.
-    pub(crate) id: u64,
-    /// Whether this is the `EVAL` fallback.
-    pub(crate) eval: bool,
+    /// A driver's command, when it was queued, and the length of its `EVAL` fallback at the
+    /// head of [`Conn::fallbacks`] (0: none).
+    Op(T, Instant, usize),
 }
 
 /// Why a connection must be dropped.
@@ -105,6 +96,9 @@ pub(crate) struct Conn<T> {
     pub(crate) inb: BytesMut,
     decoder: Decoder,
     owed: VecDeque<Owner<T>>,
+    /// The `EVAL` forms of the scripted commands still owed a reply, in order: sent in place
+    /// of the command when its reply is `NOSCRIPT`, dropped otherwise.
+    fallbacks: BytesMut,
     max_owed: usize,
     backoff: Duration,
     retry_at: Option<Instant>,
@@ -118,6 +112,7 @@ impl<T> Conn<T> {
             inb: BytesMut::with_capacity(16 * 1024),
             decoder: Decoder::new(reply_limits()),
             owed: VecDeque::with_capacity(max_owed.min(1024)),
+            fallbacks: BytesMut::with_capacity(4096),
             max_owed,
             backoff: Duration::ZERO,
             retry_at: None,
@@ -129,6 +124,7 @@ impl<T> Conn<T> {
         self.out.clear();
         self.inb.clear();
         self.owed.clear();
+        self.fallbacks.clear();
         self.decoder.reset();
         match (&addr.user, &addr.password) {
             (Some(user), Some(pass)) => {
@@ -158,19 +154,28 @@ impl<T> Conn<T> {
         }
     }
 
-    /// Queues a command, written by `write`, whose reply goes to `tag`. A connection that is
-    /// stuck takes nothing and hands the tag back.
+    /// Queues a command, written by `write`, whose reply goes to `tag`; `fallback` writes the
+    /// `EVAL` form of a scripted command (nothing for any other). A `NOSCRIPT` reply to the
+    /// command is not handed to the driver: the `EVAL` form is sent in its place, on this
+    /// connection, whether or not the operation's round is still open (a release or an
+    /// extension must reach every node that holds the key, not only a quorum of them), and
+    /// its reply goes to `tag`. A connection that is stuck takes nothing and hands the tag
+    /// back.
     pub(crate) fn queue(
         &mut self,
         tag: T,
         now: Instant,
         write: impl FnOnce(&mut BytesMut),
+        fallback: impl FnOnce(&mut BytesMut),
     ) -> Result<(), (ConnError, T)> {
         if self.owed.len() >= self.max_owed || self.out.len() >= MAX_PENDING_WRITE {
             return Err((ConnError::Stuck, tag));
         }
         write(&mut self.out);
-        self.owed.push_back(Owner::Op(tag, now));
+        let before = self.fallbacks.len();
+        fallback(&mut self.fallbacks);
+        let len = self.fallbacks.len() - before;
+        self.owed.push_back(Owner::Op(tag, now, len));
         Ok(())
     }
 
@@ -209,9 +214,24 @@ impl<T> Conn<T> {
                     continue;
                 }
                 Owner::Preload => continue,
-                Owner::Op(tag, _) => {
+                Owner::Op(tag, at, fallback) => {
                     // A healthy exchange: the next failure starts the backoff from the bottom.
                     self.backoff = Duration::ZERO;
+                    if fallback > 0 {
+                        let fallback = fallback.min(self.fallbacks.len());
+                        let noscript = crate::script::is_noscript_reply(&frame);
+                        if noscript {
+                            // The server lost its scripts (SCRIPT FLUSH): send the EVAL form
+                            // (which caches the script again), and load the other script too.
+                            self.out.extend_from_slice(&self.fallbacks[..fallback]);
+                        }
+                        bytes::Buf::advance(&mut self.fallbacks, fallback);
+                        if noscript {
+                            self.owed.push_back(Owner::Op(tag, at, 0));
+                            self.reload_scripts();
+                            continue;
+                        }
+                    }
                     return Ok(Some((tag, frame)));
                 }
             }
@@ -227,11 +247,12 @@ impl<T> Conn<T> {
     pub(crate) fn failed(&mut self, now: Instant) -> impl Iterator<Item = T> + '_ {
         self.out.clear();
         self.inb.clear();
+        self.fallbacks.clear();
         self.decoder.reset();
         self.retry_at = Some(now + self.backoff);
         self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
         self.owed.drain(..).filter_map(|o| match o {
-            Owner::Op(tag, _) => Some(tag),
+            Owner::Op(tag, ..) => Some(tag),
             _ => None,
         })
     }
@@ -246,7 +267,7 @@ impl<T> Conn<T> {
         self.owed
             .iter()
             .find_map(|o| match o {
-                Owner::Op(_, at) => Some(*at),
+                Owner::Op(_, at, _) => Some(*at),
                 _ => None,
             })
             .is_some_and(|at| now.saturating_duration_since(at) > limit)
@@ -280,8 +301,10 @@ mod tests {
     fn late_replies_are_matched_to_their_own_operation() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
-        c.queue(1, Instant::now(), |b| b.put_slice(b"x")).unwrap();
-        c.queue(2, Instant::now(), |b| b.put_slice(b"y")).unwrap();
+        c.queue(1, Instant::now(), |b| b.put_slice(b"x"), |_| {})
+            .unwrap();
+        c.queue(2, Instant::now(), |b| b.put_slice(b"y"), |_| {})
+            .unwrap();
         feed(&mut c, b":0\r\n:1\r\n");
         assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(0))));
         assert_eq!(c.next_reply().unwrap(), Some((2, Frame::Integer(1))));
@@ -297,7 +320,8 @@ mod tests {
         assert!(c.out.starts_with(
             b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
         ));
-        c.queue(9, Instant::now(), |b| b.put_slice(b"z")).unwrap();
+        c.queue(9, Instant::now(), |b| b.put_slice(b"z"), |_| {})
+            .unwrap();
         // A failed preload is ignored; the EVAL fallback covers it.
         feed(
             &mut c,
@@ -316,10 +340,10 @@ mod tests {
     fn protocol_errors_and_pushes() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
-        c.queue(1, Instant::now(), |_| {}).unwrap();
+        c.queue(1, Instant::now(), |_| {}, |_| {}).unwrap();
         feed(&mut c, b">2\r\n+invalidate\r\n_\r\n:1\r\n");
         assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
-        c.queue(2, Instant::now(), |_| {}).unwrap();
+        c.queue(2, Instant::now(), |_| {}, |_| {}).unwrap();
         feed(&mut c, b"$1099511627776\r\n");
         assert!(matches!(
             c.next_reply(),
@@ -332,14 +356,14 @@ mod tests {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
         let mut queued = 0;
-        while c.queue(queued, Instant::now(), |_| {}).is_ok() {
+        while c.queue(queued, Instant::now(), |_| {}, |_| {}).is_ok() {
             queued += 1;
             assert!(queued <= MAX_OWED as u64);
         }
         // Two of the places are the preloads'.
         assert_eq!(queued, MAX_OWED as u64 - 2);
         assert_eq!(
-            c.queue(99, Instant::now(), |_| {}),
+            c.queue(99, Instant::now(), |_| {}, |_| {}),
             Err((ConnError::Stuck, 99))
         );
     }
@@ -359,7 +383,7 @@ mod tests {
         }
         assert!(c.may_connect(t + BACKOFF_MAX));
         open(&mut c);
-        c.queue(1, Instant::now(), |_| {}).unwrap();
+        c.queue(1, Instant::now(), |_| {}, |_| {}).unwrap();
         feed(&mut c, b":1\r\n");
         c.next_reply().unwrap();
         let _ = c.failed(t);
@@ -372,7 +396,7 @@ mod tests {
         open(&mut c);
         let t = Instant::now();
         assert!(!c.is_stale(t, Duration::from_millis(10)), "nothing owed");
-        c.queue(1, t, |_| {}).unwrap();
+        c.queue(1, t, |_| {}, |_| {}).unwrap();
         assert!(!c.is_stale(t + Duration::from_millis(10), Duration::from_millis(10)));
         assert!(c.is_stale(t + Duration::from_millis(11), Duration::from_millis(10)));
         feed(&mut c, b":1\r\n");
@@ -381,9 +405,50 @@ mod tests {
     }
 
     #[test]
+    fn noscript_is_answered_with_the_eval_form_on_the_same_connection() {
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let now = Instant::now();
+        c.queue(
+            1,
+            now,
+            |b| b.put_slice(b"SHA1;"),
+            |b| b.put_slice(b"EVAL1;"),
+        )
+        .unwrap();
+        c.queue(
+            2,
+            now,
+            |b| b.put_slice(b"SHA2;"),
+            |b| b.put_slice(b"EVAL2;"),
+        )
+        .unwrap();
+        c.queue(3, now, |b| b.put_slice(b"SET3;"), |_| {}).unwrap();
+        c.out.clear();
+        // 1 ran; 2 found no script; 3 answered.
+        feed(&mut c, b":1\r\n-NOSCRIPT No matching script.\r\n+OK\r\n");
+        assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(1));
+        // The NOSCRIPT is not handed over: the EVAL form of 2 goes out in its place, and
+        // both scripts are loaded again; 3's reply comes next.
+        assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(3));
+        assert!(c.out.starts_with(b"EVAL2;"), "{:?}", c.out);
+        assert_eq!(c.out.windows(6).filter(|w| w == b"SCRIPT").count(), 2);
+        assert!(c.next_reply().unwrap().is_none());
+        // The EVAL's reply goes to 2; the SCRIPT LOAD replies are consumed.
+        feed(&mut c, b":1\r\n$40\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n$40\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n");
+        let (tag, frame) = c.next_reply().unwrap().unwrap();
+        assert_eq!((tag, frame), (2, Frame::Integer(1)));
+        assert!(c.next_reply().unwrap().is_none());
+        assert!(c.fallbacks.is_empty(), "every fallback consumed");
+        // A NOSCRIPT to the EVAL form itself (no fallback left) is handed over: no loop.
+        c.queue(4, now, |b| b.put_slice(b"EVAL4;"), |_| {}).unwrap();
+        feed(&mut c, b"-NOSCRIPT No matching script.\r\n");
+        assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(4));
+    }
+
+    #[test]
     fn partial_writes_advance() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
-        c.queue(1, Instant::now(), |b| b.put_slice(b"abcdef"))
+        c.queue(1, Instant::now(), |b| b.put_slice(b"abcdef"), |_| {})
             .unwrap();
         c.wrote(2);
         assert_eq!(&c.out[..], b"cdef");

@@ -39,15 +39,6 @@ pub(crate) struct Command<'a> {
     pub(crate) ttl_ms: u64,
 }
 
-/// What a reply means for the round.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// The node's final answer.
-    Outcome(NodeOutcome),
-    /// `-NOSCRIPT`: send the `EVAL` form on this node, in this round.
-    NoScript,
-}
-
 impl Command<'_> {
     /// Writes the command as first sent: `SET`, or `EVALSHA` (`eval` false), or the `EVAL`
     /// fallback after a `NOSCRIPT` (`eval` true). No allocation.
@@ -85,26 +76,30 @@ impl Command<'_> {
         }
     }
 
-    /// Judges a node's reply to this command (`eval`: the reply is to the `EVAL` fallback).
-    pub(crate) fn judge(&self, reply: &Frame, eval: bool) -> Verdict {
+    /// Writes the `EVAL` form of a scripted command, which the connection sends in its place
+    /// if the server answers `NOSCRIPT` (see `Conn::queue`); nothing for `SET`.
+    pub(crate) fn encode_fallback(&self, dst: &mut impl BufMut) {
+        if self.kind != OpKind::Acquire {
+            self.encode(dst, true);
+        }
+    }
+
+    /// Judges a node's reply to this command. A `NOSCRIPT` never gets here from a scripted
+    /// command (its connection sends the `EVAL` form instead): one that does is a server
+    /// error like any other.
+    pub(crate) fn judge(&self, reply: &Frame) -> NodeOutcome {
         let reply = reply.without_attributes();
-        let outcome = match (self.kind, reply) {
+        match (self.kind, reply) {
             (OpKind::Acquire, Frame::Simple(s)) if s.as_ref() == b"OK" => NodeOutcome::Ok,
             (OpKind::Acquire, f) if f.is_null() => NodeOutcome::Held,
             (OpKind::Release | OpKind::Extend, Frame::Integer(1)) => NodeOutcome::Ok,
             (OpKind::Release | OpKind::Extend, Frame::Integer(0)) => NodeOutcome::Held,
             (OpKind::Release | OpKind::Extend, Frame::Integer(-1)) => NodeOutcome::Gone,
-            (OpKind::Release | OpKind::Extend, Frame::Error(msg))
-                if !eval && script::is_noscript(msg) =>
-            {
-                return Verdict::NoScript
-            }
             (_, Frame::Error(msg) | Frame::BulkError(msg)) => {
                 NodeOutcome::Server(String::from_utf8_lossy(msg).into_owned())
             }
             (_, other) => NodeOutcome::Server(format!("unexpected reply {}", describe(other))),
-        };
-        Verdict::Outcome(outcome)
+        }
     }
 }
 
@@ -288,39 +283,41 @@ mod tests {
             kind: OpKind::Release,
             ..acq
         };
-        let ok = |o| Verdict::Outcome(o);
+        let ok = |o| o;
         let s = |t: &'static str| Bytes::from_static(t.as_bytes());
-        assert_eq!(
-            acq.judge(&Frame::Simple(s("OK")), false),
-            ok(NodeOutcome::Ok)
-        );
-        assert_eq!(acq.judge(&Frame::NullBulk, false), ok(NodeOutcome::Held));
-        assert_eq!(acq.judge(&Frame::Null, false), ok(NodeOutcome::Held));
+        assert_eq!(acq.judge(&Frame::Simple(s("OK"))), ok(NodeOutcome::Ok));
+        assert_eq!(acq.judge(&Frame::NullBulk), ok(NodeOutcome::Held));
+        assert_eq!(acq.judge(&Frame::Null), ok(NodeOutcome::Held));
         assert!(matches!(
-            acq.judge(&Frame::Integer(1), false),
-            Verdict::Outcome(NodeOutcome::Server(_))
+            acq.judge(&Frame::Integer(1)),
+            NodeOutcome::Server(_)
         ));
         assert_eq!(
-            acq.judge(&Frame::Error(s("OOM command not allowed")), false),
+            acq.judge(&Frame::Error(s("OOM command not allowed"))),
             ok(NodeOutcome::Server("OOM command not allowed".into()))
         );
-        assert_eq!(rel.judge(&Frame::Integer(1), false), ok(NodeOutcome::Ok));
-        assert_eq!(rel.judge(&Frame::Integer(0), false), ok(NodeOutcome::Held));
-        assert_eq!(rel.judge(&Frame::Integer(-1), false), ok(NodeOutcome::Gone));
+        assert_eq!(rel.judge(&Frame::Integer(1)), ok(NodeOutcome::Ok));
+        assert_eq!(rel.judge(&Frame::Integer(0)), ok(NodeOutcome::Held));
+        assert_eq!(rel.judge(&Frame::Integer(-1)), ok(NodeOutcome::Gone));
         assert!(matches!(
-            rel.judge(&Frame::Integer(2), false),
-            Verdict::Outcome(NodeOutcome::Server(_))
+            rel.judge(&Frame::Integer(2)),
+            NodeOutcome::Server(_)
         ));
+        // The connection answers a NOSCRIPT with the EVAL form; one that reaches the judge
+        // is a plain server error: no loop.
         let noscript = Frame::Error(s("NOSCRIPT No matching script."));
-        assert_eq!(rel.judge(&noscript, false), Verdict::NoScript);
-        // A NOSCRIPT to the EVAL itself is a plain server error: no loop.
+        assert!(matches!(rel.judge(&noscript), NodeOutcome::Server(_)));
+        let mut fallback = Vec::new();
+        rel.encode_fallback(&mut fallback);
+        assert!(String::from_utf8(fallback)
+            .unwrap()
+            .starts_with("*5\r\n$4\r\nEVAL\r\n"));
+        let mut none = Vec::new();
+        acq.encode_fallback(&mut none);
+        assert!(none.is_empty(), "SET has no fallback");
         assert!(matches!(
-            rel.judge(&noscript, true),
-            Verdict::Outcome(NodeOutcome::Server(_))
-        ));
-        assert!(matches!(
-            acq.judge(&Frame::Bulk(Bytes::from(vec![b'x'; 10_000])), false),
-            Verdict::Outcome(NodeOutcome::Server(m)) if m.len() < 100
+            acq.judge(&Frame::Bulk(Bytes::from(vec![b'x'; 10_000]))),
+            NodeOutcome::Server(m) if m.len() < 100
         ));
     }
 }

@@ -29,8 +29,6 @@ pub(crate) struct Round {
     quorum: usize,
     fail_fast: bool,
     outcomes: SmallVec<[Option<NodeOutcome>; 8]>,
-    /// Nodes already sent the `EVAL` fallback this round.
-    fallback: SmallVec<[bool; 8]>,
     yes: usize,
     no: usize,
 }
@@ -41,7 +39,6 @@ impl Round {
             quorum,
             fail_fast,
             outcomes: SmallVec::from_elem(None, nodes),
-            fallback: SmallVec::from_elem(false, nodes),
             yes: 0,
             no: 0,
         }
@@ -62,24 +59,6 @@ impl Round {
             self.no += 1;
         }
         *slot = Some(outcome);
-    }
-
-    /// A node answered `NOSCRIPT`: its script cache was flushed, and so, most likely, were
-    /// the others' (a restart, or `SCRIPT FLUSH` on every master). Returns the nodes that
-    /// should be sent the `EVAL` fallback now: every node still owing its outcome that has not
-    /// been sent it yet, the one that answered included. Sending it to them all at once, while
-    /// the round is open, means a node whose `NOSCRIPT` would arrive after a fail-fast
-    /// decision still gets the operation done. A node whose `EVALSHA` did work runs the
-    /// script a second time, which for both scripts is harmless: its second reply is dropped.
-    pub(crate) fn fallback_targets(&mut self) -> SmallVec<[usize; 8]> {
-        let mut out = SmallVec::new();
-        for (i, sent) in self.fallback.iter_mut().enumerate() {
-            if !*sent && self.outcomes[i].is_none() {
-                *sent = true;
-                out.push(i);
-            }
-        }
-        out
     }
 
     /// Whether `node` still owes its outcome.
@@ -206,14 +185,6 @@ mod tests {
         r.close(|_| NodeOutcome::Timeout);
         assert_eq!(r.decision(), Decision::Lost);
         assert_eq!(r.count(&NodeOutcome::Timeout), 2);
-    }
-
-    #[test]
-    fn fallback_goes_once_to_every_pending_node() {
-        let mut r = Round::new(4, 3, true);
-        r.record(1, Y);
-        assert_eq!(r.fallback_targets().as_slice(), &[0, 2, 3]);
-        assert!(r.fallback_targets().is_empty());
     }
 
     #[test]

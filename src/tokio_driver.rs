@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -28,9 +28,8 @@ use tokio::time::Sleep;
 use crate::config::{Config, NodeAddr};
 use crate::conn::{stale_after, Conn, CONNECT_TIMEOUT};
 use crate::error::NodeOutcome;
-use crate::op::{Command, OpKind, Verdict};
+use crate::op::{Command, OpKind};
 use crate::quorum::{Decision, Round};
-use crate::script::is_noscript_reply;
 use crate::Token;
 
 /// Replies one connection may owe before its node counts as stuck and is reconnected: room
@@ -77,7 +76,6 @@ pub(crate) enum Msg {
 struct Tag {
     slot: u32,
     gen: u64,
-    eval: bool,
 }
 
 /// Tags of fire-and-forget commands: no round.
@@ -88,8 +86,6 @@ struct Active {
     cmd: OwnedCommand,
     round: Round,
     reply: oneshot::Sender<Round>,
-    /// A node answered `NOSCRIPT`: send the fallback to the pending nodes.
-    noscript: bool,
 }
 
 struct NodeIo {
@@ -168,7 +164,6 @@ impl Driver {
             for i in 0..self.nodes.len() {
                 progress |= self.poll_node(i, cx, now);
             }
-            self.send_fallbacks(now);
             self.expire(now);
             self.finish_decided();
             if self.closed && self.timers.is_empty() {
@@ -211,7 +206,6 @@ impl Driver {
                         let tag = Tag {
                             slot: NO_SLOT,
                             gen: 0,
-                            eval: true,
                         };
                         // Best effort: a node that cannot take it has lost the key's
                         // connection anyway; the key expires with its ttl.
@@ -246,11 +240,7 @@ impl Driver {
         {
             let borrowed = cmd.borrow();
             for i in 0..self.nodes.len() {
-                let tag = Tag {
-                    slot,
-                    gen,
-                    eval: false,
-                };
+                let tag = Tag { slot, gen };
                 if let Err(outcome) = self.queue(i, tag, &borrowed, false, now) {
                     round.record(i, outcome);
                 }
@@ -262,14 +252,15 @@ impl Driver {
             cmd,
             round,
             reply,
-            noscript: false,
         });
         self.timers.push(Reverse((deadline, slot, gen)));
         self.touched.push(slot);
     }
 
-    /// Queues a command on node `i`, connecting first if needed. `Err` with the outcome to
-    /// record when the node cannot take it.
+    /// Queues a command on node `i` (in its `EVAL` form if `eval`; else a scripted command
+    /// goes as `EVALSHA`, with the `EVAL` form for its connection to send on `NOSCRIPT`),
+    /// connecting first if needed. `Err` with the outcome to record when the node cannot
+    /// take it.
     fn queue(
         &mut self,
         i: usize,
@@ -300,7 +291,12 @@ impl Driver {
             }));
             node.conn.opened(&node.addr);
         }
-        match node.conn.queue(tag, now, |b| cmd.encode(b, eval)) {
+        let fallback = |b: &mut BytesMut| {
+            if !eval {
+                cmd.encode_fallback(b);
+            }
+        };
+        match node.conn.queue(tag, now, |b| cmd.encode(b, eval), fallback) {
             Ok(()) => Ok(()),
             Err((e, _)) => {
                 let outcome = e.outcome();
@@ -408,21 +404,12 @@ impl Driver {
                 .get_mut(tag.slot as usize)
                 .and_then(Option::as_mut)
                 .filter(|a| a.gen == tag.gen);
-            match active {
-                Some(a) if a.round.is_pending(i) => {
-                    match a.cmd.borrow().judge(&frame, tag.eval) {
-                        Verdict::Outcome(o) => a.round.record(i, o),
-                        Verdict::NoScript => a.noscript = true,
-                    }
-                    self.touched.push(tag.slot);
-                }
-                _ => {
-                    // A late reply, or one to a fire-and-forget command: dropped. A late
-                    // NOSCRIPT means the scripts are gone: load them for the rounds to come.
-                    if is_noscript_reply(&frame) {
-                        self.nodes[i].conn.reload_scripts();
-                    }
-                }
+            // A late reply, or one to a fire-and-forget command, is dropped. (A `NOSCRIPT`
+            // never gets here: the connection answers it with the `EVAL` form.)
+            if let Some(a) = active.filter(|a| a.round.is_pending(i)) {
+                let outcome = a.cmd.borrow().judge(&frame);
+                a.round.record(i, outcome);
+                self.touched.push(tag.slot);
             }
         }
     }
@@ -442,35 +429,6 @@ impl Driver {
             {
                 a.round.record(i, outcome.clone());
                 self.touched.push(tag.slot);
-            }
-        }
-    }
-
-    /// Sends the `EVAL` fallback for every round that saw a `NOSCRIPT`, to every node of it
-    /// still pending (see [`Round::fallback_targets`]).
-    fn send_fallbacks(&mut self, now: Instant) {
-        for k in 0..self.touched.len() {
-            let slot = self.touched[k];
-            let Some(a) = self.rounds[slot as usize].as_mut() else {
-                continue;
-            };
-            if !std::mem::take(&mut a.noscript) {
-                continue;
-            }
-            let targets = a.round.fallback_targets();
-            let gen = a.gen;
-            let cmd = a.cmd.clone();
-            for j in targets {
-                let tag = Tag {
-                    slot,
-                    gen,
-                    eval: true,
-                };
-                if let Err(outcome) = self.queue(j, tag, &cmd.borrow(), true, now) {
-                    if let Some(a) = self.rounds[slot as usize].as_mut() {
-                        a.round.record(j, outcome);
-                    }
-                }
             }
         }
     }

@@ -140,3 +140,48 @@ fn threads_sharing_a_client_exclude_each_other() {
         "contenders were pipelined together"
     );
 }
+
+#[test]
+fn pipelined_callers_fall_back_to_eval_after_a_script_flush() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    let c = support::cluster(5);
+    let client = support::builder(&c).build().unwrap();
+    let pairs = AtomicUsize::new(0);
+    let threads = 8;
+    let per_thread = 150;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (client, pairs) = (&client, &pairs);
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    let key = support::resource(&format!("flush:{t}:{i}"));
+                    let lock = client.lock(&key, Duration::from_secs(10)).unwrap();
+                    // Every release must succeed, NOSCRIPT or not.
+                    client.unlock(&lock).unwrap();
+                    pairs.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        // Flush the script caches of every node four times while the pairs run.
+        for step in 1..=4 {
+            let target = step * threads * per_thread / 5;
+            support::wait_until(
+                Duration::from_secs(30),
+                "the pairs to make progress",
+                || pairs.load(Ordering::SeqCst) >= target,
+            );
+            for addr in c.addrs() {
+                redis(&addr, &["SCRIPT", "FLUSH"]);
+            }
+        }
+    });
+    assert_eq!(pairs.into_inner(), threads * per_thread);
+    assert!(client.largest_batch() > 1);
+    for addr in c.addrs() {
+        match redis(&addr, &["DBSIZE"]) {
+            redlock_mux::resp::Frame::Integer(n) => assert_eq!(n, 0, "{addr}"),
+            other => panic!("DBSIZE: {other:?}"),
+        }
+    }
+}
