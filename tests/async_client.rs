@@ -358,3 +358,61 @@ fn building_outside_a_runtime_is_a_typed_error() {
         "{err}"
     );
 }
+
+#[test]
+fn pipelined_tasks_release_everywhere_across_a_script_flush() {
+    let c = cluster(5);
+    let addrs = c.addrs();
+    let rt = multi_thread();
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (tasks, per_task) = (16, 60);
+    rt.block_on(async {
+        let client = AsyncRedlock::builder()
+            .nodes(&addrs)
+            .node_timeout(Duration::from_millis(200))
+            .build_async()
+            .unwrap();
+        let prefix = resource("flush-async");
+        let handles: Vec<_> = (0..tasks)
+            .map(|t| {
+                let (client, done, prefix) = (client.clone(), done.clone(), prefix.clone());
+                tokio::spawn(async move {
+                    for i in 0..per_task {
+                        let lock = client
+                            .lock(&format!("{prefix}:{t}:{i}"), TTL)
+                            .await
+                            .unwrap();
+                        // Every release must succeed, NOSCRIPT or not.
+                        client.unlock(&lock).await.unwrap();
+                        done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        // Flush every node's script cache four times while the pairs run.
+        let flusher = {
+            let (addrs, done) = (addrs.clone(), done.clone());
+            tokio::task::spawn_blocking(move || {
+                for step in 1..=4 {
+                    let target = step * tasks * per_task / 5;
+                    wait_until(
+                        Duration::from_secs(30),
+                        "the pairs to make progress",
+                        || done.load(std::sync::atomic::Ordering::SeqCst) >= target,
+                    );
+                    for a in &addrs {
+                        redis(a, &["SCRIPT", "FLUSH"]);
+                    }
+                }
+            })
+        };
+        for h in handles {
+            h.await.unwrap();
+        }
+        flusher.await.unwrap();
+    });
+    // Nothing was left behind on any node: every release reached every node.
+    for a in &addrs {
+        assert!(keys(a, "*").is_empty(), "{a}: {:?}", keys(a, "*"));
+    }
+}
