@@ -498,7 +498,7 @@ impl Driver {
                             job.id,
                             t1,
                             |b| job.cmd.encode(b, false),
-                            |b| job.cmd.encode_fallback(b),
+                            job.cmd.kind != OpKind::Acquire,
                         )
                         .map_err(|(e, _)| node.fail(t1, &e.outcome()))
                 });

@@ -57,8 +57,8 @@ enum Owner<T> {
     /// A `SCRIPT LOAD` sent so that `EVALSHA` finds the scripts: an error reply is ignored
     /// (the `EVAL` fallback covers a script that is missing).
     Preload,
-    /// A driver's command, when it was queued, and the length of its `EVAL` fallback at the
-    /// head of [`Conn::fallbacks`] (0: none).
+    /// A driver's command, when it was queued, and the length of its copy at the head of
+    /// [`Conn::scripted`] if it is an `EVALSHA` (0: it is not).
     Op(T, Instant, usize),
 }
 
@@ -87,6 +87,38 @@ impl ConnError {
     }
 }
 
+/// Writes the `EVAL` form of an encoded `EVALSHA <sha> <numkeys> <args>...` of one of our
+/// scripts into `out`: the same arguments after the script the digest names. `false` (and
+/// nothing written) for anything else.
+fn eval_form(evalsha: &[u8], out: &mut BytesMut) -> bool {
+    const VERB: &[u8] = b"$7\r\nEVALSHA\r\n$40\r\n";
+    let Some(count_end) = evalsha.windows(2).position(|w| w == b"\r\n") else {
+        return false;
+    };
+    let (count, rest) = evalsha.split_at(count_end + 2);
+    let Some(rest) = rest.strip_prefix(VERB) else {
+        return false;
+    };
+    let (Some(sha), Some(args)) = (rest.get(..40), rest.get(42..)) else {
+        return false;
+    };
+    let script = match sha {
+        s if s == crate::script::RELEASE_SHA1.as_bytes() => crate::script::RELEASE,
+        s if s == crate::script::EXTEND_SHA1.as_bytes() => crate::script::EXTEND,
+        _ => return false,
+    };
+    let mut len = resp::IntBuf::new();
+    let len = len.format(script.len() as i64);
+    out.put_slice(count);
+    out.put_slice(b"$4\r\nEVAL\r\n$");
+    out.put_slice(len);
+    out.put_slice(b"\r\n");
+    out.put_slice(script.as_bytes());
+    out.put_slice(b"\r\n");
+    out.put_slice(args);
+    true
+}
+
 /// One connection's buffers and bookkeeping.
 #[derive(Debug)]
 pub(crate) struct Conn<T> {
@@ -96,9 +128,9 @@ pub(crate) struct Conn<T> {
     pub(crate) inb: BytesMut,
     decoder: Decoder,
     owed: VecDeque<Owner<T>>,
-    /// The `EVAL` forms of the scripted commands still owed a reply, in order: sent in place
-    /// of the command when its reply is `NOSCRIPT`, dropped otherwise.
-    fallbacks: BytesMut,
+    /// Copies of the `EVALSHA` commands still owed a reply, in order: sent again in their
+    /// `EVAL` form when the reply is `NOSCRIPT`, dropped otherwise.
+    scripted: BytesMut,
     max_owed: usize,
     backoff: Duration,
     retry_at: Option<Instant>,
@@ -112,7 +144,7 @@ impl<T> Conn<T> {
             inb: BytesMut::with_capacity(16 * 1024),
             decoder: Decoder::new(reply_limits()),
             owed: VecDeque::with_capacity(max_owed.min(1024)),
-            fallbacks: BytesMut::with_capacity(4096),
+            scripted: BytesMut::with_capacity(4096),
             max_owed,
             backoff: Duration::ZERO,
             retry_at: None,
@@ -124,7 +156,7 @@ impl<T> Conn<T> {
         self.out.clear();
         self.inb.clear();
         self.owed.clear();
-        self.fallbacks.clear();
+        self.scripted.clear();
         self.decoder.reset();
         match (&addr.user, &addr.password) {
             (Some(user), Some(pass)) => {
@@ -154,27 +186,30 @@ impl<T> Conn<T> {
         }
     }
 
-    /// Queues a command, written by `write`, whose reply goes to `tag`; `fallback` writes the
-    /// `EVAL` form of a scripted command (nothing for any other). A `NOSCRIPT` reply to the
-    /// command is not handed to the driver: the `EVAL` form is sent in its place, on this
-    /// connection, whether or not the operation's round is still open (a release or an
-    /// extension must reach every node that holds the key, not only a quorum of them), and
-    /// its reply goes to `tag`. A connection that is stuck takes nothing and hands the tag
-    /// back.
+    /// Queues a command, written by `write`, whose reply goes to `tag`. If it is an
+    /// `EVALSHA` of one of our scripts (`scripted`), a `NOSCRIPT` reply is not handed to the
+    /// driver: the same command in its `EVAL` form is sent in its place on this connection,
+    /// whether or not the operation's round is still open (a release or an extension must
+    /// reach every node that holds the key, not only a quorum of them), and its reply goes to
+    /// `tag`. A connection that is stuck takes nothing and hands the tag back.
     pub(crate) fn queue(
         &mut self,
         tag: T,
         now: Instant,
         write: impl FnOnce(&mut BytesMut),
-        fallback: impl FnOnce(&mut BytesMut),
+        scripted: bool,
     ) -> Result<(), (ConnError, T)> {
         if self.owed.len() >= self.max_owed || self.out.len() >= MAX_PENDING_WRITE {
             return Err((ConnError::Stuck, tag));
         }
+        let before = self.out.len();
         write(&mut self.out);
-        let before = self.fallbacks.len();
-        fallback(&mut self.fallbacks);
-        let len = self.fallbacks.len() - before;
+        let len = if scripted {
+            self.scripted.extend_from_slice(&self.out[before..]);
+            self.out.len() - before
+        } else {
+            0
+        };
         self.owed.push_back(Owner::Op(tag, now, len));
         Ok(())
     }
@@ -218,15 +253,13 @@ impl<T> Conn<T> {
                     // A healthy exchange: the next failure starts the backoff from the bottom.
                     self.backoff = Duration::ZERO;
                     if fallback > 0 {
-                        let fallback = fallback.min(self.fallbacks.len());
-                        let noscript = crate::script::is_noscript_reply(&frame);
-                        if noscript {
-                            // The server lost its scripts (SCRIPT FLUSH): send the EVAL form
-                            // (which caches the script again), and load the other script too.
-                            self.out.extend_from_slice(&self.fallbacks[..fallback]);
-                        }
-                        bytes::Buf::advance(&mut self.fallbacks, fallback);
-                        if noscript {
+                        let len = fallback.min(self.scripted.len());
+                        // The server lost its scripts (SCRIPT FLUSH): send the command again
+                        // as EVAL (which caches the script again), and load both scripts.
+                        let resent = crate::script::is_noscript_reply(&frame)
+                            && eval_form(&self.scripted[..len], &mut self.out);
+                        bytes::Buf::advance(&mut self.scripted, len);
+                        if resent {
                             self.owed.push_back(Owner::Op(tag, at, 0));
                             self.reload_scripts();
                             continue;
@@ -247,7 +280,7 @@ impl<T> Conn<T> {
     pub(crate) fn failed(&mut self, now: Instant) -> impl Iterator<Item = T> + '_ {
         self.out.clear();
         self.inb.clear();
-        self.fallbacks.clear();
+        self.scripted.clear();
         self.decoder.reset();
         self.retry_at = Some(now + self.backoff);
         self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
@@ -282,6 +315,8 @@ impl<T> Conn<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::op::{Command, OpKind};
+    use crate::Token;
 
     fn addr(s: &str) -> NodeAddr {
         NodeAddr::parse(s).unwrap()
@@ -301,9 +336,9 @@ mod tests {
     fn late_replies_are_matched_to_their_own_operation() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
-        c.queue(1, Instant::now(), |b| b.put_slice(b"x"), |_| {})
+        c.queue(1, Instant::now(), |b| b.put_slice(b"x"), false)
             .unwrap();
-        c.queue(2, Instant::now(), |b| b.put_slice(b"y"), |_| {})
+        c.queue(2, Instant::now(), |b| b.put_slice(b"y"), false)
             .unwrap();
         feed(&mut c, b":0\r\n:1\r\n");
         assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(0))));
@@ -320,7 +355,7 @@ mod tests {
         assert!(c.out.starts_with(
             b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
         ));
-        c.queue(9, Instant::now(), |b| b.put_slice(b"z"), |_| {})
+        c.queue(9, Instant::now(), |b| b.put_slice(b"z"), false)
             .unwrap();
         // A failed preload is ignored; the EVAL fallback covers it.
         feed(
@@ -340,10 +375,10 @@ mod tests {
     fn protocol_errors_and_pushes() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
-        c.queue(1, Instant::now(), |_| {}, |_| {}).unwrap();
+        c.queue(1, Instant::now(), |_| {}, false).unwrap();
         feed(&mut c, b">2\r\n+invalidate\r\n_\r\n:1\r\n");
         assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
-        c.queue(2, Instant::now(), |_| {}, |_| {}).unwrap();
+        c.queue(2, Instant::now(), |_| {}, false).unwrap();
         feed(&mut c, b"$1099511627776\r\n");
         assert!(matches!(
             c.next_reply(),
@@ -356,14 +391,14 @@ mod tests {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
         let mut queued = 0;
-        while c.queue(queued, Instant::now(), |_| {}, |_| {}).is_ok() {
+        while c.queue(queued, Instant::now(), |_| {}, false).is_ok() {
             queued += 1;
             assert!(queued <= MAX_OWED as u64);
         }
         // Two of the places are the preloads'.
         assert_eq!(queued, MAX_OWED as u64 - 2);
         assert_eq!(
-            c.queue(99, Instant::now(), |_| {}, |_| {}),
+            c.queue(99, Instant::now(), |_| {}, false),
             Err((ConnError::Stuck, 99))
         );
     }
@@ -383,7 +418,7 @@ mod tests {
         }
         assert!(c.may_connect(t + BACKOFF_MAX));
         open(&mut c);
-        c.queue(1, Instant::now(), |_| {}, |_| {}).unwrap();
+        c.queue(1, Instant::now(), |_| {}, false).unwrap();
         feed(&mut c, b":1\r\n");
         c.next_reply().unwrap();
         let _ = c.failed(t);
@@ -396,7 +431,7 @@ mod tests {
         open(&mut c);
         let t = Instant::now();
         assert!(!c.is_stale(t, Duration::from_millis(10)), "nothing owed");
-        c.queue(1, t, |_| {}, |_| {}).unwrap();
+        c.queue(1, t, |_| {}, false).unwrap();
         assert!(!c.is_stale(t + Duration::from_millis(10), Duration::from_millis(10)));
         assert!(c.is_stale(t + Duration::from_millis(11), Duration::from_millis(10)));
         feed(&mut c, b":1\r\n");
@@ -404,43 +439,75 @@ mod tests {
         assert!(!c.is_stale(t + Duration::from_secs(9), Duration::from_millis(10)));
     }
 
+    fn command<'a>(kind: OpKind, token: &'a Token) -> Command<'a> {
+        Command {
+            kind,
+            resource: b"res",
+            token,
+            ttl_ms: 30_000,
+        }
+    }
+
+    fn wire(c: &Command<'_>, eval: bool) -> Vec<u8> {
+        let mut v = Vec::new();
+        c.encode(&mut v, eval);
+        v
+    }
+
+    #[test]
+    fn the_eval_form_is_the_evalsha_with_the_script_in_place_of_the_digest() {
+        let token = Token::generate();
+        for kind in [OpKind::Release, OpKind::Extend] {
+            let cmd = command(kind, &token);
+            let mut out = BytesMut::new();
+            assert!(eval_form(&wire(&cmd, false), &mut out));
+            assert_eq!(&out[..], &wire(&cmd, true)[..], "{kind:?}");
+        }
+        // Anything else is left alone.
+        let mut out = BytesMut::new();
+        assert!(!eval_form(
+            &wire(&command(OpKind::Acquire, &token), false),
+            &mut out
+        ));
+        assert!(!eval_form(b"*2\r\n$7\r\nEVALSHA\r\n$40\r\n", &mut out));
+        assert!(!eval_form(b"", &mut out));
+        let other = b"*3\r\n$7\r\nEVALSHA\r\n$40\r\n0000000000000000000000000000000000000000\r\n$1\r\n0\r\n";
+        assert!(!eval_form(other, &mut out));
+        assert!(out.is_empty());
+    }
+
     #[test]
     fn noscript_is_answered_with_the_eval_form_on_the_same_connection() {
+        let token = Token::generate();
+        let (release, extend) = (
+            command(OpKind::Release, &token),
+            command(OpKind::Extend, &token),
+        );
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         let now = Instant::now();
-        c.queue(
-            1,
-            now,
-            |b| b.put_slice(b"SHA1;"),
-            |b| b.put_slice(b"EVAL1;"),
-        )
-        .unwrap();
-        c.queue(
-            2,
-            now,
-            |b| b.put_slice(b"SHA2;"),
-            |b| b.put_slice(b"EVAL2;"),
-        )
-        .unwrap();
-        c.queue(3, now, |b| b.put_slice(b"SET3;"), |_| {}).unwrap();
+        c.queue(1, now, |b| release.encode(b, false), true).unwrap();
+        c.queue(2, now, |b| extend.encode(b, false), true).unwrap();
+        c.queue(3, now, |b| b.put_slice(b"SET3;"), false).unwrap();
         c.out.clear();
         // 1 ran; 2 found no script; 3 answered.
         feed(&mut c, b":1\r\n-NOSCRIPT No matching script.\r\n+OK\r\n");
         assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(1));
-        // The NOSCRIPT is not handed over: the EVAL form of 2 goes out in its place, and
-        // both scripts are loaded again; 3's reply comes next.
+        // The NOSCRIPT is not handed over: 2 goes out again as EVAL, both scripts are loaded
+        // again, and 3's reply comes next.
         assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(3));
-        assert!(c.out.starts_with(b"EVAL2;"), "{:?}", c.out);
+        let eval = wire(&extend, true);
+        assert!(c.out.starts_with(&eval), "{:?}", c.out);
         assert_eq!(c.out.windows(6).filter(|w| w == b"SCRIPT").count(), 2);
         assert!(c.next_reply().unwrap().is_none());
         // The EVAL's reply goes to 2; the SCRIPT LOAD replies are consumed.
-        feed(&mut c, b":1\r\n$40\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n$40\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n");
+        let sha = format!("$40\r\n{}\r\n", "x".repeat(40));
+        feed(&mut c, format!(":1\r\n{sha}{sha}").as_bytes());
         let (tag, frame) = c.next_reply().unwrap().unwrap();
         assert_eq!((tag, frame), (2, Frame::Integer(1)));
         assert!(c.next_reply().unwrap().is_none());
-        assert!(c.fallbacks.is_empty(), "every fallback consumed");
-        // A NOSCRIPT to the EVAL form itself (no fallback left) is handed over: no loop.
-        c.queue(4, now, |b| b.put_slice(b"EVAL4;"), |_| {}).unwrap();
+        assert!(c.scripted.is_empty(), "every copy consumed");
+        // A NOSCRIPT to the EVAL form itself (not scripted) is handed over: no loop.
+        c.queue(4, now, |b| release.encode(b, true), false).unwrap();
         feed(&mut c, b"-NOSCRIPT No matching script.\r\n");
         assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(4));
     }
@@ -448,7 +515,7 @@ mod tests {
     #[test]
     fn partial_writes_advance() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
-        c.queue(1, Instant::now(), |b| b.put_slice(b"abcdef"), |_| {})
+        c.queue(1, Instant::now(), |b| b.put_slice(b"abcdef"), false)
             .unwrap();
         c.wrote(2);
         assert_eq!(&c.out[..], b"cdef");

@@ -76,14 +76,6 @@ impl Command<'_> {
         }
     }
 
-    /// Writes the `EVAL` form of a scripted command, which the connection sends in its place
-    /// if the server answers `NOSCRIPT` (see `Conn::queue`); nothing for `SET`.
-    pub(crate) fn encode_fallback(&self, dst: &mut impl BufMut) {
-        if self.kind != OpKind::Acquire {
-            self.encode(dst, true);
-        }
-    }
-
     /// Judges a node's reply to this command. A `NOSCRIPT` never gets here from a scripted
     /// command (its connection sends the `EVAL` form instead): one that does is a server
     /// error like any other.
@@ -307,14 +299,6 @@ mod tests {
         // is a plain server error: no loop.
         let noscript = Frame::Error(s("NOSCRIPT No matching script."));
         assert!(matches!(rel.judge(&noscript), NodeOutcome::Server(_)));
-        let mut fallback = Vec::new();
-        rel.encode_fallback(&mut fallback);
-        assert!(String::from_utf8(fallback)
-            .unwrap()
-            .starts_with("*5\r\n$4\r\nEVAL\r\n"));
-        let mut none = Vec::new();
-        acq.encode_fallback(&mut none);
-        assert!(none.is_empty(), "SET has no fallback");
         assert!(matches!(
             acq.judge(&Frame::Bulk(Bytes::from(vec![b'x'; 10_000]))),
             NodeOutcome::Server(m) if m.len() < 100

@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use smallvec::SmallVec;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -291,12 +291,8 @@ impl Driver {
             }));
             node.conn.opened(&node.addr);
         }
-        let fallback = |b: &mut BytesMut| {
-            if !eval {
-                cmd.encode_fallback(b);
-            }
-        };
-        match node.conn.queue(tag, now, |b| cmd.encode(b, eval), fallback) {
+        let scripted = !eval && cmd.kind != OpKind::Acquire;
+        match node.conn.queue(tag, now, |b| cmd.encode(b, eval), scripted) {
             Ok(()) => Ok(()),
             Err((e, _)) => {
                 let outcome = e.outcome();
