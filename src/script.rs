@@ -11,7 +11,8 @@
 //!
 //! They run as `EVALSHA <sha> 1 <key> <token> [<ttl ms>]`. A server that answers `-NOSCRIPT`
 //! (restarted, or `SCRIPT FLUSH`ed) gets the same call as `EVAL <script> ...`, which runs it
-//! and caches it again, in the same round. The digests are constants; a test checks them
+//! and caches it again: its connection sends it in place of the `EVALSHA` (`conn.rs`), whether
+//! or not the operation's round is still waiting for that node. The digests are constants; a test checks them
 //! against what `SCRIPT LOAD` returns from a real server.
 
 /// Compare-and-delete: `DEL` the key if it holds `ARGV[1]`.
