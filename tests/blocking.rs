@@ -40,6 +40,41 @@ fn script_digests_match_what_redis_computes() {
     }
 }
 
+/// Redis before 7.2 passes the C library's spelling of NaN through: Lua's `0/0` as a RESP3
+/// double is `,-nan` (or `,nan`) on the wire. The codec takes it as a NaN instead of failing
+/// the connection.
+#[test]
+fn the_codec_takes_the_nan_a_real_server_sends() {
+    use std::io::{Read, Write};
+    let server = redlock_mux::local::LocalServer::start().unwrap();
+    let mut s = std::net::TcpStream::connect(server.addr()).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut out = bytes::BytesMut::new();
+    redlock_mux::resp::encode_command(&mut out, &[b"HELLO", b"3"]);
+    redlock_mux::resp::encode_command(&mut out, &[b"EVAL", b"return {double=0/0}", b"0"]);
+    s.write_all(&out).unwrap();
+    let mut dec = redlock_mux::resp::Decoder::default();
+    let mut buf = bytes::BytesMut::new();
+    let mut frames = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while frames.len() < 2 {
+        match dec.decode(&mut buf) {
+            Ok(Some(f)) => frames.push(f),
+            Ok(None) => {
+                let n = s.read(&mut chunk).expect("replies within 5 s");
+                assert!(n > 0, "server closed the connection");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            Err(e) => panic!("the server's NaN was refused: {e}"),
+        }
+    }
+    match &frames[1] {
+        redlock_mux::resp::Frame::Double(d) => assert!(d.is_nan(), "{d}"),
+        other => panic!("expected a double, got {other:?}"),
+    }
+}
+
 #[test]
 fn clients_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}

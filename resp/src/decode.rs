@@ -725,12 +725,13 @@ fn is_big_number(s: &[u8]) -> bool {
     }
 }
 
-/// A RESP3 double: `inf`, `-inf`, `nan`, or `[-]digits[.digits][(e|E)[+|-]digits]`.
+/// A RESP3 double: `inf`, `-inf`, a NaN (see [`is_nan`]), or
+/// `[-]digits[.digits][(e|E)[+|-]digits]`.
 fn parse_double(s: &[u8]) -> Option<f64> {
     match s {
         b"inf" => return Some(f64::INFINITY),
         b"-inf" => return Some(f64::NEG_INFINITY),
-        b"nan" => return Some(f64::NAN),
+        _ if is_nan(s) => return Some(f64::NAN),
         _ => {}
     }
     let digits = |s: &[u8]| s.iter().take_while(|c| c.is_ascii_digit()).count();
@@ -763,6 +764,27 @@ fn parse_double(s: &[u8]) -> Option<f64> {
     }
     // The grammar above is a subset of what `f64::from_str` accepts, and pure ASCII.
     core::str::from_utf8(s).ok()?.parse().ok()
+}
+
+/// Whether `s` is one of the spellings of NaN that a C library prints and servers before
+/// Redis 7.2 pass on unchanged (`return {double=0/0}` from Lua answers `,-nan`): an optional
+/// `-`, then `nan` in any case, then optionally a parenthesised run of ASCII letters, digits
+/// and underscores (`nan(0x7ff8)`, `NAN(ind)`). RESP3 asks clients to take them all as NaN.
+fn is_nan(s: &[u8]) -> bool {
+    let s = s.strip_prefix(b"-").unwrap_or(s);
+    let Some((word, rest)) = s.split_at_checked(3) else {
+        return false;
+    };
+    if !word.eq_ignore_ascii_case(b"nan") {
+        return false;
+    }
+    match rest {
+        [] => true,
+        [b'(', inner @ .., b')'] => inner
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'_'),
+        _ => false,
+    }
 }
 
 /// Index of the first CR or LF in `hay`, eight bytes at a time.

@@ -104,6 +104,45 @@ fn every_scalar_type() {
 }
 
 #[test]
+fn every_libc_spelling_of_nan_is_a_nan() {
+    for input in [
+        &b",nan\r\n"[..],
+        b",-nan\r\n",
+        b",NAN\r\n",
+        b",-NAN\r\n",
+        b",NaN\r\n",
+        b",nAn\r\n",
+        b",nan()\r\n",
+        b",nan(0x7ff8)\r\n",
+        b",NAN(ind)\r\n",
+        b",-nan(snan_1)\r\n",
+    ] {
+        match one(input) {
+            Frame::Double(d) => assert!(d.is_nan(), "{:?}", String::from_utf8_lossy(input)),
+            other => panic!("{:?}: {other:?}", String::from_utf8_lossy(input)),
+        }
+    }
+    // Inside an aggregate, and split anywhere, it is the same.
+    let whole = b"*2\r\n,-nan\r\n:1\r\n";
+    for cut in 0..whole.len() {
+        let mut d = Decoder::default();
+        let mut buf = BytesMut::from(&whole[..cut]);
+        assert_eq!(d.decode(&mut buf).unwrap(), None, "cut at {cut}");
+        buf.extend_from_slice(&whole[cut..]);
+        match d.decode(&mut buf).unwrap() {
+            Some(Frame::Array(v)) => {
+                assert!(
+                    matches!(v[0], Frame::Double(x) if x.is_nan()),
+                    "cut at {cut}"
+                );
+                assert_eq!(v[1], Frame::Integer(1));
+            }
+            other => panic!("cut at {cut}: {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn every_aggregate_type() {
     let cases: Vec<(&[u8], Frame)> = vec![
         (b"*0\r\n", Frame::Array(vec![])),
@@ -293,7 +332,16 @@ fn scalar_payload_rules() {
         b",inf \r\n",
         b",INF\r\n",
         b",infinity\r\n",
-        b",NaN\r\n",
+        b",nan \r\n",
+        b",+nan\r\n",
+        b",--nan\r\n",
+        b",na\r\n",
+        b",nana\r\n",
+        b",nan(\r\n",
+        b",nan()x\r\n",
+        b",nan(a-b)\r\n",
+        b",nan(a)(b)\r\n",
+        b",infnan\r\n",
         b",1,5\r\n",
         b",- 1\r\n",
     ] {
