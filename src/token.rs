@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use rand::RngCore;
+use rand::rngs::OsRng;
+use rand::{RngCore, TryRngCore};
 
 /// A lock's token: the value stored under the resource's key on every node. Unique per
 /// acquisition attempt, unguessable, and stored inline (no heap allocation).
@@ -16,11 +17,26 @@ impl Token {
     /// Length of the text form: 20 random bytes as hex.
     pub const LEN: usize = 40;
 
-    /// A fresh token: 20 bytes from `rand`'s thread-local CSPRNG (ChaCha, seeded and
-    /// periodically reseeded from the operating system).
+    /// A fresh token: 20 bytes from the operating system's generator (`getrandom(2)` on
+    /// Linux), drawn anew for every token.
+    ///
+    /// Not from a user-space generator seeded once per thread: a process that forks after
+    /// drawing from one (a pre-forking server, say) leaves parent and child with the same
+    /// generator state, so both would draw the same tokens, and one could release the
+    /// other's lock. The kernel's generator has no state in the process to copy. It costs
+    /// one system call per acquisition, small beside the round trip it precedes.
+    ///
+    /// Should the system call fail (it does not on any supported kernel), the bytes come from
+    /// `rand`'s thread-local generator with the process id folded in, so that processes
+    /// forked from one state still draw different tokens.
     pub fn generate() -> Token {
         let mut raw = [0u8; 20];
-        rand::rng().fill_bytes(&mut raw);
+        if OsRng.try_fill_bytes(&mut raw).is_err() {
+            rand::rng().fill_bytes(&mut raw);
+            for (b, p) in raw.iter_mut().zip(std::process::id().to_le_bytes()) {
+                *b ^= p;
+            }
+        }
         Token::from_raw(&raw)
     }
 
