@@ -333,8 +333,7 @@ impl Redlock {
     ///
     /// The ttl is taken in whole milliseconds (rounded down).
     pub fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let ttl_ms = op::ttl_ms(ttl)?;
-        let ttl = Duration::from_millis(ttl_ms);
+        let (ttl_ms, ttl) = op::ttl_ms(&self.config, ttl)?;
         let token = Token::generate();
         let cmd = Command {
             kind: OpKind::Acquire,
@@ -345,12 +344,7 @@ impl Redlock {
         let cfg = &self.config;
         let (round, t1) = self.submit(cmd, cfg.fail_fast);
         match op::acquired(cfg, &round, t1, Instant::now(), ttl) {
-            Ok(validity) => Ok(Lock {
-                resource: resource.to_owned(),
-                token,
-                valid_until: t1 + validity,
-                ttl,
-            }),
+            Ok(validity) => Ok(op::granted(resource, token, t1, validity, ttl)),
             Err(e) => {
                 let release = Command {
                     kind: OpKind::Release,
@@ -383,14 +377,15 @@ impl Redlock {
     /// validity the way acquisition computes it.
     ///
     /// A lock whose validity has run out is not extended ([`Error::Expired`], nothing sent):
-    /// the lock was not held in between, so extending it would hide a gap. On any error the
-    /// lock is left as it was.
+    /// the lock was not held in between, so extending it would hide a gap.
+    ///
+    /// Whatever the outcome, once the round has started the lock's validity is at most what
+    /// the new ttl gives from the round's start (less the drift allowance): nodes that ran the
+    /// `PEXPIRE` before the round failed hold the key only that long. So an extension to a
+    /// shorter ttl shortens the lock's validity even when it fails, and the lock never claims
+    /// more time than its keys have.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
-        let ttl_ms = op::ttl_ms(ttl)?;
-        let ttl = Duration::from_millis(ttl_ms);
-        if lock.is_expired() {
-            return Err(Error::Expired);
-        }
+        let (ttl_ms, ttl) = op::begin_extend(&self.config, lock, ttl, Instant::now())?;
         let cmd = Command {
             kind: OpKind::Extend,
             resource: lock.resource.as_bytes(),
@@ -399,11 +394,7 @@ impl Redlock {
         };
         let cfg = &self.config;
         let (round, t1) = self.submit(cmd, cfg.fail_fast);
-        op::confirmed(cfg, &round)?;
-        let validity = op::validity_after(cfg, t1, Instant::now(), ttl)?;
-        lock.valid_until = t1 + validity;
-        lock.ttl = ttl;
-        Ok(())
+        op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)
     }
 }
 
@@ -488,7 +479,7 @@ impl Driver {
             self.next_op += 1;
         }
         let t1 = Instant::now();
-        let deadline = t1 + cfg.node_timeout;
+        let deadline = crate::time::later(t1, cfg.node_timeout);
         for (i, node) in self.nodes.iter_mut().enumerate() {
             let mut sent = node.ensure_connected(&self.poll, i, t1, stale_after(cfg.node_timeout));
             for job in jobs.iter() {

@@ -9,6 +9,17 @@ use crate::error::ConfigError;
 /// Redis' default port, used when an address names none.
 pub const DEFAULT_PORT: u16 = 6379;
 
+/// The longest ttl a lock may be taken or extended with: ten years. Redis and Valkey refuse
+/// expiries past `i64::MAX` milliseconds from their own clock; this bound sits far below
+/// that, and keeps every deadline computed from a ttl inside what the monotonic clock can
+/// represent. A longer ttl is refused with [`ConfigError::Ttl`].
+pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 86_400);
+
+/// The longest node timeout or retry delay the builder accepts: one day. Anything longer is
+/// a mistake (a dead node would hold every round for that long), and is refused with a
+/// [`ConfigError`] rather than left to overflow a deadline.
+pub const MAX_OPTION_DURATION: Duration = Duration::from_secs(86_400);
+
 /// One master: where it listens and how to log in.
 ///
 /// Parsed from `redis://[user[:password]@]host[:port][/db]` or plain `host[:port]`; IPv6 hosts
@@ -165,11 +176,20 @@ impl NodeAddr {
     }
 }
 
-/// The address with any userinfo blanked, for error messages.
-fn redact(input: &str) -> String {
-    match (input.find("://"), input.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}***{}", &input[..s + 3], &input[at..]),
-        (None, Some(at)) => format!("***{}", &input[at..]),
+/// The address with its password blanked (the user, if any, kept), for error messages and
+/// `Debug`: `redis://app:***@host:port`.
+pub(crate) fn redact(input: &str) -> String {
+    let start = input.find("://").map_or(0, |s| s + 3);
+    match input.rfind('@') {
+        Some(at) if at >= start => {
+            let userinfo = &input[start..at];
+            let user = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:"),
+                // `redis://secret@host`: a lone word before the `@` is the password.
+                None => String::new(),
+            };
+            format!("{}{user}***{}", &input[..start], &input[at..])
+        }
         _ => input.to_string(),
     }
 }
@@ -238,12 +258,51 @@ impl Config {
     pub fn fail_fast(&self) -> bool {
         self.fail_fast
     }
+
+    /// The shortest ttl a lock can be taken with: the least whole number of milliseconds
+    /// above the clock-drift allowance (`ttl * drift_factor + 2 ms`). At or below it the lock
+    /// would be expired the moment it was granted, so no round could ever win it.
+    pub fn min_ttl(&self) -> Duration {
+        // ttl > 2 ms / (1 - factor); start just below and step up to the first that works.
+        let estimate = (2.0 / (1.0 - self.drift_factor)).floor();
+        let mut ms = if estimate.is_finite() && estimate >= 1.0 {
+            estimate as u64
+        } else {
+            1
+        };
+        while crate::quorum::validity(Duration::from_millis(ms), Duration::ZERO, self.drift_factor)
+            .is_none()
+        {
+            ms += 1;
+        }
+        Duration::from_millis(ms)
+    }
+
+    /// Checks a ttl given to an acquisition or an extension and returns it in whole
+    /// milliseconds (rounded down, as the command sends it): it must lie in
+    /// [`min_ttl`](Config::min_ttl) ..= [`MAX_TTL`], else [`ConfigError::Ttl`].
+    pub fn check_ttl(&self, ttl: Duration) -> Result<u64, ConfigError> {
+        let min = self.min_ttl();
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        if ttl > MAX_TTL || Duration::from_millis(ms) < min {
+            return Err(ConfigError::Ttl {
+                ttl,
+                min,
+                max: MAX_TTL,
+            });
+        }
+        Ok(ms)
+    }
 }
 
 /// Builds a [`Redlock`](crate::Redlock) (or an `AsyncRedlock`) from its options.
 ///
 /// Defaults follow the reference implementations: node timeout 50 ms, 3 tries with a random
 /// delay in [100 ms, 200 ms] between them, drift factor 0.01, fail-fast on, quorum N/2 + 1.
+///
+/// Every duration is bounded: the node timeout must be in (0, [`MAX_OPTION_DURATION`]], the
+/// retry delay at most that; ttls are checked per call (see [`Config::check_ttl`]). Its
+/// `Debug` shows node addresses with their passwords blanked.
 ///
 /// # Examples
 /// ```no_run
@@ -257,7 +316,7 @@ impl Config {
 ///     .build()?;
 /// # Ok::<(), redlock_mux::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Builder {
     nodes: Vec<String>,
     node_timeout: Duration,
@@ -266,6 +325,21 @@ pub struct Builder {
     drift_factor: f64,
     fail_fast: bool,
     quorum: Option<usize>,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| redact(n)).collect();
+        f.debug_struct("Builder")
+            .field("nodes", &nodes)
+            .field("node_timeout", &self.node_timeout)
+            .field("tries", &self.tries)
+            .field("retry_delay", &self.retry_delay)
+            .field("drift_factor", &self.drift_factor)
+            .field("fail_fast", &self.fail_fast)
+            .field("quorum", &self.quorum)
+            .finish()
+    }
 }
 
 impl Default for Builder {
@@ -357,8 +431,11 @@ impl Builder {
         if !(self.drift_factor.is_finite() && (0.0..1.0).contains(&self.drift_factor)) {
             return Err(ConfigError::DriftFactor(self.drift_factor));
         }
-        if self.node_timeout.is_zero() {
-            return Err(ConfigError::NodeTimeout);
+        if self.node_timeout.is_zero() || self.node_timeout > MAX_OPTION_DURATION {
+            return Err(ConfigError::NodeTimeout(self.node_timeout));
+        }
+        if self.retry_delay > MAX_OPTION_DURATION {
+            return Err(ConfigError::RetryDelay(self.retry_delay));
         }
         if self.tries == 0 {
             return Err(ConfigError::Tries);
@@ -419,6 +496,73 @@ mod tests {
     }
 
     #[test]
+    fn ttls_at_or_below_the_drift_allowance_or_past_the_maximum_are_refused() {
+        let ms = Duration::from_millis;
+        let cfg = Builder::default().nodes(["127.0.0.1:1"]).config().unwrap();
+        // 2 ms of fixed drift plus 1% of the ttl: 3 ms is the first that leaves anything.
+        assert_eq!(cfg.min_ttl(), ms(3));
+        assert_eq!(cfg.check_ttl(ms(3)), Ok(3));
+        assert_eq!(cfg.check_ttl(Duration::from_micros(3_999)), Ok(3));
+        assert_eq!(cfg.check_ttl(MAX_TTL), Ok(MAX_TTL.as_millis() as u64));
+        for bad in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            ms(1),
+            ms(2),
+            Duration::from_micros(2_999),
+            MAX_TTL + Duration::from_nanos(1),
+            Duration::from_secs(u64::MAX),
+            Duration::MAX,
+        ] {
+            match cfg.check_ttl(bad) {
+                Err(ConfigError::Ttl { ttl, min, max }) => {
+                    assert_eq!((ttl, min, max), (bad, ms(3), MAX_TTL))
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        // A larger drift factor raises the minimum: 2 ms / (1 - 0.5) = 4 ms is still zero.
+        let half = Builder::default()
+            .nodes(["127.0.0.1:1"])
+            .drift_factor(0.5)
+            .config()
+            .unwrap();
+        assert_eq!(half.min_ttl(), ms(5));
+        for f in [0.0, 0.01, 0.1, 0.3, 0.9, 0.999] {
+            let c = Builder::default()
+                .nodes(["127.0.0.1:1"])
+                .drift_factor(f)
+                .config()
+                .unwrap();
+            let min = c.min_ttl();
+            assert!(
+                crate::quorum::validity(min, Duration::ZERO, f).is_some(),
+                "{f}"
+            );
+            assert!(
+                crate::quorum::validity(min - ms(1), Duration::ZERO, f).is_none(),
+                "{f}"
+            );
+        }
+    }
+
+    #[test]
+    fn debug_of_a_builder_blanks_passwords() {
+        let b = Builder::default().nodes([
+            "redis://app:s3cret@127.0.0.1:1",
+            "redis://:s3cret@127.0.0.1:2",
+            "redis://s3cret@127.0.0.1:3",
+            "127.0.0.1:4",
+        ]);
+        let d = format!("{b:?}");
+        assert!(!d.contains("s3cret"), "{d}");
+        assert!(d.contains("redis://app:***@127.0.0.1:1"), "{d}");
+        assert!(d.contains("redis://:***@127.0.0.1:2"), "{d}");
+        assert!(d.contains("redis://***@127.0.0.1:3"), "{d}");
+        assert!(d.contains("127.0.0.1:4"), "{d}");
+    }
+
+    #[test]
     fn builder_validates() {
         let five = [
             "127.0.0.1:1",
@@ -449,8 +593,25 @@ mod tests {
         );
         assert_eq!(
             b.clone().node_timeout(Duration::ZERO).config().unwrap_err(),
-            ConfigError::NodeTimeout
+            ConfigError::NodeTimeout(Duration::ZERO)
         );
+        let years = Duration::from_secs(500_000_000_000 * 31_557_600 / 1_000_000);
+        for huge in [years, Duration::from_secs(u64::MAX), Duration::MAX] {
+            assert_eq!(
+                b.clone().node_timeout(huge).config().unwrap_err(),
+                ConfigError::NodeTimeout(huge)
+            );
+            assert_eq!(
+                b.clone().retry(3, huge).config().unwrap_err(),
+                ConfigError::RetryDelay(huge)
+            );
+        }
+        assert!(b
+            .clone()
+            .node_timeout(MAX_OPTION_DURATION)
+            .retry(3, MAX_OPTION_DURATION)
+            .config()
+            .is_ok());
         assert_eq!(
             b.clone().retry(0, Duration::ZERO).config().unwrap_err(),
             ConfigError::Tries

@@ -35,7 +35,9 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// four node timeouts, and never under half a second (a reply that late has missed its round
 /// long ago either way).
 pub(crate) fn stale_after(node_timeout: Duration) -> Duration {
-    (node_timeout * 4).max(Duration::from_millis(500))
+    node_timeout
+        .saturating_mul(4)
+        .max(Duration::from_millis(500))
 }
 
 /// The decoder limits for replies to lock commands: far above anything a real reply needs,
@@ -282,7 +284,7 @@ impl<T> Conn<T> {
         self.inb.clear();
         self.scripted.clear();
         self.decoder.reset();
-        self.retry_at = Some(now + self.backoff);
+        self.retry_at = Some(crate::time::later(now, self.backoff));
         self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
         self.owed.drain(..).filter_map(|o| match o {
             Owner::Op(tag, ..) => Some(tag),

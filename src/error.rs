@@ -135,18 +135,39 @@ pub enum ConfigError {
     /// A drift factor that is not a finite number in [0, 1).
     #[error("drift factor {0} is not in [0, 1)")]
     DriftFactor(f64),
-    /// A zero node timeout.
-    #[error("node timeout must be above zero")]
-    NodeTimeout,
+    /// A node timeout of zero, or above [`MAX_OPTION_DURATION`](crate::MAX_OPTION_DURATION).
+    #[error("node timeout {0:?} is outside (0, 24h]")]
+    NodeTimeout(Duration),
+    /// A retry delay above [`MAX_OPTION_DURATION`](crate::MAX_OPTION_DURATION).
+    #[error("retry delay {0:?} is above 24h")]
+    RetryDelay(Duration),
     /// Zero tries.
     #[error("tries must be at least 1")]
     Tries,
     /// The async client was built outside a tokio runtime.
     #[error("the async client must be built inside a tokio runtime")]
     NoRuntime,
-    /// A ttl below 1 ms or above what Redis takes.
-    #[error("ttl {0:?} is outside 1 ms ..= i64::MAX ms")]
-    Ttl(Duration),
+    /// A ttl at or below the clock-drift allowance (a lock that would be expired when
+    /// granted), or above [`MAX_TTL`](crate::MAX_TTL).
+    #[error("ttl {ttl:?} is outside {min:?} ..= {max:?} (at or below the clock-drift allowance no lock is ever valid)")]
+    Ttl {
+        /// The ttl given.
+        ttl: Duration,
+        /// The shortest accepted, [`Config::min_ttl`](crate::Config::min_ttl).
+        min: Duration,
+        /// The longest accepted, [`MAX_TTL`](crate::MAX_TTL).
+        max: Duration,
+    },
+    /// A [`KeepAlive`](crate::KeepAlive) policy that cannot keep a lock of this ttl: an
+    /// extension round (up to one node timeout) does not fit in the time it is given before
+    /// the validity ends.
+    #[error("keep-alive cannot work: an extension round may take the node timeout {node_timeout:?}, which does not fit before a {ttl:?} lock's validity ends")]
+    KeepAlive {
+        /// The lock's ttl.
+        ttl: Duration,
+        /// The configured node timeout.
+        node_timeout: Duration,
+    },
 }
 
 /// Why an operation did not succeed.

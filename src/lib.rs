@@ -50,6 +50,7 @@ mod lock;
 mod op;
 mod quorum;
 pub mod script;
+mod time;
 mod token;
 #[cfg(feature = "tokio")]
 mod tokio_client;
@@ -57,7 +58,7 @@ mod tokio_client;
 mod tokio_driver;
 
 pub use blocking::Redlock;
-pub use config::{Builder, Config, NodeAddr, DEFAULT_PORT};
+pub use config::{Builder, Config, NodeAddr, DEFAULT_PORT, MAX_OPTION_DURATION, MAX_TTL};
 pub use error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
 pub use lock::Lock;
 pub use token::Token;

@@ -16,7 +16,8 @@ use rand::Rng;
 use resp::{encode_command, Frame, IntBuf};
 
 use crate::config::Config;
-use crate::error::{ConfigError, Error, NodeOutcome};
+use crate::error::{Error, NodeOutcome};
+use crate::lock::Lock;
 use crate::quorum::{validity, Decision, Round};
 use crate::script;
 use crate::Token;
@@ -95,14 +96,78 @@ impl Command<'_> {
     }
 }
 
-/// The largest ttl Redis takes in `PX` / `PEXPIRE`, in milliseconds.
-const MAX_TTL_MS: u64 = i64::MAX as u64;
+/// Checks a ttl given to an acquisition or an extension: its whole milliseconds (rounded
+/// down, as sent), and the ttl those stand for.
+pub(crate) fn ttl_ms(cfg: &Config, ttl: Duration) -> Result<(u64, Duration), Error> {
+    let ms = cfg.check_ttl(ttl)?;
+    Ok((ms, Duration::from_millis(ms)))
+}
 
-/// Checks a ttl and converts it to whole milliseconds (rounded down; at least 1 ms).
-pub(crate) fn ttl_ms(ttl: Duration) -> Result<u64, Error> {
-    match u64::try_from(ttl.as_millis()) {
-        Ok(ms) if (1..=MAX_TTL_MS).contains(&ms) => Ok(ms),
-        _ => Err(ConfigError::Ttl(ttl).into()),
+/// The latest a lock can still be relied on once an extension to `ttl`, started at `t1`,
+/// may have reached some node: a node that ran the `PEXPIRE` lets the key go `ttl` after it
+/// ran it, which is no earlier than `t1 + ttl`, less the drift allowance. Saturates at `t1`
+/// (a ttl within the drift allowance promises nothing).
+fn extension_cap(cfg: &Config, t1: Instant, ttl: Duration) -> Instant {
+    let left = ttl
+        .checked_sub(crate::quorum::drift(ttl, cfg.drift_factor))
+        .unwrap_or(Duration::ZERO);
+    crate::time::later(t1, left)
+}
+
+/// Before an extension round of `lock` to `ttl`: checks the ttl, refuses a lock whose validity
+/// has run out ([`Error::Expired`], nothing to send: extending it would hide a gap in which it
+/// was not held), and caps the lock's validity at what it will be worth if the round fails.
+///
+/// The cap is applied before anything is sent, so that it holds however the round ends:
+/// with success, with an error, or never (an async caller that drops the future). Some nodes
+/// may run the `PEXPIRE` whatever the outcome, and after it their key lives `ttl`, not what
+/// the lock had left: a shortened extension that failed still shortened the keys.
+pub(crate) fn begin_extend(
+    cfg: &Config,
+    lock: &mut Lock,
+    ttl: Duration,
+    now: Instant,
+) -> Result<(u64, Duration), Error> {
+    let (ms, ttl) = ttl_ms(cfg, ttl)?;
+    if now >= lock.valid_until {
+        return Err(Error::Expired);
+    }
+    lock.valid_until = lock.valid_until.min(extension_cap(cfg, now, ttl));
+    Ok((ms, ttl))
+}
+
+/// After an extension round that started at `t1` (at or after the `now` given to
+/// [`begin_extend`]): on success the lock is valid for the new ttl as acquisition computes it;
+/// on failure it keeps the capped validity `begin_extend` left it.
+pub(crate) fn finish_extend(
+    cfg: &Config,
+    lock: &mut Lock,
+    round: &Round,
+    t1: Instant,
+    now: Instant,
+    ttl: Duration,
+) -> Result<(), Error> {
+    lock.valid_until = lock.valid_until.min(extension_cap(cfg, t1, ttl));
+    confirmed(cfg, round)?;
+    let validity = validity_after(cfg, t1, now, ttl)?;
+    lock.valid_until = crate::time::later(t1, validity);
+    lock.ttl = ttl;
+    Ok(())
+}
+
+/// The lock an acquisition round that started at `t1` won.
+pub(crate) fn granted(
+    resource: &str,
+    token: Token,
+    t1: Instant,
+    validity: Duration,
+    ttl: Duration,
+) -> Lock {
+    Lock {
+        resource: resource.to_owned(),
+        token,
+        valid_until: crate::time::later(t1, validity),
+        ttl,
     }
 }
 

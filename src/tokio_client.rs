@@ -113,8 +113,7 @@ impl AsyncRedlock {
     /// One round of acquisition, no retries; on failure the token is released on every node
     /// before this returns. Errors as [`Redlock::try_lock`](crate::Redlock::try_lock).
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let ttl_ms = op::ttl_ms(ttl)?;
-        let ttl = Duration::from_millis(ttl_ms);
+        let (ttl_ms, ttl) = op::ttl_ms(&self.inner.config, ttl)?;
         let cmd = OwnedCommand {
             kind: OpKind::Acquire,
             resource: Bytes::copy_from_slice(resource.as_bytes()),
@@ -136,12 +135,7 @@ impl AsyncRedlock {
         match op::acquired(cfg, &round, t1, Instant::now(), ttl) {
             Ok(validity) => {
                 guard.cmd = None;
-                Ok(Lock {
-                    resource: resource.to_owned(),
-                    token,
-                    valid_until: t1 + validity,
-                    ttl,
-                })
+                Ok(op::granted(resource, token, t1, validity, ttl))
             }
             Err(e) => {
                 self.round(release, false).await;
@@ -165,13 +159,11 @@ impl AsyncRedlock {
     }
 
     /// Extends the lock to `ttl` from now. Errors as
-    /// [`Redlock::extend`](crate::Redlock::extend); on any error the lock is left as it was.
+    /// [`Redlock::extend`](crate::Redlock::extend), and so is what happens to the lock's
+    /// validity: once the future has been polled, the validity is at most what the new ttl
+    /// gives, whether the round succeeds, fails, or is abandoned by dropping the future.
     pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
-        let ttl_ms = op::ttl_ms(ttl)?;
-        let ttl = Duration::from_millis(ttl_ms);
-        if lock.is_expired() {
-            return Err(Error::Expired);
-        }
+        let (ttl_ms, ttl) = op::begin_extend(&self.inner.config, lock, ttl, Instant::now())?;
         let cmd = OwnedCommand {
             kind: OpKind::Extend,
             resource: Bytes::copy_from_slice(lock.resource.as_bytes()),
@@ -180,11 +172,7 @@ impl AsyncRedlock {
         };
         let cfg = &self.inner.config;
         let (round, t1) = self.round(cmd, cfg.fail_fast).await;
-        op::confirmed(cfg, &round)?;
-        let validity = op::validity_after(cfg, t1, Instant::now(), ttl)?;
-        lock.valid_until = t1 + validity;
-        lock.ttl = ttl;
-        Ok(())
+        op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)
     }
 
     /// Acquires `resource` (with retries, as [`lock`](Self::lock)) and keeps it alive in the

@@ -246,7 +246,7 @@ impl Driver {
                 }
             }
         }
-        let deadline = t1 + self.node_timeout;
+        let deadline = crate::time::later(t1, self.node_timeout);
         self.rounds[slot as usize] = Some(Active {
             gen,
             cmd,

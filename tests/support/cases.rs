@@ -22,6 +22,7 @@ macro_rules! for_each_case {
             unlock_and_extend_after_expiry,
             one_bad_node_is_one_missing_vote,
             tiny_ttls_never_panic,
+            absurd_durations_are_refused_or_survived_never_a_panic,
             auth_and_select,
         );
     };
@@ -382,13 +383,42 @@ pub fn one_bad_node_is_one_missing_vote<F: Flavor>() {
 pub fn tiny_ttls_never_panic<F: Flavor>() {
     let c = cluster(5);
     let client = F::build(builder(&c).retry(1, Duration::ZERO)).unwrap();
-    for ms in [1u64, 2, 3, 5] {
+    // At or below the drift allowance (2 ms + 1%), no round could ever win: refused up
+    // front, not retried as if another client held it.
+    for ms in [1u64, 2] {
+        let ttl = Duration::from_millis(ms);
+        match client.try_lock(&resource("tiny"), ttl) {
+            Err(Error::Config(redlock_mux::ConfigError::Ttl { ttl: t, min, .. })) => {
+                assert_eq!((t, min), (ttl, Duration::from_millis(3)))
+            }
+            other => panic!("ttl {ms} ms: {other:?}"),
+        }
+        assert!(matches!(client.lock("tiny", ttl), Err(Error::Config(_))));
+    }
+    for ms in [3u64, 5] {
         match client.try_lock(&resource("tiny"), Duration::from_millis(ms)) {
             Ok(lock) => assert!(lock.validity() < Duration::from_millis(ms)),
             Err(Error::ValiditySpent { .. }) => {}
             Err(e) => panic!("ttl {ms} ms: {e}"),
         }
     }
+    // Past the documented maximum: refused, not sent for the server to refuse.
+    assert!(matches!(
+        client.try_lock("x", redlock_mux::MAX_TTL + Duration::from_millis(1)),
+        Err(Error::Config(redlock_mux::ConfigError::Ttl { .. }))
+    ));
+    let mut lock = client.lock(&resource("tiny"), TTL).unwrap();
+    for bad in [Duration::from_millis(2), Duration::from_secs(u64::MAX)] {
+        assert!(matches!(
+            client.extend(&mut lock, bad),
+            Err(Error::Config(redlock_mux::ConfigError::Ttl { .. }))
+        ));
+    }
+    assert!(
+        lock.validity() > TTL / 2,
+        "a refused extension sends nothing"
+    );
+    client.unlock(&lock).unwrap();
     assert!(matches!(
         client.try_lock("x", Duration::from_micros(999)),
         Err(Error::Config(_))
@@ -397,6 +427,65 @@ pub fn tiny_ttls_never_panic<F: Flavor>() {
         client.try_lock("x", Duration::MAX),
         Err(Error::Config(_))
     ));
+}
+
+/// Every duration option at its extremes (0, 1 ns, 1 ms, u64::MAX seconds), and every ttl at
+/// those extremes on each client that builds: a typed error or a round, never a panic, and the
+/// client still works afterwards (an overflowing deadline used to panic the blocking client
+/// and kill the async driver task).
+pub fn absurd_durations_are_refused_or_survived_never_a_panic<F: Flavor>() {
+    let c = cluster(3);
+    let extremes = [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_millis(1),
+        Duration::from_secs(u64::MAX),
+    ];
+    let mut built = 0;
+    for node_timeout in extremes {
+        for delay in extremes {
+            let b = redlock_mux::Redlock::builder()
+                .nodes(c.addrs())
+                .node_timeout(node_timeout)
+                .retry(2, delay);
+            let client = match F::build(b) {
+                Ok(client) => client,
+                Err(Error::Config(_)) => {
+                    assert!(
+                        node_timeout.is_zero()
+                            || node_timeout > redlock_mux::MAX_OPTION_DURATION
+                            || delay > redlock_mux::MAX_OPTION_DURATION,
+                        "refused {node_timeout:?} / {delay:?}"
+                    );
+                    continue;
+                }
+                Err(e) => panic!("{node_timeout:?} / {delay:?}: {e}"),
+            };
+            built += 1;
+            for ttl in extremes.iter().copied().chain([TTL]) {
+                let key = resource("absurd");
+                let _ = client.try_lock(&key, ttl);
+                if let Ok(mut lock) = client.lock(&key, ttl) {
+                    for ext in extremes {
+                        let _ = client.extend(&mut lock, ext);
+                    }
+                    let _ = client.unlock(&lock);
+                }
+            }
+            // Still answering: a round on the same client ends with a lock or a round's error.
+            match client.try_lock(&resource("absurd-after"), TTL) {
+                Ok(lock) => {
+                    let _ = client.unlock(&lock);
+                }
+                Err(Error::NoQuorum { .. } | Error::ValiditySpent { .. }) => {}
+                Err(e) => panic!("{node_timeout:?} / {delay:?}: after the extremes: {e}"),
+            }
+        }
+    }
+    assert_eq!(
+        built, 6,
+        "node timeouts 1 ns and 1 ms with delays 0, 1 ns, 1 ms"
+    );
 }
 
 pub fn auth_and_select<F: Flavor>() {
