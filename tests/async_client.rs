@@ -416,3 +416,52 @@ fn pipelined_tasks_release_everywhere_across_a_script_flush() {
         assert!(keys(a, "*").is_empty(), "{a}: {:?}", keys(a, "*"));
     }
 }
+
+/// An extension future dropped mid-round may already have run its `PEXPIRE` on some nodes:
+/// the lock it was given claims no more than the new ttl (safety review, item 1). Before the
+/// fix the lock kept its 10 s while its keys had 1 s.
+#[test]
+fn a_dropped_extension_still_caps_the_validity() {
+    use support::proxy::{Fault, Proxy};
+    let c = cluster(3);
+    let proxies: Vec<Proxy> = (1..3)
+        .map(|i| Proxy::start(c.servers()[i].addr()))
+        .collect();
+    let addrs = vec![c.addrs()[0].clone(), proxies[0].addr(), proxies[1].addr()];
+    let rt = multi_thread();
+    rt.block_on(async {
+        let client = redlock_mux::AsyncRedlock::builder()
+            .nodes(&addrs)
+            .node_timeout(Duration::from_secs(2))
+            .build_async()
+            .unwrap();
+        let key = resource("dropped-ext");
+        let mut lock = client.lock(&key, TTL).await.unwrap();
+        for p in &proxies {
+            p.set(Fault::Latency {
+                fixed: Duration::from_millis(500),
+                jitter: Duration::ZERO,
+            });
+        }
+        let short = Duration::from_secs(1);
+        // Node 0 answers at once, the other two only after 500 ms: the round is still open
+        // when its future is dropped.
+        let dropped =
+            tokio::time::timeout(Duration::from_millis(50), client.extend(&mut lock, short)).await;
+        assert!(
+            dropped.is_err(),
+            "the round should still be open: {dropped:?}"
+        );
+        assert!(
+            lock.validity() <= short,
+            "dropped extension, yet the lock claims {:?}",
+            lock.validity()
+        );
+        // The PEXPIREs did land: every key now has at most the short ttl.
+        wait_until(Duration::from_secs(5), "the PEXPIREs landed", || {
+            c.addrs()
+                .iter()
+                .all(|a| (0..=1_000).contains(&pttl(a, &key)))
+        });
+    });
+}

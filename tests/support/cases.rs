@@ -23,6 +23,7 @@ macro_rules! for_each_case {
             one_bad_node_is_one_missing_vote,
             tiny_ttls_never_panic,
             absurd_durations_are_refused_or_survived_never_a_panic,
+            a_failed_extension_never_leaves_more_validity_than_the_keys,
             auth_and_select,
         );
     };
@@ -486,6 +487,87 @@ pub fn absurd_durations_are_refused_or_survived_never_a_panic<F: Flavor>() {
         built, 6,
         "node timeouts 1 ns and 1 ms with delays 0, 1 ns, 1 ms"
     );
+}
+
+/// An extension that reached the wire may have run its `PEXPIRE` on some nodes whatever its
+/// outcome, so the lock may claim no more than the new ttl gives (safety review, item 1).
+/// Before the fix the lock kept its old validity on every error, and a second client could
+/// take the resource while the first still believed it held it.
+pub fn a_failed_extension_never_leaves_more_validity_than_the_keys<F: Flavor>() {
+    use super::proxy::{Fault, Proxy};
+    let c = cluster(3);
+    let proxies = [
+        Proxy::start(c.servers()[1].addr()),
+        Proxy::start(c.servers()[2].addr()),
+    ];
+    let addrs = vec![c.addrs()[0].clone(), proxies[0].addr(), proxies[1].addr()];
+    let b = redlock_mux::Redlock::builder()
+        .nodes(&addrs)
+        .node_timeout(Duration::from_millis(100))
+        .retry(1, Duration::ZERO);
+    let client = F::build(b.clone()).unwrap();
+    let slow = |d: Duration| {
+        for p in &proxies {
+            p.set(Fault::Latency {
+                fixed: d,
+                jitter: Duration::ZERO,
+            });
+        }
+    };
+
+    // 1. A quorum confirms, but later than the new ttl allows (ValiditySpent): the keys live
+    //    40 ms, and so may the lock, not the 10 s it had.
+    let key = resource("spent-ext");
+    let mut lock = client.lock(&key, TTL).unwrap();
+    slow(Duration::from_millis(60));
+    let tiny = Duration::from_millis(40);
+    let result = client.extend(&mut lock, tiny);
+    assert!(
+        lock.validity() <= tiny,
+        "extend -> {result:?}, yet the lock claims {:?}",
+        lock.validity()
+    );
+    // The danger itself: another client takes the resource once the keys expire; by then
+    // the first lock must have said it is no longer valid.
+    slow(Duration::ZERO);
+    let other = F::build(b.retry(1, Duration::ZERO)).unwrap();
+    let mut theirs = None;
+    wait_until(
+        IN_FLIGHT,
+        "the short keys expired for another client",
+        || {
+            theirs = other.try_lock(&key, TTL).ok();
+            theirs.is_some()
+        },
+    );
+    assert!(
+        lock.is_expired(),
+        "two holders: another client has the lock while this one claims {:?}",
+        lock.validity()
+    );
+    other.unlock(&theirs.unwrap()).unwrap();
+
+    // 2. Two of three nodes answer after the node timeout: no quorum, yet every node ran the
+    //    PEXPIRE (the proxy holds back only the replies). The lock may claim at most 1 s.
+    let key = resource("short-ext");
+    let mut lock = client.lock(&key, TTL).unwrap();
+    slow(Duration::from_millis(300));
+    let short = Duration::from_secs(1);
+    let result = client.extend(&mut lock, short);
+    assert!(
+        lock.validity() <= short,
+        "extend -> {result:?}, yet the lock claims {:?}",
+        lock.validity()
+    );
+    assert!(
+        matches!(result, Err(Error::NoQuorum { .. })),
+        "two nodes past the timeout: {result:?}"
+    );
+    wait_until(IN_FLIGHT, "the late PEXPIREs landed", || {
+        c.addrs()
+            .iter()
+            .all(|a| (0..=1_000).contains(&pttl(a, &key)))
+    });
 }
 
 pub fn auth_and_select<F: Flavor>() {
