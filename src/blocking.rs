@@ -60,6 +60,9 @@ pub struct Redlock {
     queue: Mutex<Queue>,
     /// The most operations one round has carried (see `largest_batch`).
     largest_batch: AtomicUsize,
+    /// Unit tests only: panic inside the next batch, as a bug there would.
+    #[cfg(test)]
+    panic_next_batch: std::sync::atomic::AtomicBool,
 }
 
 /// Who runs the driver, and what waits for it.
@@ -69,8 +72,9 @@ struct Queue {
     busy: bool,
     next_ticket: u64,
     waiting: Vec<Request>,
-    /// Rounds run for a caller by another, until their caller collects them.
-    done: Vec<(u64, Round, Instant)>,
+    /// Rounds run for a caller by another, until their caller collects them; `None` when the
+    /// round that carried it was abandoned by a panic.
+    done: Vec<(u64, Option<(Round, Instant)>)>,
 }
 
 /// Ends a caller's turn at the driver when dropped: `busy` off, and the caller of the first
@@ -84,6 +88,30 @@ impl Drop for EndTurn<'_> {
         // Operations still waiting: the first one's caller runs the next round.
         if let Some(next) = q.waiting.first() {
             next.caller.unpark();
+        }
+    }
+}
+
+/// Answers the callers whose requests a batch took, when the batch unwinds before their
+/// results are in: each gets [`Error::Aborted`] and is woken, rather than left parked for a
+/// result that will never come.
+struct Orphans<'a> {
+    redlock: &'a Redlock,
+    requests: &'a [Request],
+    answered: bool,
+}
+
+impl Drop for Orphans<'_> {
+    fn drop(&mut self) {
+        if self.answered || self.requests.is_empty() {
+            return;
+        }
+        let mut q = self.redlock.queue();
+        q.done
+            .extend(self.requests.iter().map(|r| (r.ticket, None)));
+        drop(q);
+        for r in self.requests {
+            r.caller.unpark();
         }
     }
 }
@@ -154,6 +182,8 @@ impl Redlock {
             driver: Mutex::new(driver),
             queue: Mutex::new(Queue::default()),
             largest_batch: AtomicUsize::new(0),
+            #[cfg(test)]
+            panic_next_batch: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -181,9 +211,17 @@ impl Redlock {
     }
 
     fn driver(&self) -> MutexGuard<'_, Driver> {
-        // The driver's state is consistent between operations whatever happened in another
-        // caller's, so a poisoned mutex is safe to use.
-        self.driver.lock().unwrap_or_else(|p| p.into_inner())
+        match self.driver.lock() {
+            Ok(driver) => driver,
+            Err(poisoned) => {
+                // A round panicked half-way: what its connections owe no longer matches what
+                // any round waits for. Start every connection afresh.
+                let mut driver = poisoned.into_inner();
+                driver.reset(Instant::now());
+                self.driver.clear_poison();
+                driver
+            }
+        }
     }
 
     fn queue(&self) -> MutexGuard<'_, Queue> {
@@ -193,8 +231,9 @@ impl Redlock {
 
     /// Runs one round of `cmd`: at once if no round is running, else queued for the caller
     /// that runs the next one (which may be this caller). Returns the tally and the instant
-    /// read before the round's first write.
-    fn submit(&self, cmd: Command<'_>, fail_fast: bool) -> (Round, Instant) {
+    /// read before the round's first write, or [`Error::Aborted`] if the round that carried
+    /// it panicked in another caller's thread.
+    fn submit(&self, cmd: Command<'_>, fail_fast: bool) -> Result<(Round, Instant), Error> {
         let mut q = self.queue();
         if !q.busy && q.waiting.is_empty() {
             // Nobody runs a round and nobody waits: run this one, alone unless others queue
@@ -202,7 +241,7 @@ impl Redlock {
             q.busy = true;
             drop(q);
             let own = self.run_batch(Some((cmd, fail_fast)));
-            return own.unwrap_or_else(|| self.unanswered());
+            return Ok(own.unwrap_or_else(|| self.unanswered()));
         }
         let ticket = q.next_ticket;
         q.next_ticket += 1;
@@ -216,9 +255,9 @@ impl Redlock {
             fail_fast,
         });
         loop {
-            if let Some(pos) = q.done.iter().position(|(t, ..)| *t == ticket) {
-                let (_, round, t1) = q.done.swap_remove(pos);
-                return (round, t1);
+            if let Some(pos) = q.done.iter().position(|(t, _)| *t == ticket) {
+                let (_, result) = q.done.swap_remove(pos);
+                return result.ok_or(Error::Aborted);
             }
             if !q.busy {
                 // The round before has ended and ours is still waiting: run it, with every
@@ -265,6 +304,16 @@ impl Redlock {
                 q.waiting.drain(..room).collect()
             }
         };
+        // Whatever unwinds from here on, the callers of these requests are answered.
+        let mut orphans = Orphans {
+            redlock: self,
+            requests: &requests,
+            answered: false,
+        };
+        #[cfg(test)]
+        if self.panic_next_batch.swap(false, Ordering::SeqCst) {
+            panic!("injected: a bug inside a batch");
+        }
         let (mine, t1, rounds) = if let (Some((cmd, fail_fast)), true) = (own, requests.is_empty())
         {
             // Alone: a batch of one, on the stack.
@@ -299,14 +348,43 @@ impl Redlock {
                 requests
                     .iter()
                     .zip(rounds)
-                    .map(|(r, round)| (r.ticket, round, t1)),
+                    .map(|(r, round)| (r.ticket, Some((round, t1)))),
             );
+            orphans.answered = true;
             drop(q);
             for r in &requests {
                 r.caller.unpark();
             }
         }
         mine.map(|round| (round, t1))
+    }
+
+    /// Services what the connections still owe while no operation runs, for up to
+    /// `max_wait`; returns whether nothing is left owed.
+    ///
+    /// A fail-fast release or extension returns as soon as a quorum has answered; the other
+    /// nodes' replies are read later. If one of them is `NOSCRIPT` (the node restarted, or
+    /// its script cache was flushed), the command must be sent again as `EVAL` for the key on
+    /// that node to be released or extended. This client has no thread of its own, so it does
+    /// that when it next runs: at the start of any operation, here, or when it is dropped
+    /// (which waits up to twice the node timeout for it). Until then such a node keeps the key
+    /// until its ttl runs out (released) or at its old ttl (extended): never longer than the
+    /// lock's keys could have lived anyway, so this costs other clients time, never safety.
+    /// A program that leaves a client idle for long after releasing can call this to give
+    /// the keys back at once.
+    ///
+    /// Returns at once if another caller is running a round (which services the same).
+    pub fn poll_idle(&self, max_wait: Duration) -> bool {
+        {
+            let mut q = self.queue();
+            if q.busy || !q.waiting.is_empty() {
+                return false;
+            }
+            q.busy = true;
+        }
+        let _turn = EndTurn(self);
+        let mut driver = self.driver();
+        driver.service(crate::time::later(Instant::now(), max_wait))
     }
 
     /// Acquires `resource` for `ttl`, retrying up to the configured number of tries with a
@@ -342,15 +420,24 @@ impl Redlock {
             ttl_ms,
         };
         let cfg = &self.config;
-        let (round, t1) = self.submit(cmd, cfg.fail_fast);
+        let release = Command {
+            kind: OpKind::Release,
+            ..cmd
+        };
+        let (round, t1) = match self.submit(cmd, cfg.fail_fast) {
+            Ok(r) => r,
+            Err(e) => {
+                // Whatever of it reached the nodes is released (best effort).
+                let _ = self.submit(release, false);
+                return Err(e);
+            }
+        };
         match op::acquired(cfg, &round, t1, Instant::now(), ttl) {
             Ok(validity) => Ok(op::granted(resource, token, t1, validity, ttl)),
             Err(e) => {
-                let release = Command {
-                    kind: OpKind::Release,
-                    ..cmd
-                };
-                self.submit(release, false);
+                // The outcome of the release changes nothing for the caller: the keys it may
+                // leave expire with their ttl.
+                let _ = self.submit(release, false);
                 Err(e)
             }
         }
@@ -369,7 +456,7 @@ impl Redlock {
             ttl_ms: 0,
         };
         let cfg = &self.config;
-        let (round, _) = self.submit(cmd, cfg.fail_fast);
+        let (round, _) = self.submit(cmd, cfg.fail_fast)?;
         op::confirmed(cfg, &round)
     }
 
@@ -393,8 +480,23 @@ impl Redlock {
             ttl_ms,
         };
         let cfg = &self.config;
-        let (round, t1) = self.submit(cmd, cfg.fail_fast);
+        let (round, t1) = self.submit(cmd, cfg.fail_fast)?;
         op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)
+    }
+}
+
+impl Drop for Redlock {
+    /// Gives late `NOSCRIPT`s their `EVAL` form before the connections close (see
+    /// [`poll_idle`](Redlock::poll_idle)): waits up to twice the node timeout, and only while
+    /// some node still owes the reply to a release or extension.
+    fn drop(&mut self) {
+        let bound = self.config.node_timeout.saturating_mul(2);
+        let driver = match self.driver.get_mut() {
+            Ok(d) => d,
+            // A round panicked: its connections are out of step; nothing is serviced.
+            Err(_) => return,
+        };
+        driver.service(crate::time::later(Instant::now(), bound));
     }
 }
 
@@ -526,6 +628,35 @@ impl Driver {
             job.round.close(|_| NodeOutcome::Undecided);
         }
         t1
+    }
+
+    /// Reads and writes, with no round open, until no connection owes a scripted reply or
+    /// unwritten bytes, or `deadline` passes. Returns whether nothing is left owed.
+    fn service(&mut self, deadline: Instant) -> bool {
+        loop {
+            let owed = self
+                .nodes
+                .iter()
+                .any(|n| n.sock.is_some() && n.conn.owes_scripted());
+            if !owed {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            self.pump(Some(deadline - now), &mut []);
+        }
+    }
+
+    /// Drops every connection (reconnected on next use): after a round that panicked, what
+    /// they owe no longer matches any round.
+    fn reset(&mut self, now: Instant) {
+        for node in &mut self.nodes {
+            if node.sock.is_some() {
+                node.fail(now, &NodeOutcome::Undecided);
+            }
+        }
     }
 
     /// Waits up to `timeout` for readiness and handles every event.
@@ -725,5 +856,86 @@ impl Node {
         } else {
             self.flush(now)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::sync::Arc;
+
+    /// A panic inside a batch (a bug in the round, say) must not leave the other callers of
+    /// that batch parked forever: each gets `Error::Aborted`, and the client goes on working.
+    #[test]
+    fn a_panic_inside_a_batch_wakes_every_caller_with_an_error() {
+        // A node that accepts connections (the kernel's backlog does) and never answers: each
+        // round runs its full node timeout, long enough for callers to queue behind it.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let timeout = Duration::from_millis(300);
+        let client = Arc::new(
+            Redlock::builder()
+                .nodes([addr])
+                .node_timeout(timeout)
+                .retry(1, Duration::ZERO)
+                .build()
+                .unwrap(),
+        );
+        let (tx, rx) = mpsc::channel();
+        // The first caller runs a round alone (one round: an unlock).
+        let first = {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                let _ = client.unlock(&Lock::from_token("batch", Token::generate()));
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !client.queue().busy {
+            assert!(Instant::now() < deadline, "the first round never started");
+            std::thread::yield_now();
+        }
+        // Three more queue behind it; they form the next batch, which panics.
+        let queued: Vec<_> = (0..3)
+            .map(|i| {
+                let (client, tx) = (client.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    let lock = Lock::from_token(&format!("batch{i}"), Token::generate());
+                    let r = client.unlock(&lock);
+                    let _ = tx.send(r);
+                })
+            })
+            .collect();
+        while client.queue().waiting.len() < 3 {
+            assert!(Instant::now() < deadline, "callers never queued");
+            std::thread::yield_now();
+        }
+        client.panic_next_batch.store(true, Ordering::SeqCst);
+        first.join().unwrap();
+        // One caller ran the batch and panicked; the two others are answered, not parked.
+        // (Without the fix they stay parked and this times out.)
+        let mut aborted = 0;
+        for _ in 0..2 {
+            match rx.recv_timeout(timeout * 20) {
+                Ok(Err(Error::Aborted)) => aborted += 1,
+                Ok(other) => panic!("expected Aborted, got {other:?}"),
+                Err(e) => panic!("a caller of the panicked batch was left parked: {e}"),
+            }
+        }
+        assert_eq!(aborted, 2);
+        let panicked = queued
+            .into_iter()
+            .map(|t| t.join())
+            .filter(Result::is_err)
+            .count();
+        assert_eq!(panicked, 1, "the caller that ran the batch unwinds");
+        // The client still works: the next round runs (and times out on the mute node).
+        match client.try_lock("after", Duration::from_secs(10)) {
+            Err(Error::NoQuorum { nodes }) => {
+                assert_eq!(nodes.0[0].outcome, NodeOutcome::Timeout, "{nodes}")
+            }
+            other => panic!("after the panic: {other:?}"),
+        }
+        drop(listener);
     }
 }

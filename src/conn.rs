@@ -308,6 +308,13 @@ impl<T> Conn<T> {
             .is_some_and(|at| now.saturating_duration_since(at) > limit)
     }
 
+    /// Whether work is still owed on this connection that matters beyond its round: bytes not
+    /// yet written, or an `EVALSHA` whose reply has not come (a `NOSCRIPT` still to be
+    /// answered with the `EVAL` form, so that a release or extension reaches this node).
+    pub(crate) fn owes_scripted(&self) -> bool {
+        !self.scripted.is_empty() || !self.out.is_empty()
+    }
+
     /// Whether a connect may be tried at `now`.
     pub(crate) fn may_connect(&self, now: Instant) -> bool {
         self.retry_at.is_none_or(|t| now >= t)

@@ -213,4 +213,10 @@ pub enum Error {
     /// The configuration, or an argument, is invalid.
     #[error("invalid configuration: {0}")]
     Config(#[from] ConfigError),
+    /// The client could not finish the operation: the code running its round panicked (in
+    /// another caller's thread, for the blocking client), or its driver task is gone (the
+    /// async client's runtime is shutting down). Nothing is known of what reached the nodes:
+    /// a key it may have set expires with its ttl. The client itself stays usable.
+    #[error("operation aborted: the client's driver failed before the round ended")]
+    Aborted,
 }

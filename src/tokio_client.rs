@@ -13,7 +13,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::{Builder, Config};
-use crate::error::{ConfigError, Error, NodeOutcome};
+use crate::error::{ConfigError, Error};
 use crate::lock::Lock;
 use crate::op::{self, Next, OpKind, Retry};
 use crate::quorum::Round;
@@ -131,14 +131,16 @@ impl AsyncRedlock {
             cmd: Some(release.clone()),
         };
         let token = cmd.token;
-        let (round, t1) = self.round(cmd, cfg.fail_fast).await;
+        // A driver that is gone leaves nothing to release with: the keys expire.
+        let (round, t1) = self.round(cmd, cfg.fail_fast).await?;
         match op::acquired(cfg, &round, t1, Instant::now(), ttl) {
             Ok(validity) => {
                 guard.cmd = None;
                 Ok(op::granted(resource, token, t1, validity, ttl))
             }
             Err(e) => {
-                self.round(release, false).await;
+                // Its outcome changes nothing for the caller: what it leaves expires.
+                let _ = self.round(release, false).await;
                 guard.cmd = None;
                 Err(e)
             }
@@ -154,7 +156,7 @@ impl AsyncRedlock {
             ttl_ms: 0,
         };
         let cfg = &self.inner.config;
-        let (round, _) = self.round(cmd, cfg.fail_fast).await;
+        let (round, _) = self.round(cmd, cfg.fail_fast).await?;
         op::confirmed(cfg, &round)
     }
 
@@ -171,7 +173,7 @@ impl AsyncRedlock {
             ttl_ms,
         };
         let cfg = &self.inner.config;
-        let (round, t1) = self.round(cmd, cfg.fail_fast).await;
+        let (round, t1) = self.round(cmd, cfg.fail_fast).await?;
         op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)
     }
 
@@ -200,9 +202,9 @@ impl AsyncRedlock {
     }
 
     /// Runs one round of `cmd` on every node through the driver: returns the tally and the
-    /// instant read before the round was handed over (so before its first write).
-    async fn round(&self, cmd: OwnedCommand, fail_fast: bool) -> (Round, Instant) {
-        let cfg = &self.inner.config;
+    /// instant read before the round was handed over (so before its first write), or
+    /// [`Error::Aborted`] if the driver task is gone (its runtime is shutting down).
+    async fn round(&self, cmd: OwnedCommand, fail_fast: bool) -> Result<(Round, Instant), Error> {
         let (reply, answer) = oneshot::channel();
         let t1 = Instant::now();
         let msg = Msg::Round {
@@ -211,15 +213,9 @@ impl AsyncRedlock {
             t1,
             reply,
         };
-        if self.inner.tx.send(msg).is_ok() {
-            if let Ok(round) = answer.await {
-                return (round, t1);
-            }
-        }
-        // The driver is gone (its runtime is shutting down): no node can be asked.
-        let mut round = Round::new(cfg.nodes.len(), cfg.quorum, fail_fast);
-        round.close(|_| NodeOutcome::Io(std::io::ErrorKind::BrokenPipe));
-        (round, t1)
+        self.inner.tx.send(msg).map_err(|_| Error::Aborted)?;
+        let round = answer.await.map_err(|_| Error::Aborted)?;
+        Ok((round, t1))
     }
 }
 

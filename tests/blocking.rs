@@ -220,3 +220,57 @@ fn pipelined_callers_fall_back_to_eval_after_a_script_flush() {
         }
     }
 }
+
+/// A fail-fast release returns once a quorum answered; a node whose script cache was flushed
+/// answers `NOSCRIPT` later, and only the client can send the `EVAL` that releases the key
+/// there. The blocking client has no thread: `poll_idle` does it, and so does dropping the
+/// client (safety review, item 5; before, the key stayed with its full ttl until an unrelated
+/// operation ran).
+#[test]
+fn a_late_noscript_is_answered_by_poll_idle_and_by_drop() {
+    use redlock_mux::resp::Frame;
+    use std::time::Duration;
+    use support::proxy::{Fault, Proxy};
+    let c = support::cluster(5);
+    let proxies: Vec<Proxy> = (3..5)
+        .map(|i| Proxy::start(c.servers()[i].addr()))
+        .collect();
+    let mut addrs = c.addrs();
+    addrs[3] = proxies[0].addr();
+    addrs[4] = proxies[1].addr();
+    let ttl = Duration::from_secs(30);
+    for how in ["poll_idle", "drop"] {
+        let client = redlock_mux::Redlock::builder()
+            .nodes(&addrs)
+            .node_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let key = support::resource("late-noscript");
+        let lock = client.lock(&key, ttl).unwrap();
+        for a in c.addrs() {
+            assert_eq!(redis(&a, &["SCRIPT", "FLUSH"]), Frame::Simple("OK".into()));
+        }
+        // Nodes 3 and 4 answer 100 ms late: the release is decided by nodes 0-2 first.
+        for p in &proxies {
+            p.set(Fault::Latency {
+                fixed: Duration::from_millis(100),
+                jitter: Duration::ZERO,
+            });
+        }
+        client.unlock(&lock).unwrap();
+        match how {
+            "poll_idle" => {
+                assert!(client.poll_idle(Duration::from_secs(10)), "still owed");
+            }
+            _ => drop(client),
+        }
+        support::wait_until(
+            Duration::from_secs(10),
+            &format!("the EVAL sent by {how} released the key on nodes 3 and 4"),
+            || c.addrs().iter().all(|a| support::get(a, &key).is_none()),
+        );
+        for p in &proxies {
+            p.set(Fault::Pass);
+        }
+    }
+}

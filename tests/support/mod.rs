@@ -25,6 +25,9 @@ pub trait LockClient {
     fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error>;
     fn unlock(&self, lock: &Lock) -> Result<(), Error>;
     fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error>;
+    /// Lets the client serve what it still owes (late replies, a late `NOSCRIPT`'s `EVAL`)
+    /// for about `d`, as an idle program would.
+    fn idle(&self, d: Duration);
 }
 
 /// How to build a client of one kind.
@@ -45,6 +48,12 @@ impl LockClient for redlock_mux::Redlock {
     }
     fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         redlock_mux::Redlock::extend(self, lock, ttl)
+    }
+    fn idle(&self, d: Duration) {
+        let start = Instant::now();
+        self.poll_idle(d);
+        // Nothing owed returns at once: wait out the rest.
+        std::thread::sleep(d.saturating_sub(start.elapsed()));
     }
 }
 
@@ -123,6 +132,24 @@ pub fn wait_until(limit: Duration, why: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// [`wait_until`], with `client` serving what it owes between the checks: for waiting on work
+/// the client itself must still do (a fail-fast round's last writes, a late `NOSCRIPT`).
+pub fn wait_serving<C: LockClient>(
+    client: &C,
+    limit: Duration,
+    why: &str,
+    mut cond: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {why}"
+        );
+        client.idle(Duration::from_millis(2));
+    }
+}
+
 /// Runs one acquisition that is lost to contention: a foreign token is set on the nodes
 /// numbered in `foreign` first. With fail-fast off, the error then reports every node's
 /// answer. Returns that report and how long the attempt (with its release round) took.
@@ -172,6 +199,11 @@ impl LockClient for AsyncClient {
     }
     fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         self.rt.block_on(self.client.extend(lock, ttl))
+    }
+    fn idle(&self, d: Duration) {
+        // The driver task runs while the runtime is driven; a current-thread runtime is
+        // driven only inside block_on.
+        self.rt.block_on(async { tokio::time::sleep(d).await });
     }
 }
 
