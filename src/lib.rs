@@ -63,7 +63,7 @@ pub use error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
 pub use lock::Lock;
 pub use token::Token;
 #[cfg(feature = "tokio")]
-pub use tokio_client::{AsyncRedlock, KeepAlive, LockGuard, Loss};
+pub use tokio_client::{loss_margin, AsyncRedlock, KeepAlive, LockGuard, Loss, DEFAULT_MAX_HOLD};
 
 /// Re-exported: the RESP codec this crate speaks.
 pub use resp;

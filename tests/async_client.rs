@@ -342,7 +342,11 @@ fn extension_limit_lets_the_lock_run_out() {
             .expect("the lock runs out");
         assert_eq!(loss, Loss::Expired);
         assert_eq!(guard.extensions(), 2);
-        assert!(guard.lock().is_expired());
+        // Reported before the validity ends, not at it: the work still has the margin.
+        assert!(
+            !guard.lock().is_expired(),
+            "the limit's loss came after the validity ended"
+        );
     });
 }
 
@@ -463,5 +467,89 @@ fn a_dropped_extension_still_caps_the_validity() {
                 .iter()
                 .all(|a| (0..=1_000).contains(&pttl(a, &key)))
         });
+    });
+}
+
+/// Loss is reported before the validity ends whatever the extension round is doing (safety
+/// review, item 3): two of three nodes answer later than the node timeout, so every
+/// extension fails slowly. Before the fix the guard awaited the extension without racing it
+/// against the validity, and a second client held the lock while `is_lost()` was false.
+#[test]
+fn a_slow_extension_is_reported_lost_before_the_validity_ends() {
+    use support::proxy::{Fault, Proxy};
+    let c = cluster(3);
+    let proxies: Vec<Proxy> = (1..3)
+        .map(|i| Proxy::start(c.servers()[i].addr()))
+        .collect();
+    let addrs = vec![c.addrs()[0].clone(), proxies[0].addr(), proxies[1].addr()];
+    let rt = multi_thread();
+    let ttl = Duration::from_secs(2);
+    rt.block_on(async {
+        let builder = redlock_mux::AsyncRedlock::builder()
+            .nodes(&addrs)
+            .node_timeout(Duration::from_millis(150))
+            .retry(1, Duration::ZERO);
+        let client = builder.clone().build_async().unwrap();
+        let key = resource("slow-keepalive");
+        // A threshold (5% of 2 s = 100 ms) shorter than a round can take: the guard starts
+        // the extension earlier, at node timeout + margin before the end.
+        let guard = client
+            .lock_guarded_with(&key, ttl, KeepAlive::default().extend_when_left(0.05))
+            .await
+            .unwrap();
+        let valid_until = guard.lock().valid_until();
+        for p in &proxies {
+            p.set(Fault::Latency {
+                fixed: Duration::from_millis(600),
+                jitter: Duration::ZERO,
+            });
+        }
+        let loss = tokio::time::timeout(ttl * 3, guard.lost())
+            .await
+            .expect("loss reported");
+        let reported = Instant::now();
+        assert!(
+            reported < valid_until,
+            "loss ({loss}) reported {:?} after the validity ended",
+            reported - valid_until
+        );
+        assert!(guard.is_lost());
+        // Whoever takes the lock next finds the first guard already lost.
+        for p in &proxies {
+            p.set(Fault::Pass);
+        }
+        let other = builder.build_async().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let theirs = loop {
+            match other.try_lock(&key, ttl).await {
+                Ok(lock) => break lock,
+                Err(e) => assert!(Instant::now() < deadline, "never free again: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert!(guard.is_lost(), "two holders, and the first does not know");
+        other.unlock(&theirs).await.unwrap();
+    });
+}
+
+/// A ttl whose validity cannot hold an extension round is refused before anything is taken.
+#[test]
+fn keep_alive_refuses_a_ttl_an_extension_cannot_fit_in() {
+    let c = cluster(3);
+    let rt = multi_thread();
+    rt.block_on(async {
+        let client = redlock_mux::AsyncRedlock::builder()
+            .nodes(c.addrs())
+            .node_timeout(Duration::from_millis(150))
+            .build_async()
+            .unwrap();
+        let key = resource("keepalive-too-short");
+        match client.lock_guarded(&key, Duration::from_millis(150)).await {
+            Err(Error::Config(redlock_mux::ConfigError::KeepAlive { .. })) => {}
+            other => panic!("expected a KeepAlive config error, got {other:?}"),
+        }
+        for a in c.addrs() {
+            assert_eq!(get(&a, &key), None, "nothing was taken");
+        }
     });
 }
