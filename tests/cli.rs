@@ -516,3 +516,194 @@ fn demo_starts_its_own_masters_and_finds_no_overlap() {
     assert!(out.contains("frozen (SIGSTOP)"), "{out}");
     assert!(out.contains("safety    OK"), "{out}");
 }
+
+/// Whether process `pid` is alive (exists and is not a zombie).
+fn alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn read_pid(p: &Path) -> u32 {
+    wait_for_file(p, "the pid file");
+    let mut text = String::new();
+    wait_until(LIMIT, "the pid written", || {
+        text = fs::read_to_string(p).unwrap_or_default();
+        text.trim().parse::<u32>().is_ok()
+    });
+    text.trim().parse().unwrap()
+}
+
+/// On loss the whole process group of the command is signalled, so that what it started stops
+/// too (safety review, item 4). Before, only the shell got the signal and its `sleep 30` ran on
+/// without the lock.
+#[test]
+fn a_lost_lock_stops_what_the_command_started_too() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-lost-group");
+    let scratch = Scratch::new("lost-group");
+    let pidfile = scratch.file("bg.pid");
+    let setup = format!(
+        "exec >/dev/null 2>&1; sleep 30 & echo $! > '{}';",
+        pidfile.display()
+    );
+    let o = run_and_take_over(&nodes, &key, &scratch, &["--kill-after", "200ms"], &setup);
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    let bg = read_pid(&pidfile);
+    assert!(
+        !alive(bg),
+        "the command's background child {bg} outlived the lost lock"
+    );
+}
+
+/// Every catchable terminating signal reaches the command; redlock waits for it, so the command
+/// never runs on after redlock released the lock (safety review, item 4). Before, SIGHUP and
+/// SIGQUIT ended redlock at once (exit 129/131), the key was released, and the command ran on.
+#[test]
+fn hup_quit_and_others_are_forwarded_and_the_command_never_outlives_redlock() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    for sig in ["HUP", "QUIT", "USR2", "ALRM"] {
+        let key = resource(&format!("cli-fwd-{sig}"));
+        let scratch = Scratch::new(&format!("fwd-{sig}"));
+        let got = scratch.file("got");
+        let trap = format!(
+            "exec >/dev/null 2>&1; trap \"touch '{}'; exit 44\" {sig};",
+            got.display()
+        );
+        let mut cmd = redlock(&nodes);
+        cmd.args(["run", "--resource", &key])
+            .args(shell_until(&scratch, &trap, ""));
+        let child = cmd.spawn().expect("spawn run");
+        wait_for_file(&scratch.file("ready"), "the command to start");
+        send_signal(child.id(), sig);
+        let o = finish(child, "signalled run");
+        assert_eq!(
+            code(&o),
+            44,
+            "SIG{sig}: the command's status; {}",
+            stderr(&o)
+        );
+        assert!(got.exists(), "SIG{sig} reached the command");
+        assert_eq!(holders(&c, &key), 0, "released after SIG{sig}");
+    }
+    // A command that ignores SIGHUP keeps running, and redlock keeps holding the lock for it.
+    let key = resource("cli-fwd-ignored");
+    let scratch = Scratch::new("fwd-ignored");
+    let mut cmd = redlock(&nodes);
+    cmd.args(["run", "--resource", &key]).args(shell_until(
+        &scratch,
+        "exec >/dev/null 2>&1; trap '' HUP;",
+        "",
+    ));
+    let child = cmd.spawn().expect("spawn run");
+    wait_for_file(&scratch.file("ready"), "the command to start");
+    send_signal(child.id(), "HUP");
+    // A round trip to each node after the signal: the lock is still held on all of them.
+    assert_eq!(
+        holders(&c, &key),
+        3,
+        "the lock is kept while the command runs"
+    );
+    fs::write(scratch.file("go"), b"").unwrap();
+    let o = finish(child, "run after an ignored SIGHUP");
+    assert_eq!(
+        code(&o),
+        0,
+        "redlock ended with its command: {}",
+        stderr(&o)
+    );
+    assert_eq!(holders(&c, &key), 0);
+}
+
+/// SIGKILL of redlock cannot be caught; the kernel then sends the command SIGKILL
+/// (PR_SET_PDEATHSIG), so it does not run on without anyone keeping its lock (safety review,
+/// item 4).
+#[test]
+fn the_command_dies_with_a_sigkilled_redlock() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-pdeathsig");
+    let scratch = Scratch::new("pdeathsig");
+    let pidfile = scratch.file("cmd.pid");
+    let setup = format!("exec >/dev/null 2>&1; echo $$ > '{}';", pidfile.display());
+    let mut cmd = redlock(&nodes);
+    cmd.args(["run", "--resource", &key])
+        .args(shell_until(&scratch, &setup, ""));
+    let child = cmd.spawn().expect("spawn run");
+    wait_for_file(&scratch.file("ready"), "the command to start");
+    let pid = read_pid(&pidfile);
+    assert!(alive(pid));
+    send_signal(child.id(), "KILL");
+    let o = finish(child, "SIGKILLed run");
+    assert!(o.status.code().is_none(), "redlock was killed: {o:?}");
+    wait_until(LIMIT, "the command to get SIGKILL with its parent", || {
+        !alive(pid)
+    });
+    // In case it did not: let it end.
+    let _ = fs::write(scratch.file("go"), b"");
+}
+
+/// `--kill-after` never lets the command outlive the lock's validity (safety review, item 4):
+/// with a 1 s ttl and `--kill-after 1h`, a command that ignores the loss signal is killed
+/// before the lock's validity ends, not an hour later.
+#[test]
+fn kill_after_is_bounded_by_the_validity() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-kill-bound");
+    let scratch = Scratch::new("kill-bound");
+    let o = run_and_take_over(
+        &nodes,
+        &key,
+        &scratch,
+        &["--kill-after", "1h"],
+        "exec >/dev/null 2>&1; trap '' TERM;",
+    );
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(stderr(&o).contains("killing"), "{}", stderr(&o));
+}
+
+/// Durations past ten years are bad arguments (exit 2), not a panic from an overflowing
+/// deadline (safety review, item 6; `--node-timeout 500000000000y` used to exit 101).
+#[test]
+fn absurd_durations_are_bad_arguments() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    for args in [
+        &["--node-timeout", "500000000000y", "lock", "--resource", "x"][..],
+        &["--node-timeout", "2days", "lock", "--resource", "x"],
+        &["--ttl", "500000000000y", "lock", "--resource", "x"],
+        &["--ttl", "1ms", "lock", "--resource", "x"],
+        &["--retry-delay", "500000000000y", "lock", "--resource", "x"],
+        &[
+            "run",
+            "--resource",
+            "x",
+            "--wait",
+            "500000000000y",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--resource",
+            "x",
+            "--kill-after",
+            "500000000000y",
+            "--",
+            "true",
+        ],
+    ] {
+        let mut cmd = redlock(&nodes);
+        cmd.args(args);
+        let o = output(cmd, &format!("{args:?}"));
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: {}", stderr(&o));
+    }
+}

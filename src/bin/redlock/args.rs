@@ -44,10 +44,17 @@ pub struct Global {
 pub enum Command {
     /// Run a command while holding a lock: a distributed flock(1).
     ///
-    /// Acquires the lock, runs CMD while keeping the lock alive, releases it when CMD exits,
-    /// and exits with CMD's status. CMD is not run if the lock cannot be had (exit 75). If the
-    /// lock is lost while CMD runs, CMD is sent --loss-signal and redlock exits 76. SIGINT and
-    /// SIGTERM sent to redlock are forwarded to CMD.
+    /// Acquires the lock, runs CMD while keeping the lock alive (with no limit on how long),
+    /// releases it once CMD and every process CMD left in its process group have exited, and
+    /// exits with CMD's status. CMD is not run if the lock cannot be had (exit 75). CMD runs in
+    /// a process group of its own; if the lock is lost, the group is sent --loss-signal and,
+    /// after --kill-after but never later than the lock's validity, SIGKILL, and redlock exits
+    /// 76. Every catchable terminating signal sent to redlock (INT, TERM, HUP, QUIT, USR1, ...)
+    /// is forwarded to the group. If redlock is killed with SIGKILL, CMD gets SIGKILL too;
+    /// processes CMD started do not, and once the ttl runs out they run without the lock. A
+    /// redlock stopped with SIGSTOP cannot keep the lock alive. CMD sees REDLOCK_RESOURCE and
+    /// REDLOCK_TOKEN in its environment. As CMD is not in the terminal's foreground group, a
+    /// CMD that reads the terminal is stopped (SIGTTIN): give it input another way.
     Run(RunArgs),
     /// Take a lock and print its token and validity; it lives until its ttl runs out or
     /// `redlock unlock` releases it.
@@ -75,7 +82,8 @@ pub struct RunArgs {
     /// The signal sent to CMD when the lock is lost (a name like TERM or a number).
     #[arg(long, default_value = "TERM", value_parser = signal)]
     pub loss_signal: i32,
-    /// After the loss signal, how long CMD has to exit before it is sent SIGKILL.
+    /// After the loss signal, how long CMD has to exit before it is sent SIGKILL; never past
+    /// the lock's validity (less half the loss margin), whatever is given here.
     #[arg(long, default_value = "10s", value_parser = duration)]
     pub kill_after: Duration,
     /// The command and its arguments, after `--`.
@@ -184,13 +192,23 @@ pub struct DemoArgs {
     pub no_faults: bool,
 }
 
-/// Parses a human duration: `10s`, `250ms`, `1m30s`, `1.5s`.
+/// The longest duration any option takes: ten years (the library's longest ttl). Longer ones
+/// are refused as bad arguments rather than left to overflow a deadline.
+const MAX_DURATION: Duration = redlock_mux::MAX_TTL;
+
+/// Parses a human duration: `10s`, `250ms`, `1m30s`, `1.5s`; at most ten years.
 pub fn duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    match decimal(s) {
-        Some(d) => Ok(d),
-        None => humantime::parse_duration(s).map_err(|e| format!("{e} (try 10s, 250ms, 1m30s)")),
+    let d = match decimal(s) {
+        Some(d) => d,
+        None => humantime::parse_duration(s).map_err(|e| format!("{e} (try 10s, 250ms, 1m30s)"))?,
+    };
+    if d > MAX_DURATION {
+        return Err(format!(
+            "{s} is longer than the 10 years any duration may be"
+        ));
     }
+    Ok(d)
 }
 
 /// A decimal with one unit (`1.5s`, `0.25ms`), which humantime does not take.
@@ -314,6 +332,9 @@ mod tests {
         assert!(duration("1.5parsecs").is_err());
         assert!(duration("").is_err());
         assert!(duration("99999999999999999999.5h").is_err());
+        assert!(duration("500000000000y").is_err());
+        assert!(duration("11y").is_err());
+        assert!(duration("3650days").is_ok());
     }
 
     #[test]
