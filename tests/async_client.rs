@@ -233,11 +233,13 @@ fn keep_alive_holds_the_lock_for_several_ttls_then_signals_loss_within_validity(
     let mut c = cluster(5);
     let addrs = c.addrs();
     let rt = multi_thread();
-    let ttl = Duration::from_millis(400);
+    // A node timeout generous enough that a loaded 2-core machine does not fail an extension
+    // round by itself.
+    let ttl = Duration::from_secs(1);
     rt.block_on(async {
         let client = redlock_mux::AsyncRedlock::builder()
             .nodes(&addrs)
-            .node_timeout(Duration::from_millis(100))
+            .node_timeout(Duration::from_millis(300))
             .build_async()
             .unwrap();
         let key = resource("keepalive");
@@ -483,7 +485,8 @@ fn a_slow_extension_is_reported_lost_before_the_validity_ends() {
         .collect();
     let addrs = vec![c.addrs()[0].clone(), proxies[0].addr(), proxies[1].addr()];
     let rt = multi_thread();
-    let ttl = Duration::from_secs(2);
+    // 4 s: a loss margin of 200 ms, room for a loaded machine to schedule the report.
+    let ttl = Duration::from_secs(4);
     rt.block_on(async {
         let builder = redlock_mux::AsyncRedlock::builder()
             .nodes(&addrs)
@@ -491,8 +494,8 @@ fn a_slow_extension_is_reported_lost_before_the_validity_ends() {
             .retry(1, Duration::ZERO);
         let client = builder.clone().build_async().unwrap();
         let key = resource("slow-keepalive");
-        // A threshold (5% of 2 s = 100 ms) shorter than a round can take: the guard starts
-        // the extension earlier, at node timeout + margin before the end.
+        // A threshold (5% of 4 s = 200 ms) shorter than a round and the margin take: the
+        // guard starts the extension earlier, at node timeout + margin before the end.
         let guard = client
             .lock_guarded_with(&key, ttl, KeepAlive::default().extend_when_left(0.05))
             .await

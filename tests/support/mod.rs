@@ -150,6 +150,23 @@ pub fn wait_serving<C: LockClient>(
     }
 }
 
+/// Slack for a time bound, measured on this machine now rather than fixed: twenty times the
+/// slowest of three lock + unlock pairs of `client` (whose nodes must all be healthy), and never
+/// less than `floor`. A loaded machine makes every round slower alike, and so the slack with
+/// it; a bound is then `what the client may wait by design + slack`.
+pub fn measured_slack<C: LockClient>(client: &C, floor: Duration) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let lock = client
+            .try_lock(&resource("slack"), Duration::from_secs(10))
+            .expect("a healthy round to measure");
+        client.unlock(&lock).expect("a healthy release to measure");
+        slowest = slowest.max(start.elapsed());
+    }
+    (slowest * 20).max(floor)
+}
+
 /// Runs one acquisition that is lost to contention: a foreign token is set on the nodes
 /// numbered in `foreign` first. With fail-fast off, the error then reports every node's
 /// answer. Returns that report and how long the attempt (with its release round) took.
