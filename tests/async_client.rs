@@ -428,12 +428,9 @@ fn pipelined_tasks_release_everywhere_across_a_script_flush() {
 /// fix the lock kept its 10 s while its keys had 1 s.
 #[test]
 fn a_dropped_extension_still_caps_the_validity() {
-    use support::proxy::{Fault, Proxy};
+    use support::proxy::{in_front, latency, set_all};
     let c = cluster(3);
-    let proxies: Vec<Proxy> = (1..3)
-        .map(|i| Proxy::start(c.servers()[i].addr()))
-        .collect();
-    let addrs = vec![c.addrs()[0].clone(), proxies[0].addr(), proxies[1].addr()];
+    let (proxies, addrs) = in_front(&c, 1..3);
     let rt = multi_thread();
     rt.block_on(async {
         let client = redlock_mux::AsyncRedlock::builder()
@@ -443,12 +440,7 @@ fn a_dropped_extension_still_caps_the_validity() {
             .unwrap();
         let key = resource("dropped-ext");
         let mut lock = client.lock(&key, TTL).await.unwrap();
-        for p in &proxies {
-            p.set(Fault::Latency {
-                fixed: Duration::from_millis(500),
-                jitter: Duration::ZERO,
-            });
-        }
+        set_all(&proxies, latency(Duration::from_millis(500)));
         let short = Duration::from_secs(1);
         // Node 0 answers at once, the other two only after 500 ms: the round is still open
         // when its future is dropped.
@@ -478,12 +470,9 @@ fn a_dropped_extension_still_caps_the_validity() {
 /// against the validity, and a second client held the lock while `is_lost()` was false.
 #[test]
 fn a_slow_extension_is_reported_lost_before_the_validity_ends() {
-    use support::proxy::{Fault, Proxy};
+    use support::proxy::{in_front, latency, set_all, Fault};
     let c = cluster(3);
-    let proxies: Vec<Proxy> = (1..3)
-        .map(|i| Proxy::start(c.servers()[i].addr()))
-        .collect();
-    let addrs = vec![c.addrs()[0].clone(), proxies[0].addr(), proxies[1].addr()];
+    let (proxies, addrs) = in_front(&c, 1..3);
     let rt = multi_thread();
     // 4 s: a loss margin of 200 ms, room for a loaded machine to schedule the report.
     let ttl = Duration::from_secs(4);
@@ -501,12 +490,7 @@ fn a_slow_extension_is_reported_lost_before_the_validity_ends() {
             .await
             .unwrap();
         let valid_until = guard.lock().valid_until();
-        for p in &proxies {
-            p.set(Fault::Latency {
-                fixed: Duration::from_millis(600),
-                jitter: Duration::ZERO,
-            });
-        }
+        set_all(&proxies, latency(Duration::from_millis(600)));
         let loss = tokio::time::timeout(ttl * 3, guard.lost())
             .await
             .expect("loss reported");
@@ -518,9 +502,7 @@ fn a_slow_extension_is_reported_lost_before_the_validity_ends() {
         );
         assert!(guard.is_lost());
         // Whoever takes the lock next finds the first guard already lost.
-        for p in &proxies {
-            p.set(Fault::Pass);
-        }
+        set_all(&proxies, Fault::Pass);
         let other = builder.build_async().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let theirs = loop {

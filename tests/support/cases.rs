@@ -508,26 +508,15 @@ pub fn absurd_durations_are_refused_or_survived_never_a_panic<F: Flavor>() {
 /// Before the fix the lock kept its old validity on every error, and a second client could
 /// take the resource while the first still believed it held it.
 pub fn a_failed_extension_never_leaves_more_validity_than_the_keys<F: Flavor>() {
-    use super::proxy::{Fault, Proxy};
+    use super::proxy::{in_front, latency, set_all};
     let c = cluster(3);
-    let proxies = [
-        Proxy::start(c.servers()[1].addr()),
-        Proxy::start(c.servers()[2].addr()),
-    ];
-    let addrs = vec![c.addrs()[0].clone(), proxies[0].addr(), proxies[1].addr()];
+    let (proxies, addrs) = in_front(&c, 1..3);
     let b = redlock_mux::Redlock::builder()
         .nodes(&addrs)
         .node_timeout(Duration::from_millis(100))
         .retry(1, Duration::ZERO);
     let client = F::build(b.clone()).unwrap();
-    let slow = |d: Duration| {
-        for p in &proxies {
-            p.set(Fault::Latency {
-                fixed: d,
-                jitter: Duration::ZERO,
-            });
-        }
-    };
+    let slow = |d: Duration| set_all(&proxies, latency(d));
 
     // 1. A quorum confirms, but later than the new ttl allows (ValiditySpent): the keys live
     //    40 ms, and so may the lock, not the 10 s it had.

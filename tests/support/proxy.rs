@@ -236,3 +236,35 @@ fn timed_out(e: &std::io::Error) -> bool {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
     )
 }
+
+/// Proxies in front of the servers of `cluster` numbered in `nodes`: returns them, and the
+/// cluster's addresses with those servers' replaced by their proxies'.
+pub fn in_front(
+    cluster: &redlock_mux::local::LocalCluster,
+    nodes: std::ops::Range<usize>,
+) -> (Vec<Proxy>, Vec<String>) {
+    let mut addrs = cluster.addrs();
+    let proxies: Vec<Proxy> = nodes
+        .clone()
+        .map(|i| Proxy::start(cluster.servers()[i].addr()))
+        .collect();
+    for (i, p) in nodes.zip(&proxies) {
+        addrs[i] = p.addr();
+    }
+    (proxies, addrs)
+}
+
+/// Sets `fault` on every proxy of `proxies`.
+pub fn set_all(proxies: &[Proxy], fault: Fault) {
+    for p in proxies {
+        p.set(fault);
+    }
+}
+
+/// Replies held back by `fixed`, no jitter.
+pub fn latency(fixed: Duration) -> Fault {
+    Fault::Latency {
+        fixed,
+        jitter: Duration::ZERO,
+    }
+}
