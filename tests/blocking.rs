@@ -130,13 +130,9 @@ fn threads_sharing_a_client_are_pipelined_in_one_round() {
         client.largest_batch() > 1,
         "16 threads on one client: some rounds must carry several callers' commands"
     );
-    // Every key was released: nothing of the 800 pairs is left on any node.
-    for addr in c.addrs() {
-        match redis(&addr, &["DBSIZE"]) {
-            redlock_mux::resp::Frame::Integer(n) => assert_eq!(n, 0, "{addr}"),
-            other => panic!("DBSIZE: {other:?}"),
-        }
-    }
+    // Every key was released: nothing of the 800 pairs is left on any node. (The last
+    // fail-fast releases may still be on their way to the two slowest nodes.)
+    support::all_empty_serving(&client, &c.addrs());
 }
 
 #[test]
@@ -213,12 +209,9 @@ fn pipelined_callers_fall_back_to_eval_after_a_script_flush() {
     });
     assert_eq!(pairs.into_inner(), threads * per_thread);
     assert!(client.largest_batch() > 1);
-    for addr in c.addrs() {
-        match redis(&addr, &["DBSIZE"]) {
-            redlock_mux::resp::Frame::Integer(n) => assert_eq!(n, 0, "{addr}"),
-            other => panic!("DBSIZE: {other:?}"),
-        }
-    }
+    // A NOSCRIPT that came after its release was decided is answered by the client, which has
+    // no thread of its own: it serves them while this waits.
+    support::all_empty_serving(&client, &c.addrs());
 }
 
 /// A fail-fast release returns once a quorum answered; a node whose script cache was flushed

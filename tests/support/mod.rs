@@ -150,6 +150,18 @@ pub fn wait_serving<C: LockClient>(
     }
 }
 
+/// Waits until every node holds no key at all, `client` serving what it owes meanwhile (the
+/// last commands of fail-fast rounds, late `NOSCRIPT`s).
+pub fn all_empty_serving<C: LockClient>(client: &C, addrs: &[String]) {
+    let dbsize = |addr: &str| match redis(addr, &["DBSIZE"]) {
+        Frame::Integer(n) => n,
+        other => panic!("DBSIZE on {addr}: {other:?}"),
+    };
+    wait_serving(client, Duration::from_secs(10), "every node empty", || {
+        addrs.iter().all(|a| dbsize(a) == 0)
+    });
+}
+
 /// Slack for a time bound, measured on this machine now rather than fixed: twenty times the
 /// slowest of three lock + unlock pairs of `client` (whose nodes must all be healthy), and never
 /// less than `floor`. A loaded machine makes every round slower alike, and so the slack with
