@@ -11,19 +11,22 @@
 //! until `WouldBlock`, and every write goes on until the buffer is empty or `WouldBlock`.
 
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
+#[cfg(test)]
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token as MioToken};
+use smallvec::SmallVec;
 
-use crate::config::{Builder, Config, NodeAddr};
-use crate::conn::{stale_after, Conn, CONNECT_TIMEOUT, MAX_OWED};
+use crate::config::{Builder, Config};
+use crate::engine::{Engine, IoEvent};
 use crate::error::{Error, NodeOutcome};
 use crate::lock::Lock;
 use crate::op::{self, Command, Next, OpKind, Retry};
-use crate::quorum::{Decision, Round};
+use crate::quorum::Round;
+use crate::stats::Stats;
 use crate::Token;
 
 /// The most operations one round carries: callers beyond wait for the next round.
@@ -58,8 +61,6 @@ pub struct Redlock {
     /// Operations of callers that found the driver busy, for the next holder to run in its
     /// batch, and the results of those run by another caller.
     queue: Mutex<Queue>,
-    /// The most operations one round has carried (see `largest_batch`).
-    largest_batch: AtomicUsize,
     /// Unit tests only: panic inside the next batch, as a bug there would.
     #[cfg(test)]
     panic_next_batch: std::sync::atomic::AtomicBool,
@@ -181,7 +182,6 @@ impl Redlock {
             config,
             driver: Mutex::new(driver),
             queue: Mutex::new(Queue::default()),
-            largest_batch: AtomicUsize::new(0),
             #[cfg(test)]
             panic_next_batch: std::sync::atomic::AtomicBool::new(false),
         })
@@ -192,22 +192,11 @@ impl Redlock {
         &self.config
     }
 
-    /// Bytes of buffer capacity the connections hold (read and write buffers of every node).
-    /// For tests that bound what a hostile node can make the client hold.
-    #[doc(hidden)]
-    pub fn buffered_capacity(&self) -> usize {
-        self.driver()
-            .nodes
-            .iter()
-            .map(|n| n.conn.inb.capacity() + n.conn.out.capacity())
-            .sum()
-    }
-
-    /// The most operations a single round has written and tallied together: above 1 once
-    /// callers sharing this client have been pipelined. For tests and diagnostics.
-    #[doc(hidden)]
-    pub fn largest_batch(&self) -> usize {
-        self.largest_batch.load(Ordering::Relaxed)
+    /// A snapshot of the per-node counters (votes by outcome, timeouts, reconnects,
+    /// `NOSCRIPT` fallbacks, buffered bytes) and the largest batch. Waits for a round in
+    /// progress to end.
+    pub fn stats(&self) -> Stats {
+        self.driver().engine.stats()
     }
 
     fn driver(&self) -> MutexGuard<'_, Driver> {
@@ -276,6 +265,12 @@ impl Redlock {
         }
     }
 
+    /// A job's decided round. The engine completes every operation exactly once, so it is
+    /// always there; were it not, the round counts as unanswered rather than panic.
+    fn round_of(&self, job: Job<'_>) -> Round {
+        job.round.unwrap_or_else(|| self.unanswered().0)
+    }
+
     /// A round in which no node was asked (for a result that cannot be missing).
     fn unanswered(&self) -> (Round, Instant) {
         let cfg = &self.config;
@@ -291,7 +286,6 @@ impl Redlock {
     fn run_batch(&self, own: Option<(Command<'_>, bool)>) -> Option<(Round, Instant)> {
         // Ends the turn however this returns, so that a waiter is never left asleep.
         let _turn = EndTurn(self);
-        let cfg = &self.config;
         // Only the caller that set `busy` gets here, so this lock is never contended.
         let mut driver = self.driver();
         let requests: Vec<Request> = {
@@ -317,23 +311,18 @@ impl Redlock {
         let (mine, t1, rounds) = if let (Some((cmd, fail_fast)), true) = (own, requests.is_empty())
         {
             // Alone: a batch of one, on the stack.
-            let mut jobs = [Job::new(cfg, cmd, fail_fast)];
-            let t1 = driver.run(cfg, &mut jobs);
+            let mut jobs = [Job::new(cmd, fail_fast)];
+            let t1 = driver.run(&mut jobs);
             let [job] = jobs;
-            (Some(job.round), t1, Vec::new())
+            (Some(self.round_of(job)), t1, Vec::new())
         } else {
             let mut jobs: Vec<Job<'_>> = own
                 .iter()
-                .map(|&(cmd, fail_fast)| Job::new(cfg, cmd, fail_fast))
-                .chain(
-                    requests
-                        .iter()
-                        .map(|r| Job::new(cfg, r.command(), r.fail_fast)),
-                )
+                .map(|&(cmd, fail_fast)| Job::new(cmd, fail_fast))
+                .chain(requests.iter().map(|r| Job::new(r.command(), r.fail_fast)))
                 .collect();
-            self.largest_batch.fetch_max(jobs.len(), Ordering::Relaxed);
-            let t1 = driver.run(cfg, &mut jobs);
-            let mut rounds: Vec<Round> = jobs.into_iter().map(|j| j.round).collect();
+            let t1 = driver.run(&mut jobs);
+            let mut rounds: Vec<Round> = jobs.into_iter().map(|j| self.round_of(j)).collect();
             let mine = if own.is_some() {
                 Some(rounds.remove(0))
             } else {
@@ -500,361 +489,248 @@ impl Drop for Redlock {
     }
 }
 
-/// The poller and every node's socket and connection state.
+/// The poller and every node's socket; everything else is the engine's.
 struct Driver {
+    engine: Engine<usize>,
     poll: Poll,
     events: Events,
-    nodes: Vec<Node>,
-    next_op: u64,
+    socks: Vec<Option<TcpStream>>,
     scratch: Box<[u8]>,
 }
 
-struct Node {
-    addr: NodeAddr,
-    sock: Option<TcpStream>,
-    /// When the connect in progress started.
-    connecting: Option<Instant>,
-    /// Replies are tagged with their job's id.
-    conn: Conn<u64>,
-    deadline: Instant,
-}
-
-/// One operation of a batch: its command and the round that tallies it.
+/// One operation of a batch: its command, and its round once decided.
 struct Job<'a> {
-    /// Given when the batch starts; replies carry it back.
-    id: u64,
     cmd: Command<'a>,
-    round: Round,
+    fail_fast: bool,
+    round: Option<Round>,
 }
 
 impl<'a> Job<'a> {
-    fn new(cfg: &Config, cmd: Command<'a>, fail_fast: bool) -> Job<'a> {
+    fn new(cmd: Command<'a>, fail_fast: bool) -> Job<'a> {
         Job {
-            id: 0,
             cmd,
-            round: Round::new(cfg.nodes.len(), cfg.quorum, fail_fast),
+            fail_fast,
+            round: None,
         }
-    }
-}
-
-/// Records `outcome` for node `i` in every job still waiting for it.
-fn record_all(jobs: &mut [Job<'_>], i: usize, outcome: &NodeOutcome) {
-    for job in jobs.iter_mut().filter(|j| j.round.is_pending(i)) {
-        job.round.record(i, outcome.clone());
     }
 }
 
 impl Driver {
     fn new(config: &Config) -> io::Result<Driver> {
-        let now = Instant::now();
         Ok(Driver {
+            engine: Engine::new(config),
             poll: Poll::new()?,
             events: Events::with_capacity(64),
-            nodes: config
-                .nodes
-                .iter()
-                .map(|addr| Node {
-                    addr: addr.clone(),
-                    sock: None,
-                    connecting: None,
-                    // A round owes up to two replies per operation (the fallback's), beside
-                    // what a slow node still owes from rounds before.
-                    conn: Conn::new(MAX_OWED + 2 * MAX_BATCH),
-                    deadline: now,
-                })
-                .collect(),
-            next_op: 1,
+            socks: config.nodes.iter().map(|_| None).collect(),
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
         })
     }
 
     /// Runs one round of every job's command on every node, the commands written in one pass
-    /// and tallied as their replies arrive, until every round is decided or its nodes' time
-    /// is up. Returns the instant read before the first write.
-    fn run(&mut self, cfg: &Config, jobs: &mut [Job<'_>]) -> Instant {
+    /// and tallied by the engine as their replies arrive, until every round is decided.
+    /// Returns the instant read before the first write.
+    fn run(&mut self, jobs: &mut [Job<'_>]) -> Instant {
         // Take in whatever happened since the last round (late replies, closed connections),
         // so that a node that went away is reconnected now rather than failing this round.
-        self.pump(Some(Duration::ZERO), &mut []);
-
-        for job in jobs.iter_mut() {
-            job.id = self.next_op;
-            self.next_op += 1;
-        }
+        self.pump(Some(Duration::ZERO));
         let t1 = Instant::now();
-        let deadline = crate::time::later(t1, cfg.node_timeout);
-        for (i, node) in self.nodes.iter_mut().enumerate() {
-            let mut sent = node.ensure_connected(&self.poll, i, t1, stale_after(cfg.node_timeout));
-            for job in jobs.iter() {
-                sent = sent.and_then(|()| {
-                    node.conn
-                        .queue(
-                            job.id,
-                            t1,
-                            |b| job.cmd.encode(b, false),
-                            job.cmd.kind != OpKind::Acquire,
-                        )
-                        .map_err(|(e, _)| node.fail(t1, &e.outcome()))
-                });
-            }
-            let sent = sent.and_then(|()| node.flush(t1));
-            node.deadline = deadline;
-            if let Err(outcome) = sent {
-                record_all(jobs, i, &outcome);
-            }
+        for (k, job) in jobs.iter().enumerate() {
+            self.engine.submit(&job.cmd, job.fail_fast, t1, k);
         }
+        self.engine.note_batch(jobs.len());
+        let mut left = jobs.len();
         loop {
-            if jobs.iter().all(|j| j.round.decision() != Decision::Open) {
-                break;
-            }
-            let now = Instant::now();
-            let mut next: Option<Instant> = None;
-            for (i, node) in self.nodes.iter().enumerate() {
-                let pending = jobs.iter().any(|j| j.round.is_pending(i));
-                if pending {
-                    if now >= node.deadline {
-                        record_all(jobs, i, &NodeOutcome::Timeout);
-                    } else {
-                        next = Some(next.map_or(node.deadline, |n| n.min(node.deadline)));
-                    }
+            self.sync();
+            while let Some(done) = self.engine.poll_completed() {
+                if let Some(job) = jobs.get_mut(done.user) {
+                    job.round = Some(done.round);
+                    left -= 1;
                 }
             }
-            let Some(next) = next else { break };
-            if jobs.iter().all(|j| j.round.decision() != Decision::Open) {
-                break;
+            if left == 0 {
+                return t1;
             }
-            self.pump(Some(next - now), jobs);
+            let now = Instant::now();
+            let wait = self
+                .engine
+                .poll_timeout()
+                .map(|t| t.saturating_duration_since(now));
+            self.pump(wait);
+            self.engine.handle_timeout(Instant::now());
         }
-        for job in jobs.iter_mut() {
-            job.round.close(|_| NodeOutcome::Undecided);
-        }
-        t1
     }
 
     /// Reads and writes, with no round open, until no connection owes a scripted reply or
     /// unwritten bytes, or `deadline` passes. Returns whether nothing is left owed.
     fn service(&mut self, deadline: Instant) -> bool {
         loop {
-            let owed = self
-                .nodes
-                .iter()
-                .any(|n| n.sock.is_some() && n.conn.owes_scripted());
-            if !owed {
+            self.sync();
+            if !self.engine.owes_scripted() {
                 return true;
             }
             let now = Instant::now();
             if now >= deadline {
                 return false;
             }
-            self.pump(Some(deadline - now), &mut []);
+            let wait = self
+                .engine
+                .poll_timeout()
+                .map_or(deadline, |t| t.min(deadline));
+            self.pump(Some(wait.saturating_duration_since(now)));
+            self.engine.handle_timeout(Instant::now());
         }
     }
 
-    /// Drops every connection (reconnected on next use): after a round that panicked, what
-    /// they owe no longer matches any round.
+    /// Drops every connection (reopened on next use): after a round that panicked, what they
+    /// owe no longer matches any round.
     fn reset(&mut self, now: Instant) {
-        for node in &mut self.nodes {
-            if node.sock.is_some() {
-                node.fail(now, &NodeOutcome::Undecided);
+        self.engine.reset(now);
+        self.sync();
+    }
+
+    /// Opens and drops the sockets the engine asks for, then writes what it has for each node.
+    fn sync(&mut self) {
+        while let Some(ev) = self.engine.poll_io() {
+            match ev {
+                // Dropping the socket closes it, which also removes it from the poller.
+                IoEvent::Close(i) => self.socks[i] = None,
+                IoEvent::Connect(i) => {
+                    self.socks[i] = None;
+                    match self.open(i) {
+                        Ok(sock) => self.socks[i] = Some(sock),
+                        Err(e) => self.engine.handle_closed(i, e.kind(), Instant::now()),
+                    }
+                }
+            }
+        }
+        for i in 0..self.socks.len() {
+            self.flush(i);
+        }
+    }
+
+    /// A non-blocking connect to node `i`, registered with the poller.
+    fn open(&self, i: usize) -> io::Result<TcpStream> {
+        let mut sock = TcpStream::connect(self.engine.addr(i).socket_addr())?;
+        self.poll.registry().register(
+            &mut sock,
+            MioToken(i),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        // Best effort: a socket that refuses NODELAY still works, only slower.
+        let _ = sock.set_nodelay(true);
+        Ok(sock)
+    }
+
+    /// Writes as much of node `i`'s pending output as its socket takes.
+    fn flush(&mut self, i: usize) {
+        loop {
+            let out = self.engine.transmit(i);
+            if out.is_empty() {
+                return;
+            }
+            let Some(sock) = self.socks[i].as_mut() else {
+                return;
+            };
+            match sock.write(out) {
+                Ok(0) => return self.closed(i, io::ErrorKind::WriteZero),
+                Ok(n) => self.engine.handle_written(i, n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.closed(i, e.kind()),
             }
         }
     }
 
-    /// Waits up to `timeout` for readiness and handles every event.
-    fn pump(&mut self, timeout: Option<Duration>, jobs: &mut [Job<'_>]) {
-        let Driver {
-            poll,
-            events,
-            nodes,
-            scratch,
-            ..
-        } = self;
-        match poll.poll(events, timeout) {
+    /// Node `i`'s socket failed: dropped, and the engine told.
+    fn closed(&mut self, i: usize, kind: io::ErrorKind) {
+        self.socks[i] = None;
+        self.engine.handle_closed(i, kind, Instant::now());
+    }
+
+    /// Waits up to `timeout` for readiness and hands the engine what it brings.
+    fn pump(&mut self, timeout: Option<Duration>) {
+        match self.poll.poll(&mut self.events, timeout) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return,
             Err(e) => {
-                // The poller itself failed: nothing can be waited on. Fail every node still
-                // owing an answer rather than spin.
-                for i in 0..nodes.len() {
-                    record_all(jobs, i, &NodeOutcome::Io(e.kind()));
+                // The poller itself failed: nothing can be waited on. Fail every connection
+                // rather than spin; their rounds get the error as those nodes' votes.
+                for i in 0..self.socks.len() {
+                    if self.socks[i].is_some() {
+                        self.closed(i, e.kind());
+                    }
                 }
                 return;
             }
         }
-        let now = Instant::now();
-        for event in events.iter() {
-            let i = event.token().0;
-            let Some(node) = nodes.get_mut(i) else {
-                continue;
-            };
-            if let Err(outcome) = node.on_event(event, now, scratch, jobs, i) {
-                record_all(jobs, i, &outcome);
+        let ready: SmallVec<[(usize, bool, bool, bool); 16]> = self
+            .events
+            .iter()
+            .map(|ev| {
+                let closing = ev.is_read_closed() || ev.is_error();
+                (
+                    ev.token().0,
+                    ev.is_writable(),
+                    ev.is_readable() || closing,
+                    closing,
+                )
+            })
+            .collect();
+        for (i, writable, readable, closing) in ready {
+            if i < self.socks.len() {
+                self.on_ready(i, writable, readable, closing);
             }
         }
     }
-}
 
-impl Node {
-    /// Makes sure a connection exists or is being made; `Err` with the outcome to record when
-    /// the node cannot be asked this round.
-    fn ensure_connected(
-        &mut self,
-        poll: &Poll,
-        i: usize,
-        now: Instant,
-        stale: Duration,
-    ) -> Result<(), NodeOutcome> {
-        if self.sock.is_some() && self.conn.is_stale(now, stale) {
-            // Replaced, and reconnected below at once if the backoff allows.
-            self.fail(now, &NodeOutcome::Timeout);
-        }
-        if self.sock.is_some() {
-            match self.connecting {
-                Some(start) if now.saturating_duration_since(start) > CONNECT_TIMEOUT => {
-                    return Err(self.fail(now, &NodeOutcome::Timeout));
-                }
-                _ => return Ok(()),
-            }
-        }
-        if !self.conn.may_connect(now) {
-            return Err(NodeOutcome::Down);
-        }
-        let mut sock = match TcpStream::connect(self.addr.socket) {
-            Ok(s) => s,
-            Err(e) => return Err(self.fail(now, &NodeOutcome::Io(e.kind()))),
+    /// Handles one readiness event of node `i`.
+    fn on_ready(&mut self, i: usize, writable: bool, readable: bool, closing: bool) {
+        let Some(sock) = self.socks[i].as_mut() else {
+            return;
         };
-        if let Err(e) = poll.registry().register(
-            &mut sock,
-            MioToken(i),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            return Err(self.fail(now, &NodeOutcome::Io(e.kind())));
-        }
-        // Best effort: a socket that refuses NODELAY still works, only slower.
-        let _ = sock.set_nodelay(true);
-        self.conn.opened(&self.addr);
-        self.sock = Some(sock);
-        self.connecting = Some(now);
-        Ok(())
-    }
-
-    /// Drops the connection after a failure and starts the backoff; returns the outcome given,
-    /// for recording.
-    fn fail(&mut self, now: Instant, outcome: &NodeOutcome) -> NodeOutcome {
-        // Dropping the socket closes it, which also removes it from the poller.
-        self.sock = None;
-        self.connecting = None;
-        // The replies owed will never come; their rounds time out or are already over.
-        let _ = self.conn.failed(now);
-        outcome.clone()
-    }
-
-    /// Writes as much of the pending output as the socket takes.
-    fn flush(&mut self, now: Instant) -> Result<(), NodeOutcome> {
-        if self.connecting.is_some() {
-            return Ok(());
-        }
-        let Some(sock) = self.sock.as_mut() else {
-            return Err(NodeOutcome::Down);
-        };
-        while !self.conn.out.is_empty() {
-            match sock.write(&self.conn.out) {
-                Ok(0) => return Err(self.fail(now, &NodeOutcome::Io(io::ErrorKind::WriteZero))),
-                Ok(n) => self.conn.wrote(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.fail(now, &NodeOutcome::Io(e.kind()))),
-            }
-        }
-        Ok(())
-    }
-
-    /// Handles one readiness event.
-    fn on_event(
-        &mut self,
-        event: &mio::event::Event,
-        now: Instant,
-        scratch: &mut [u8],
-        jobs: &mut [Job<'_>],
-        i: usize,
-    ) -> Result<(), NodeOutcome> {
-        let writable = event.is_writable();
-        let closing = event.is_read_closed() || event.is_error();
-        let readable = event.is_readable() || closing;
-        let Some(sock) = self.sock.as_mut() else {
-            return Ok(());
-        };
-        if self.connecting.is_some() {
+        if self.engine.is_connecting(i) {
             if !(writable || readable) {
-                return Ok(());
+                return;
             }
             match sock.take_error() {
-                Ok(Some(e)) | Err(e) => return Err(self.fail(now, &NodeOutcome::Io(e.kind()))),
+                Ok(Some(e)) | Err(e) => return self.closed(i, e.kind()),
                 Ok(None) => {}
             }
             match sock.peer_addr() {
-                Ok(_) => self.connecting = None,
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
-                Err(e) => return Err(self.fail(now, &NodeOutcome::Io(e.kind()))),
+                Ok(_) => self.engine.handle_connected(i),
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                Err(e) => return self.closed(i, e.kind()),
             }
-            self.flush(now)?;
+            self.flush(i);
         } else if writable {
-            self.flush(now)?;
+            self.flush(i);
         }
         if !readable {
-            return Ok(());
+            return;
         }
         loop {
-            let Some(sock) = self.sock.as_mut() else {
-                return Ok(());
+            let Some(sock) = self.socks[i].as_mut() else {
+                return;
             };
-            match sock.read(scratch) {
-                Ok(0) => {
-                    // Replies that arrived before the close still count.
-                    self.take_replies(now, jobs, i)?;
-                    return Err(self.fail(now, &NodeOutcome::Io(io::ErrorKind::UnexpectedEof)));
-                }
+            match sock.read(&mut self.scratch) {
+                Ok(0) => return self.closed(i, io::ErrorKind::UnexpectedEof),
                 Ok(n) => {
-                    self.conn.received(&scratch[..n]);
-                    self.take_replies(now, jobs, i)?;
+                    let now = Instant::now();
+                    self.engine.handle_input(i, &self.scratch[..n], now);
+                    // The input may have asked for the socket to go (a protocol error), or for
+                    // bytes to go out (the EVAL form after a NOSCRIPT).
+                    self.sync();
                     // A short read emptied the socket's receive queue: bytes that arrive
                     // later raise a new edge, so the read that would only say WouldBlock is
                     // skipped. Not when the peer is closing: the end of stream is read now.
-                    if n < scratch.len() && !closing {
-                        return Ok(());
+                    if n < self.scratch.len() && !closing {
+                        return;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.fail(now, &NodeOutcome::Io(e.kind()))),
+                Err(e) => return self.closed(i, e.kind()),
             }
-        }
-    }
-
-    /// Decodes every whole reply received, gives those of the batch's jobs their outcome,
-    /// and drops the late ones. (A `NOSCRIPT` is answered inside the connection, which sends
-    /// the `EVAL` form: written here before returning.)
-    fn take_replies(
-        &mut self,
-        now: Instant,
-        jobs: &mut [Job<'_>],
-        i: usize,
-    ) -> Result<(), NodeOutcome> {
-        loop {
-            let (id, frame) = match self.conn.next_reply() {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(e) => return Err(self.fail(now, &e.outcome())),
-            };
-            if let Some(job) = jobs.iter_mut().find(|j| j.id == id) {
-                if job.round.is_pending(i) {
-                    job.round.record(i, job.cmd.judge(&frame));
-                }
-            }
-        }
-        if self.conn.out.is_empty() {
-            Ok(())
-        } else {
-            self.flush(now)
         }
     }
 }

@@ -18,10 +18,6 @@ use resp::{encode_command, Decoder, Frame, Limits};
 use crate::config::NodeAddr;
 use crate::error::NodeOutcome;
 
-/// Replies a blocking client's connection may owe before it is considered stuck and
-/// replaced (each round owes one or two per node, so this many means a node that stopped
-/// answering long ago).
-pub(crate) const MAX_OWED: usize = 64;
 /// Bytes that may wait to be written before the connection is considered stuck.
 pub(crate) const MAX_PENDING_WRITE: usize = 1 << 20;
 /// The first reconnect delay after a failure; doubles with each failure in a row.
@@ -136,6 +132,8 @@ pub(crate) struct Conn<T> {
     max_owed: usize,
     backoff: Duration,
     retry_at: Option<Instant>,
+    /// `NOSCRIPT`s answered with the `EVAL` form, over the connection's whole life.
+    noscript_fallbacks: u64,
 }
 
 impl<T> Conn<T> {
@@ -150,7 +148,18 @@ impl<T> Conn<T> {
             max_owed,
             backoff: Duration::ZERO,
             retry_at: None,
+            noscript_fallbacks: 0,
         }
+    }
+
+    /// `NOSCRIPT`s answered with the `EVAL` form so far.
+    pub(crate) fn noscript_fallbacks(&self) -> u64 {
+        self.noscript_fallbacks
+    }
+
+    /// Bytes of buffer capacity held (read and write buffers).
+    pub(crate) fn buffered_capacity(&self) -> usize {
+        self.inb.capacity() + self.out.capacity() + self.scripted.capacity()
     }
 
     /// Starts a fresh connection: clears all state and queues the login commands.
@@ -262,6 +271,7 @@ impl<T> Conn<T> {
                             && eval_form(&self.scripted[..len], &mut self.out);
                         bytes::Buf::advance(&mut self.scripted, len);
                         if resent {
+                            self.noscript_fallbacks += 1;
                             self.owed.push_back(Owner::Op(tag, at, 0));
                             self.reload_scripts();
                             continue;
@@ -325,6 +335,9 @@ impl<T> Conn<T> {
 mod tests {
     use super::*;
     use crate::op::{Command, OpKind};
+
+    /// A small limit, for the tests.
+    const MAX_OWED: usize = 64;
     use crate::Token;
 
     fn addr(s: &str) -> NodeAddr {

@@ -44,12 +44,14 @@
 mod blocking;
 mod config;
 mod conn;
+mod engine;
 mod error;
 pub mod local;
 mod lock;
 mod op;
 mod quorum;
 pub mod script;
+mod stats;
 mod time;
 mod token;
 #[cfg(feature = "tokio")]
@@ -61,6 +63,7 @@ pub use blocking::Redlock;
 pub use config::{Builder, Config, NodeAddr, DEFAULT_PORT, MAX_OPTION_DURATION, MAX_TTL};
 pub use error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
 pub use lock::Lock;
+pub use stats::{NodeStats, Stats};
 pub use token::Token;
 #[cfg(feature = "tokio")]
 pub use tokio_client::{loss_margin, AsyncRedlock, KeepAlive, LockGuard, Loss, DEFAULT_MAX_HOLD};

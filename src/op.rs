@@ -6,7 +6,7 @@
 //! | release   | `EVALSHA <release> 1 key token`                 | `:1`      | `:0` held, `:-1` gone |
 //! | extend    | `EVALSHA <extend> 1 key token ttl`              | `:1`      | `:0` held, `:-1` gone |
 //!
-//! Both drivers encode with [`Command::encode`] and judge replies with [`Command::judge`];
+//! Both drivers encode with [`Command::encode`] and judge replies with [`Command::judge_kind`];
 //! nothing here knows about sockets.
 
 use std::time::{Duration, Instant};
@@ -77,12 +77,12 @@ impl Command<'_> {
         }
     }
 
-    /// Judges a node's reply to this command. A `NOSCRIPT` never gets here from a scripted
-    /// command (its connection sends the `EVAL` form instead): one that does is a server
-    /// error like any other.
-    pub(crate) fn judge(&self, reply: &Frame) -> NodeOutcome {
+    /// Judges a node's reply to a command of `kind` (nothing else decides the verdict). A
+    /// `NOSCRIPT` never gets here from a scripted command (its connection sends the `EVAL`
+    /// form instead): one that does is a server error like any other.
+    pub(crate) fn judge_kind(kind: OpKind, reply: &Frame) -> NodeOutcome {
         let reply = reply.without_attributes();
-        match (self.kind, reply) {
+        match (kind, reply) {
             (OpKind::Acquire, Frame::Simple(s)) if s.as_ref() == b"OK" => NodeOutcome::Ok,
             (OpKind::Acquire, f) if f.is_null() => NodeOutcome::Held,
             (OpKind::Release | OpKind::Extend, Frame::Integer(1)) => NodeOutcome::Ok,
@@ -342,30 +342,51 @@ mod tests {
         };
         let ok = |o| o;
         let s = |t: &'static str| Bytes::from_static(t.as_bytes());
-        assert_eq!(acq.judge(&Frame::Simple(s("OK"))), ok(NodeOutcome::Ok));
-        assert_eq!(acq.judge(&Frame::NullBulk), ok(NodeOutcome::Held));
-        assert_eq!(acq.judge(&Frame::Null), ok(NodeOutcome::Held));
+        assert_eq!(
+            Command::judge_kind(acq.kind, &Frame::Simple(s("OK"))),
+            ok(NodeOutcome::Ok)
+        );
+        assert_eq!(
+            Command::judge_kind(acq.kind, &Frame::NullBulk),
+            ok(NodeOutcome::Held)
+        );
+        assert_eq!(
+            Command::judge_kind(acq.kind, &Frame::Null),
+            ok(NodeOutcome::Held)
+        );
         assert!(matches!(
-            acq.judge(&Frame::Integer(1)),
+            Command::judge_kind(acq.kind, &Frame::Integer(1)),
             NodeOutcome::Server(_)
         ));
         assert_eq!(
-            acq.judge(&Frame::Error(s("OOM command not allowed"))),
+            Command::judge_kind(acq.kind, &Frame::Error(s("OOM command not allowed"))),
             ok(NodeOutcome::Server("OOM command not allowed".into()))
         );
-        assert_eq!(rel.judge(&Frame::Integer(1)), ok(NodeOutcome::Ok));
-        assert_eq!(rel.judge(&Frame::Integer(0)), ok(NodeOutcome::Held));
-        assert_eq!(rel.judge(&Frame::Integer(-1)), ok(NodeOutcome::Gone));
+        assert_eq!(
+            Command::judge_kind(rel.kind, &Frame::Integer(1)),
+            ok(NodeOutcome::Ok)
+        );
+        assert_eq!(
+            Command::judge_kind(rel.kind, &Frame::Integer(0)),
+            ok(NodeOutcome::Held)
+        );
+        assert_eq!(
+            Command::judge_kind(rel.kind, &Frame::Integer(-1)),
+            ok(NodeOutcome::Gone)
+        );
         assert!(matches!(
-            rel.judge(&Frame::Integer(2)),
+            Command::judge_kind(rel.kind, &Frame::Integer(2)),
             NodeOutcome::Server(_)
         ));
         // The connection answers a NOSCRIPT with the EVAL form; one that reaches the judge
         // is a plain server error: no loop.
         let noscript = Frame::Error(s("NOSCRIPT No matching script."));
-        assert!(matches!(rel.judge(&noscript), NodeOutcome::Server(_)));
         assert!(matches!(
-            acq.judge(&Frame::Bulk(Bytes::from(vec![b'x'; 10_000]))),
+            Command::judge_kind(rel.kind, &noscript),
+            NodeOutcome::Server(_)
+        ));
+        assert!(matches!(
+            Command::judge_kind(acq.kind, &Frame::Bulk(Bytes::from(vec![b'x'; 10_000]))),
             NodeOutcome::Server(m) if m.len() < 100
         ));
     }

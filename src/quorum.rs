@@ -61,6 +61,11 @@ impl Round {
         *slot = Some(outcome);
     }
 
+    /// How many nodes the round counts.
+    pub(crate) fn len(&self) -> usize {
+        self.outcomes.len()
+    }
+
     /// Whether `node` still owes its outcome.
     pub(crate) fn is_pending(&self, node: usize) -> bool {
         matches!(self.outcomes.get(node), Some(None))

@@ -17,6 +17,7 @@ use crate::error::{ConfigError, Error};
 use crate::lock::Lock;
 use crate::op::{self, Next, OpKind, Retry};
 use crate::quorum::Round;
+use crate::stats::Stats;
 use crate::tokio_driver::{Driver, Msg, OwnedCommand};
 use crate::Token;
 
@@ -93,6 +94,18 @@ impl AsyncRedlock {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// A snapshot of the per-node counters (votes by outcome, timeouts, reconnects, `NOSCRIPT`
+    /// fallbacks, buffered bytes) and the largest batch, from the driver task.
+    /// [`Error::Aborted`] if the driver is gone.
+    pub async fn stats(&self) -> Result<Stats, Error> {
+        let (reply, answer) = oneshot::channel();
+        self.inner
+            .tx
+            .send(Msg::Stats { reply })
+            .map_err(|_| Error::Aborted)?;
+        answer.await.map_err(|_| Error::Aborted)
     }
 
     /// Acquires `resource` for `ttl`, retrying up to the configured number of tries with a

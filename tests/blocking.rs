@@ -127,7 +127,7 @@ fn threads_sharing_a_client_are_pipelined_in_one_round() {
         }
     });
     assert!(
-        client.largest_batch() > 1,
+        client.stats().largest_batch > 1,
         "16 threads on one client: some rounds must carry several callers' commands"
     );
     // Every key was released: nothing of the 800 pairs is left on any node. (The last
@@ -167,7 +167,7 @@ fn threads_sharing_a_client_exclude_each_other() {
     assert!(checker.overlaps().is_empty(), "{:?}", checker.overlaps());
     assert_eq!(checker.detector_hits(), 0);
     assert!(
-        client.largest_batch() > 1,
+        client.stats().largest_batch > 1,
         "contenders were pipelined together"
     );
 }
@@ -208,7 +208,7 @@ fn pipelined_callers_fall_back_to_eval_after_a_script_flush() {
         }
     });
     assert_eq!(pairs.into_inner(), threads * per_thread);
-    assert!(client.largest_batch() > 1);
+    assert!(client.stats().largest_batch > 1);
     // A NOSCRIPT that came after its release was decided is answered by the client, which has
     // no thread of its own: it serves them while this waits.
     support::all_empty_serving(&client, &c.addrs());

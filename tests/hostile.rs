@@ -131,7 +131,7 @@ macro_rules! hostile_cases {
                 fn $name() {
                     let client = run::<Blocking>($behavior);
                     // What the client holds for five connections after all that.
-                    let held = client.buffered_capacity();
+                    let held = client.stats().buffered_bytes();
                     eprintln!("{:?}: buffers held over 5 connections: {held} bytes", $behavior);
                     assert!(held <= 2 << 20, "{:?}: {held} bytes of buffers", $behavior);
                 }

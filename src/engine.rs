@@ -1,0 +1,508 @@
+//! The engine: every operation in flight on every node, with no sockets and no clock.
+//!
+//! Both clients run on it; their drivers only move bytes and wait. Time comes in as `now`;
+//! bytes come in through [`handle_input`](Engine::handle_input) and go out through
+//! [`transmit`](Engine::transmit). The engine decides everything else: which connections to
+//! open and drop, what each node is sent, which reply belongs to which operation, when a node
+//! has timed out, when a round is decided, and what a failure means for every round that waited
+//! on that node.
+//!
+//! # How a driver calls it
+//! - Inputs: [`submit`](Engine::submit) (a round of a command on every node),
+//!   [`fire`](Engine::fire) (a release nobody waits for), [`handle_connected`](Engine::handle_connected),
+//!   [`handle_input`](Engine::handle_input), [`handle_written`](Engine::handle_written),
+//!   [`handle_closed`](Engine::handle_closed), [`handle_timeout`](Engine::handle_timeout).
+//! - Outputs, polled after any input, in this order: [`poll_io`](Engine::poll_io) (sockets to
+//!   drop or open), [`transmit`](Engine::transmit) for every node (bytes to write),
+//!   [`poll_completed`](Engine::poll_completed) (decided rounds), and
+//!   [`poll_timeout`](Engine::poll_timeout) (when to call `handle_timeout` next, if nothing else
+//!   happens first).
+//!
+//! # Rules that live here, once
+//! - A round is written to every node at once and tallied as replies come in; it ends when
+//!   decided (fail-fast both ways, see [`Round`]) or at its deadline, `node timeout` after the
+//!   instant read before its first write. Nodes still owing then count as timed out.
+//! - Replies are matched to operations through each connection's FIFO of owed replies
+//!   ([`Conn`]); a reply to an operation that has ended is read and dropped, never taken for
+//!   another's. Every operation completes exactly once.
+//! - A node whose connection fails gives every round waiting on it that failure as its vote.
+//!   Its connection is opened again on the next round that needs it, after the backoff.
+//! - A connection that owes a reply long past every deadline ([`stale_after`]), owes more than
+//!   [`MAX_OWED`] replies, or takes longer than [`CONNECT_TIMEOUT`] to open is dropped.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::io;
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+
+use crate::config::{Config, NodeAddr};
+use crate::conn::{stale_after, Conn, CONNECT_TIMEOUT};
+use crate::error::NodeOutcome;
+use crate::op::{Command, OpKind};
+use crate::quorum::{Decision, Round};
+use crate::stats::{NodeStats, Stats};
+
+/// Replies one connection may owe before its node counts as stuck and is reconnected: room
+/// for thousands of concurrent operations on a healthy node.
+pub(crate) const MAX_OWED: usize = 16 * 1024;
+
+/// An operation in the engine: its slot and the generation that tells it from the slot's
+/// earlier and later occupants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct OpId {
+    slot: u32,
+    gen: u32,
+}
+
+/// What a reply in a connection's FIFO belongs to; generation 0 is a command nobody waits for.
+#[derive(Debug, Clone, Copy)]
+struct Tag {
+    slot: u32,
+    gen: u32,
+}
+
+const FIRE: Tag = Tag { slot: 0, gen: 0 };
+
+/// A node's connection as the driver should have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// No socket.
+    Closed,
+    /// A socket whose connect is in progress, since then.
+    Connecting(Instant),
+    /// A connected socket.
+    Open,
+}
+
+#[derive(Debug)]
+struct Node {
+    addr: NodeAddr,
+    conn: Conn<Tag>,
+    link: Link,
+    stats: NodeStats,
+}
+
+#[derive(Debug)]
+struct Op<U> {
+    gen: u32,
+    kind: OpKind,
+    round: Round,
+    user: U,
+}
+
+/// A socket the driver must drop or open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IoEvent {
+    /// Drop node `.0`'s socket (the engine has already forgotten its connection).
+    Close(usize),
+    /// Open a socket to node `.0`; report [`Engine::handle_connected`] or
+    /// [`Engine::handle_closed`].
+    Connect(usize),
+}
+
+/// A decided round, with what its submitter attached to it.
+#[derive(Debug)]
+pub(crate) struct Completed<U> {
+    pub(crate) round: Round,
+    pub(crate) user: U,
+}
+
+/// Every node's connection state and every operation in flight. `U` is what a driver attaches
+/// to an operation to find its caller again (an index, a channel).
+#[derive(Debug)]
+pub(crate) struct Engine<U> {
+    quorum: usize,
+    node_timeout: Duration,
+    stale: Duration,
+    nodes: Vec<Node>,
+    ops: Vec<Option<Op<U>>>,
+    free: Vec<u32>,
+    next_gen: u32,
+    live: usize,
+    /// Round deadlines, (when, slot, generation); entries of ended rounds are skipped.
+    deadlines: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    io: VecDeque<IoEvent>,
+    completed: VecDeque<Completed<U>>,
+    largest_batch: usize,
+}
+
+impl<U> Engine<U> {
+    /// An engine for the configured nodes, no connection open yet.
+    pub(crate) fn new(cfg: &Config) -> Engine<U> {
+        Engine {
+            quorum: cfg.quorum,
+            node_timeout: cfg.node_timeout,
+            stale: stale_after(cfg.node_timeout),
+            nodes: cfg
+                .nodes
+                .iter()
+                .map(|addr| Node {
+                    addr: addr.clone(),
+                    conn: Conn::new(MAX_OWED),
+                    link: Link::Closed,
+                    stats: NodeStats::default(),
+                })
+                .collect(),
+            ops: Vec::new(),
+            free: Vec::new(),
+            next_gen: 1,
+            live: 0,
+            deadlines: BinaryHeap::new(),
+            io: VecDeque::new(),
+            completed: VecDeque::new(),
+            largest_batch: 0,
+        }
+    }
+
+    /// Node `i`'s address.
+    pub(crate) fn addr(&self, i: usize) -> &NodeAddr {
+        &self.nodes[i].addr
+    }
+
+    /// How many operations are in flight.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.live
+    }
+
+    /// Starts a round of `cmd` on every node. `t1` is the instant read before anything of it
+    /// is written; its deadline is `t1` plus the node timeout. Nodes that cannot be asked (in
+    /// their reconnect backoff, or failing as the command is queued) vote at once; a round
+    /// decided by those alone completes at once.
+    pub(crate) fn submit(
+        &mut self,
+        cmd: &Command<'_>,
+        fail_fast: bool,
+        t1: Instant,
+        user: U,
+    ) -> OpId {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.ops.push(None);
+                (self.ops.len() - 1) as u32
+            }
+        };
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        self.ops[slot as usize] = Some(Op {
+            gen,
+            kind: cmd.kind,
+            round: Round::new(self.nodes.len(), self.quorum, fail_fast),
+            user,
+        });
+        self.live += 1;
+        self.deadlines.push(Reverse((
+            crate::time::later(t1, self.node_timeout),
+            slot,
+            gen,
+        )));
+        for i in 0..self.nodes.len() {
+            if let Err(outcome) = self.queue_on(i, Tag { slot, gen }, cmd, false, t1) {
+                self.vote(Tag { slot, gen }, i, outcome);
+            }
+        }
+        OpId { slot, gen }
+    }
+
+    /// Sends `cmd` in its `EVAL` form to every node that can take it, for nobody: the release
+    /// of an acquisition whose caller went away. Replies are read and dropped.
+    pub(crate) fn fire(&mut self, cmd: &Command<'_>, now: Instant) {
+        for i in 0..self.nodes.len() {
+            // Best effort: a node that cannot take it has lost the key's connection anyway;
+            // the key expires with its ttl.
+            let _ = self.queue_on(i, FIRE, cmd, true, now);
+        }
+    }
+
+    /// Records how many operations one write pass carried (for [`Stats::largest_batch`]).
+    pub(crate) fn note_batch(&mut self, n: usize) {
+        self.largest_batch = self.largest_batch.max(n);
+    }
+
+    /// Queues `cmd` on node `i` (in its `EVAL` form if `eval`), opening the connection first if
+    /// needed. `Err` with the node's vote when it cannot take it.
+    fn queue_on(
+        &mut self,
+        i: usize,
+        tag: Tag,
+        cmd: &Command<'_>,
+        eval: bool,
+        now: Instant,
+    ) -> Result<(), NodeOutcome> {
+        if self.nodes[i].link != Link::Closed && self.nodes[i].conn.is_stale(now, self.stale) {
+            // Replaced, and reopened below at once if the backoff allows.
+            self.nodes[i].stats.stale_replaced += 1;
+            self.fail_node(i, &NodeOutcome::Timeout, now, true);
+        }
+        let node = &mut self.nodes[i];
+        if node.link == Link::Closed {
+            if !node.conn.may_connect(now) {
+                return Err(NodeOutcome::Down);
+            }
+            node.link = Link::Connecting(now);
+            node.conn.opened(&node.addr);
+            node.stats.connects += 1;
+            self.io.push_back(IoEvent::Connect(i));
+        }
+        let scripted = !eval && cmd.kind != OpKind::Acquire;
+        match node.conn.queue(tag, now, |b| cmd.encode(b, eval), scripted) {
+            Ok(()) => Ok(()),
+            Err((e, _)) => {
+                let outcome = e.outcome();
+                self.fail_node(i, &outcome, now, true);
+                Err(outcome)
+            }
+        }
+    }
+
+    /// The next socket to drop or open, in the order they must happen.
+    pub(crate) fn poll_io(&mut self) -> Option<IoEvent> {
+        self.io.pop_front()
+    }
+
+    /// Node `i`'s socket finished connecting.
+    pub(crate) fn handle_connected(&mut self, i: usize) {
+        if let Some(node) = self.nodes.get_mut(i) {
+            if matches!(node.link, Link::Connecting(_)) {
+                node.link = Link::Open;
+            }
+        }
+    }
+
+    /// Whether node `i`'s socket is still connecting.
+    pub(crate) fn is_connecting(&self, i: usize) -> bool {
+        matches!(self.nodes.get(i).map(|n| n.link), Some(Link::Connecting(_)))
+    }
+
+    /// The bytes to write to node `i` now (none until its socket is connected).
+    pub(crate) fn transmit(&self, i: usize) -> &[u8] {
+        match self.nodes.get(i) {
+            Some(node) if node.link == Link::Open => &node.conn.out,
+            _ => &[],
+        }
+    }
+
+    /// `n` bytes of [`transmit`](Engine::transmit) were written to node `i`.
+    pub(crate) fn handle_written(&mut self, i: usize, n: usize) {
+        if let Some(node) = self.nodes.get_mut(i) {
+            node.conn.wrote(n);
+        }
+    }
+
+    /// Bytes read from node `i`. Every whole reply goes to its operation; a reply that breaks
+    /// the protocol drops the connection (see [`poll_io`](Engine::poll_io)).
+    pub(crate) fn handle_input(&mut self, i: usize, bytes: &[u8], now: Instant) {
+        let Some(node) = self.nodes.get_mut(i) else {
+            return;
+        };
+        if node.link == Link::Closed {
+            return;
+        }
+        node.conn.received(bytes);
+        loop {
+            match self.nodes[i].conn.next_reply() {
+                Ok(Some((tag, frame))) => {
+                    let kind = match self.op(tag) {
+                        Some(op) if op.round.is_pending(i) => op.kind,
+                        // Late, or a reply to a fired command: read and dropped.
+                        _ => {
+                            self.nodes[i].stats.late_replies += 1;
+                            continue;
+                        }
+                    };
+                    let outcome = Command::judge_kind(kind, &frame);
+                    self.vote(tag, i, outcome);
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    self.fail_node(i, &e.outcome(), now, true);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Node `i`'s socket failed or was closed by the peer (`kind` says how); it is already
+    /// gone on the driver's side.
+    pub(crate) fn handle_closed(&mut self, i: usize, kind: io::ErrorKind, now: Instant) {
+        if i < self.nodes.len() && self.nodes[i].link != Link::Closed {
+            self.fail_node(i, &NodeOutcome::Io(kind), now, false);
+        }
+    }
+
+    /// Ends every round whose deadline has passed (nodes still owing time out) and drops
+    /// connects that take too long.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((when, slot, gen))) = self.deadlines.peek() {
+            if when > now {
+                break;
+            }
+            self.deadlines.pop();
+            let tag = Tag { slot, gen };
+            if let Some(op) = self.op_mut(tag) {
+                let mut timed_out: SmallVec<[usize; 8]> = SmallVec::new();
+                for i in 0..op.round_len() {
+                    if op.round.is_pending(i) {
+                        timed_out.push(i);
+                    }
+                }
+                for i in timed_out {
+                    self.vote(tag, i, NodeOutcome::Timeout);
+                }
+            }
+        }
+        for i in 0..self.nodes.len() {
+            if let Link::Connecting(since) = self.nodes[i].link {
+                if now.saturating_duration_since(since) >= CONNECT_TIMEOUT {
+                    self.fail_node(i, &NodeOutcome::Timeout, now, true);
+                }
+            }
+        }
+    }
+
+    /// When [`handle_timeout`](Engine::handle_timeout) must next be called, if nothing else
+    /// happens first.
+    pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
+        // Entries of rounds that ended early are dropped from the top.
+        while let Some(&Reverse((_, slot, gen))) = self.deadlines.peek() {
+            if self.op(Tag { slot, gen }).is_some() {
+                break;
+            }
+            self.deadlines.pop();
+        }
+        let round = self.deadlines.peek().map(|Reverse((when, ..))| *when);
+        let connect = self
+            .nodes
+            .iter()
+            .filter_map(|n| match n.link {
+                Link::Connecting(since) => Some(crate::time::later(since, CONNECT_TIMEOUT)),
+                _ => None,
+            })
+            .min();
+        match (round, connect) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next decided round.
+    pub(crate) fn poll_completed(&mut self) -> Option<Completed<U>> {
+        self.completed.pop_front()
+    }
+
+    /// Whether some connection still owes work that matters after its round: bytes not yet
+    /// written, or an `EVALSHA` whose reply (perhaps a `NOSCRIPT` to answer) has not come.
+    pub(crate) fn owes_scripted(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.link != Link::Closed && n.conn.owes_scripted())
+    }
+
+    /// Whether anything is waiting to be written to an open connection.
+    pub(crate) fn wants_write(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.link == Link::Open && !n.conn.out.is_empty())
+    }
+
+    /// Drops every connection (each is reopened by the next round that needs it).
+    pub(crate) fn reset(&mut self, now: Instant) {
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].link != Link::Closed {
+                self.fail_node(
+                    i,
+                    &NodeOutcome::Io(io::ErrorKind::ConnectionAborted),
+                    now,
+                    true,
+                );
+            }
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub(crate) fn stats(&self) -> Stats {
+        Stats {
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| NodeStats {
+                    buffered_bytes: n.conn.buffered_capacity(),
+                    noscript_fallbacks: n.conn.noscript_fallbacks(),
+                    ..n.stats.clone()
+                })
+                .collect(),
+            largest_batch: self.largest_batch,
+        }
+    }
+
+    /// Drops node `i`'s connection after a failure: every round waiting on it gets `outcome`
+    /// as the node's vote. `tell` queues the socket's drop for the driver (not needed when the
+    /// driver reported the failure).
+    fn fail_node(&mut self, i: usize, outcome: &NodeOutcome, now: Instant, tell: bool) {
+        let node = &mut self.nodes[i];
+        if tell && node.link != Link::Closed {
+            self.io.push_back(IoEvent::Close(i));
+        }
+        node.link = Link::Closed;
+        let owed: SmallVec<[Tag; 16]> = node.conn.failed(now).collect();
+        for tag in owed {
+            if self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
+                self.vote(tag, i, outcome.clone());
+            }
+        }
+    }
+
+    fn op(&self, tag: Tag) -> Option<&Op<U>> {
+        if tag.gen == 0 {
+            return None;
+        }
+        self.ops
+            .get(tag.slot as usize)?
+            .as_ref()
+            .filter(|op| op.gen == tag.gen)
+    }
+
+    fn op_mut(&mut self, tag: Tag) -> Option<&mut Op<U>> {
+        if tag.gen == 0 {
+            return None;
+        }
+        self.ops
+            .get_mut(tag.slot as usize)?
+            .as_mut()
+            .filter(|op| op.gen == tag.gen)
+    }
+
+    /// Records node `i`'s vote in the operation `tag` (if it still waits for it), and
+    /// completes the operation once decided.
+    fn vote(&mut self, tag: Tag, i: usize, outcome: NodeOutcome) {
+        if let Some(stats) = self.nodes.get_mut(i).map(|n| &mut n.stats) {
+            stats.count(&outcome);
+        }
+        let Some(op) = self.op_mut(tag) else { return };
+        op.round.record(i, outcome);
+        if op.round.decision() == Decision::Open {
+            return;
+        }
+        let Some(mut op) = self.ops[tag.slot as usize].take() else {
+            return;
+        };
+        op.round.close(|_| NodeOutcome::Undecided);
+        self.free.push(tag.slot);
+        self.live -= 1;
+        self.completed.push_back(Completed {
+            round: op.round,
+            user: op.user,
+        });
+    }
+}
+
+impl<U> Op<U> {
+    fn round_len(&self) -> usize {
+        self.round.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

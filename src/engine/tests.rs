@@ -1,0 +1,423 @@
+//! The engine against simulated nodes: bytes in, bytes out, a clock advanced by hand. No
+//! sockets, no sleeping; every test runs in microseconds.
+
+use std::collections::HashMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::config::Builder;
+use crate::Token;
+
+const TIMEOUT: Duration = Duration::from_millis(100);
+const OK: &[u8] = b"+OK\r\n";
+const NULL: &[u8] = b"$-1\r\n";
+
+/// An engine over `n` nodes, its clock, and what each node has been sent.
+struct Sim {
+    e: Engine<u32>,
+    now: Instant,
+    token: Token,
+}
+
+impl Sim {
+    fn new(n: usize, fail_fast: bool) -> Sim {
+        let cfg = Builder::default()
+            .nodes((1..=n).map(|p| format!("127.0.0.1:{p}")))
+            .node_timeout(TIMEOUT)
+            .fail_fast(fail_fast)
+            .config()
+            .unwrap();
+        Sim {
+            e: Engine::new(&cfg),
+            now: Instant::now(),
+            token: Token::generate(),
+        }
+    }
+
+    fn cmd(&self, kind: OpKind) -> Command<'_> {
+        Command {
+            kind,
+            resource: b"res",
+            token: &self.token,
+            ttl_ms: 10_000,
+        }
+    }
+
+    fn submit(&mut self, kind: OpKind, fail_fast: bool, user: u32) -> OpId {
+        let token = self.token;
+        let cmd = Command {
+            kind,
+            resource: b"res",
+            token: &token,
+            ttl_ms: 10_000,
+        };
+        self.e.submit(&cmd, fail_fast, self.now, user)
+    }
+
+    /// Takes the socket events; connects every socket asked for (the node answers the two
+    /// script preloads a new connection sends) and returns the events.
+    fn io(&mut self) -> Vec<IoEvent> {
+        let mut events = Vec::new();
+        while let Some(ev) = self.e.poll_io() {
+            if let IoEvent::Connect(i) = ev {
+                self.e.handle_connected(i);
+                self.e.handle_input(i, b"$1\r\nx\r\n$1\r\nx\r\n", self.now);
+            }
+            events.push(ev);
+        }
+        events
+    }
+
+    /// What node `i` has been sent since last asked, as written.
+    fn sent(&mut self, i: usize) -> Vec<u8> {
+        let out = self.e.transmit(i).to_vec();
+        self.e.handle_written(i, out.len());
+        out
+    }
+
+    fn reply(&mut self, i: usize, bytes: &[u8]) {
+        self.e.handle_input(i, bytes, self.now);
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+        self.e.handle_timeout(self.now);
+    }
+
+    fn completed(&mut self) -> Vec<Completed<u32>> {
+        std::iter::from_fn(|| self.e.poll_completed()).collect()
+    }
+}
+
+fn commands_in(bytes: &[u8]) -> usize {
+    // Every command this client sends is an array: count the top-level `*` after CRLF.
+    let mut d = resp::Decoder::default();
+    let mut buf = bytes::BytesMut::from(bytes);
+    let mut n = 0;
+    while let Ok(Some(_)) = d.decode(&mut buf) {
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn a_round_opens_every_connection_and_writes_once_per_node() {
+    let mut s = Sim::new(5, true);
+    s.submit(OpKind::Acquire, true, 7);
+    let events = s.io();
+    assert_eq!(events, (0..5).map(IoEvent::Connect).collect::<Vec<_>>());
+    for i in 0..5 {
+        let out = s.sent(i);
+        // Two script preloads, then the SET.
+        assert_eq!(commands_in(&out), 3, "node {i}");
+        assert!(out.ends_with(b"$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n10000\r\n"));
+        assert!(s.sent(i).is_empty(), "written once");
+    }
+}
+
+#[test]
+fn fail_fast_decides_at_the_quorum_either_way() {
+    let mut s = Sim::new(5, true);
+    let won = s.submit(OpKind::Acquire, true, 1);
+    s.io();
+    for i in 0..5 {
+        s.sent(i);
+    }
+    s.reply(0, OK);
+    s.reply(1, OK);
+    assert!(s.completed().is_empty());
+    s.reply(2, OK);
+    let done = s.completed();
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].user, 1);
+    let _ = won;
+    assert_eq!(done[0].round.decision(), Decision::Won);
+    assert_eq!(done[0].round.count(&NodeOutcome::Undecided), 2);
+
+    let lost = s.submit(OpKind::Acquire, true, 2);
+    for i in 0..5 {
+        s.sent(i);
+    }
+    // Nodes 3 and 4 still owe the first round's replies: they come first.
+    s.reply(3, OK);
+    s.reply(4, OK);
+    s.reply(0, NULL);
+    s.reply(1, NULL);
+    assert!(s.completed().is_empty());
+    s.reply(2, NULL);
+    let done = s.completed();
+    assert_eq!(
+        (done[0].user, done[0].round.decision()),
+        (2, Decision::Lost)
+    );
+    let _ = lost;
+    assert_eq!(s.e.stats().nodes[3].late_replies, 1);
+    assert_eq!(s.e.in_flight(), 0);
+}
+
+#[test]
+fn without_fail_fast_every_node_is_awaited_or_times_out_at_the_deadline() {
+    let mut s = Sim::new(3, false);
+    s.submit(OpKind::Acquire, false, 1);
+    s.io();
+    s.reply(0, OK);
+    s.reply(1, OK);
+    assert!(s.completed().is_empty());
+    assert_eq!(s.e.poll_timeout(), Some(s.now + TIMEOUT));
+    s.advance(TIMEOUT - Duration::from_millis(1));
+    assert!(s.completed().is_empty(), "not before the deadline");
+    s.advance(Duration::from_millis(1));
+    let done = s.completed();
+    assert_eq!(done[0].round.decision(), Decision::Won);
+    assert_eq!(done[0].round.count(&NodeOutcome::Timeout), 1);
+    assert_eq!(s.e.stats().nodes[2].timeouts, 1);
+}
+
+#[test]
+fn a_late_reply_goes_to_its_own_round_and_is_dropped() {
+    let mut s = Sim::new(3, false);
+    s.submit(OpKind::Acquire, false, 1);
+    s.io();
+    s.reply(0, OK);
+    s.reply(1, OK);
+    s.advance(TIMEOUT);
+    assert_eq!(s.completed().len(), 1);
+    // Node 2's reply to the first round comes now, then its reply to the second: the second
+    // round must get `held`, not the late `OK`.
+    let second = s.submit(OpKind::Acquire, false, 2);
+    s.reply(2, OK);
+    s.reply(0, NULL);
+    s.reply(1, NULL);
+    assert!(s.completed().is_empty());
+    s.reply(2, NULL);
+    let done = s.completed();
+    assert_eq!(done[0].user, 2);
+    let _ = second;
+    assert_eq!(done[0].round.count(&NodeOutcome::Held), 3);
+}
+
+#[test]
+fn a_failed_connection_votes_in_every_round_waiting_on_it_and_backs_off() {
+    let mut s = Sim::new(3, false);
+    s.submit(OpKind::Acquire, false, 1);
+    s.submit(OpKind::Acquire, false, 2);
+    s.io();
+    s.e.handle_closed(2, io::ErrorKind::ConnectionReset, s.now);
+    s.reply(0, b"+OK\r\n+OK\r\n");
+    s.reply(1, b"+OK\r\n+OK\r\n");
+    let done = s.completed();
+    assert_eq!(done.len(), 2);
+    for d in &done {
+        assert_eq!(
+            d.round.reports_iter().nth(2),
+            Some(&NodeOutcome::Io(io::ErrorKind::ConnectionReset))
+        );
+    }
+    // The first reconnect is at once; a second failure in a row waits out the backoff.
+    s.submit(OpKind::Acquire, true, 3);
+    assert_eq!(s.io(), vec![IoEvent::Connect(2)]);
+    s.e.handle_closed(2, io::ErrorKind::ConnectionRefused, s.now);
+    s.reply(0, OK);
+    s.reply(1, OK);
+    s.completed();
+    s.submit(OpKind::Acquire, true, 4);
+    assert!(s.io().is_empty(), "in its backoff: not asked");
+    s.reply(0, OK);
+    s.reply(1, OK);
+    let done = s.completed();
+    assert_eq!(
+        done[0].round.reports_iter().nth(2),
+        Some(&NodeOutcome::Down)
+    );
+    s.now += crate::conn::BACKOFF_MIN;
+    s.submit(OpKind::Acquire, true, 5);
+    assert_eq!(s.io(), vec![IoEvent::Connect(2)]);
+}
+
+#[test]
+fn a_reply_owed_past_the_stale_limit_replaces_the_connection() {
+    let mut s = Sim::new(3, true);
+    s.submit(OpKind::Acquire, true, 1);
+    s.io();
+    s.reply(0, OK);
+    s.reply(1, OK);
+    s.completed();
+    // Node 2 never answers. Within the limit its connection is kept...
+    s.now += stale_after(TIMEOUT);
+    s.submit(OpKind::Acquire, true, 2);
+    assert!(s.io().is_empty());
+    s.reply(0, OK);
+    s.reply(1, OK);
+    s.completed();
+    // ...past it, it is dropped and opened again before the next command is queued.
+    s.now += Duration::from_millis(1);
+    s.submit(OpKind::Acquire, true, 3);
+    assert_eq!(s.io(), vec![IoEvent::Close(2), IoEvent::Connect(2)]);
+    assert_eq!(s.e.stats().nodes[2].stale_replaced, 1);
+    let out = s.sent(2);
+    assert_eq!(commands_in(&out), 3, "preloads and the new SET only");
+}
+
+#[test]
+fn a_connect_that_takes_too_long_fails() {
+    let mut s = Sim::new(3, false);
+    s.submit(OpKind::Acquire, false, 1);
+    // Nodes 0 and 1 connect; node 2's connect hangs.
+    let mut connects = Vec::new();
+    while let Some(ev) = s.e.poll_io() {
+        connects.push(ev);
+    }
+    for i in 0..2 {
+        s.e.handle_connected(i);
+    }
+    assert!(
+        s.e.transmit(2).is_empty(),
+        "nothing written before the connect ends"
+    );
+    s.reply(0, b"$1\r\nx\r\n$1\r\nx\r\n+OK\r\n");
+    s.reply(1, b"$1\r\nx\r\n$1\r\nx\r\n+OK\r\n");
+    s.advance(TIMEOUT);
+    assert_eq!(s.completed().len(), 1);
+    assert_eq!(s.e.poll_timeout(), Some(s.now - TIMEOUT + CONNECT_TIMEOUT));
+    s.advance(CONNECT_TIMEOUT);
+    assert_eq!(s.io(), vec![IoEvent::Close(2)]);
+}
+
+#[test]
+fn noscript_is_answered_with_the_eval_form_after_the_round_is_decided() {
+    let mut s = Sim::new(3, true);
+    s.submit(OpKind::Release, true, 1);
+    s.io();
+    for i in 0..3 {
+        s.sent(i);
+    }
+    s.reply(0, b":1\r\n");
+    s.reply(1, b":1\r\n");
+    assert_eq!(s.completed()[0].round.decision(), Decision::Won);
+    assert!(s.e.owes_scripted());
+    // Node 2's script cache was flushed: it gets the EVAL form, and both scripts again.
+    s.reply(2, b"-NOSCRIPT No matching script.\r\n");
+    let out = s.sent(2);
+    let mut eval = Vec::new();
+    s.cmd(OpKind::Release).encode(&mut eval, true);
+    assert!(
+        out.starts_with(&eval),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+    assert_eq!(commands_in(&out), 3);
+    assert_eq!(s.e.stats().nodes[2].noscript_fallbacks, 1);
+    s.reply(2, b":1\r\n$1\r\nx\r\n$1\r\nx\r\n");
+    assert!(!s.e.owes_scripted());
+    assert_eq!(s.e.stats().nodes[2].late_replies, 1);
+}
+
+#[test]
+fn many_rounds_submitted_together_go_out_in_one_write_per_node() {
+    let mut s = Sim::new(5, true);
+    for k in 0..50 {
+        s.submit(OpKind::Acquire, true, k);
+    }
+    s.io();
+    for i in 0..5 {
+        assert_eq!(
+            commands_in(&s.sent(i)),
+            52,
+            "node {i}: preloads and 50 SETs"
+        );
+    }
+    for i in 0..3 {
+        s.reply(i, &OK.repeat(50));
+    }
+    let done = s.completed();
+    assert_eq!(done.len(), 50);
+    let users: Vec<u32> = done.iter().map(|d| d.user).collect();
+    assert_eq!(users, (0..50).collect::<Vec<_>>(), "completed in order");
+}
+
+#[test]
+fn a_protocol_error_drops_the_connection_and_fails_its_rounds() {
+    let mut s = Sim::new(3, false);
+    s.submit(OpKind::Acquire, false, 1);
+    s.io();
+    s.reply(0, OK);
+    s.reply(1, OK);
+    s.reply(2, b"!!not resp\r\n");
+    assert_eq!(s.io(), vec![IoEvent::Close(2)]);
+    let done = s.completed();
+    assert!(matches!(
+        done[0].round.reports_iter().nth(2),
+        Some(NodeOutcome::Protocol(_))
+    ));
+    assert_eq!(s.e.stats().nodes[2].protocol_errors, 1);
+}
+
+/// Every operation completes exactly once, whatever order replies, failures and timeouts come
+/// in: a seeded random schedule over many rounds.
+#[test]
+fn every_operation_completes_exactly_once_whatever_the_order_of_events() {
+    for seed in 0..200u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut s = Sim::new(5, rng.random_bool(0.5));
+        let mut submitted: HashMap<u32, OpId> = HashMap::new();
+        let mut seen: HashMap<u32, usize> = HashMap::new();
+        // What each node still owes, in order (one reply per command).
+        let mut owed: Vec<usize> = vec![0; 5];
+        let mut next = 0u32;
+        for _ in 0..300 {
+            match rng.random_range(0..10) {
+                0..=2 => {
+                    let kind =
+                        [OpKind::Acquire, OpKind::Release, OpKind::Extend][rng.random_range(0..3)];
+                    let id = s.submit(kind, rng.random_bool(0.5), next);
+                    submitted.insert(next, id);
+                    next += 1;
+                }
+                3..=6 => {
+                    let i = rng.random_range(0..5);
+                    let reply: &[u8] =
+                        [OK, NULL, b":1\r\n", b":0\r\n", b":-1\r\n"][rng.random_range(0..5)];
+                    if owed[i] > 0 {
+                        owed[i] -= 1;
+                        s.reply(i, reply);
+                    }
+                }
+                7 => {
+                    let i = rng.random_range(0..5);
+                    s.e.handle_closed(i, io::ErrorKind::ConnectionReset, s.now);
+                    owed[i] = 0;
+                }
+                _ => s.advance(Duration::from_millis(rng.random_range(0..60))),
+            }
+            let mut fresh = [false; 5];
+            for ev in s.io() {
+                let i = match ev {
+                    IoEvent::Connect(i) | IoEvent::Close(i) => i,
+                };
+                owed[i] = 0;
+                fresh[i] = matches!(ev, IoEvent::Connect(_));
+            }
+            for (i, owes) in owed.iter_mut().enumerate() {
+                // The two preloads of a fresh connection were answered by `io`.
+                let preloads = if fresh[i] { 2 } else { 0 };
+                *owes += commands_in(&s.sent(i)).saturating_sub(preloads);
+            }
+            for d in s.completed() {
+                *seen.entry(d.user).or_default() += 1;
+                assert!(submitted.contains_key(&d.user), "seed {seed}");
+                assert_ne!(d.round.decision(), Decision::Open, "seed {seed}");
+            }
+        }
+        // Past every deadline, nothing is left in flight.
+        s.advance(TIMEOUT * 2);
+        for d in s.completed() {
+            *seen.entry(d.user).or_default() += 1;
+        }
+        assert_eq!(s.e.in_flight(), 0, "seed {seed}");
+        for u in 0..next {
+            assert_eq!(seen.get(&u), Some(&1), "seed {seed}: op {u} completed once");
+        }
+    }
+}

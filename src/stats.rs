@@ -1,0 +1,70 @@
+//! [`Stats`]: what a client's connections have seen, per node.
+
+use crate::error::NodeOutcome;
+
+/// Counters of one node, since the client was built.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeStats {
+    /// Votes `yes`: acquired, released or extended as asked.
+    pub ok: u64,
+    /// Votes `no` because another token holds the key.
+    pub held: u64,
+    /// Votes `no` because the key is gone (release and extension).
+    pub gone: u64,
+    /// Votes lost to the node timeout (a reply that came too late, or never).
+    pub timeouts: u64,
+    /// Votes lost to a failed connection (refused, reset, closed).
+    pub io_errors: u64,
+    /// Votes lost to bytes that are not valid RESP (the connection was dropped).
+    pub protocol_errors: u64,
+    /// Votes lost to an error reply, or a reply of the wrong type.
+    pub server_errors: u64,
+    /// Rounds the node was not asked in, waiting out its reconnect backoff.
+    pub down: u64,
+    /// Connections opened, the first one included (more than one means reconnects).
+    pub connects: u64,
+    /// Connections dropped because a reply was owed far past every deadline.
+    pub stale_replaced: u64,
+    /// Replies read after their round had ended, and dropped.
+    pub late_replies: u64,
+    /// `EVALSHA`s answered `NOSCRIPT` and sent again as `EVAL`.
+    pub noscript_fallbacks: u64,
+    /// Bytes of buffer the node's connection holds now (read and write buffers).
+    pub buffered_bytes: usize,
+}
+
+impl NodeStats {
+    /// Counts one vote.
+    pub(crate) fn count(&mut self, outcome: &NodeOutcome) {
+        let counter = match outcome {
+            NodeOutcome::Ok => &mut self.ok,
+            NodeOutcome::Held => &mut self.held,
+            NodeOutcome::Gone => &mut self.gone,
+            NodeOutcome::Timeout => &mut self.timeouts,
+            NodeOutcome::Io(_) => &mut self.io_errors,
+            NodeOutcome::Protocol(_) => &mut self.protocol_errors,
+            NodeOutcome::Server(_) => &mut self.server_errors,
+            NodeOutcome::Down => &mut self.down,
+            NodeOutcome::Undecided => return,
+        };
+        *counter += 1;
+    }
+}
+
+/// A snapshot of a client's counters: one [`NodeStats`] per node, in the configured order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Per node, in the order the nodes were given.
+    pub nodes: Vec<NodeStats>,
+    /// The most operations one write pass has carried (above 1 once callers were pipelined).
+    pub largest_batch: usize,
+}
+
+impl Stats {
+    /// Buffer bytes held by all connections together.
+    pub fn buffered_bytes(&self) -> usize {
+        self.nodes.iter().map(|n| n.buffered_bytes).sum()
+    }
+}
