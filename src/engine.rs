@@ -193,6 +193,7 @@ impl<U> Engine<U> {
             user,
         });
         self.live += 1;
+        self.prune_deadlines();
         self.deadlines.push(Reverse((
             crate::time::later(t1, self.node_timeout),
             slot,
@@ -362,16 +363,30 @@ impl<U> Engine<U> {
         }
     }
 
-    /// When [`handle_timeout`](Engine::handle_timeout) must next be called, if nothing else
-    /// happens first.
-    pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
-        // Entries of rounds that ended early are dropped from the top.
+    /// Drops the deadlines of rounds that ended early: those at the top at once, and all of
+    /// them once they outnumber the live ones, so that the heap stays the size of what is in
+    /// flight (and stops growing, and allocating, in a steady state).
+    fn prune_deadlines(&mut self) {
         while let Some(&Reverse((_, slot, gen))) = self.deadlines.peek() {
             if self.op(Tag { slot, gen }).is_some() {
                 break;
             }
             self.deadlines.pop();
         }
+        if self.deadlines.len() > 2 * self.live + 16 {
+            let ops = &self.ops;
+            self.deadlines.retain(|Reverse((_, slot, gen))| {
+                ops.get(*slot as usize)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|op| op.gen == *gen)
+            });
+        }
+    }
+
+    /// When [`handle_timeout`](Engine::handle_timeout) must next be called, if nothing else
+    /// happens first.
+    pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
+        self.prune_deadlines();
         let round = self.deadlines.peek().map(|Reverse((when, ..))| *when);
         let connect = self
             .nodes

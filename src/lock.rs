@@ -3,7 +3,35 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use smallvec::SmallVec;
+
 use crate::Token;
+
+/// A resource name, stored inline up to 64 bytes (no heap allocation for the names locks
+/// usually have) and on the heap beyond.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Name(SmallVec<[u8; 64]>);
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl Name {
+    pub(crate) fn new(s: &str) -> Name {
+        Name(SmallVec::from_slice(s.as_bytes()))
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        // Only ever built from a `&str`.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
 
 /// A lock acquired on a quorum of nodes.
 ///
@@ -21,7 +49,7 @@ use crate::Token;
 /// `unlock` for that.
 #[derive(Clone)]
 pub struct Lock {
-    pub(crate) resource: String,
+    pub(crate) resource: Name,
     pub(crate) token: Token,
     pub(crate) valid_until: Instant,
     pub(crate) ttl: Duration,
@@ -34,7 +62,7 @@ impl Lock {
     /// holds the key.
     pub fn from_token(resource: &str, token: Token) -> Lock {
         Lock {
-            resource: resource.to_owned(),
+            resource: Name::new(resource),
             token,
             valid_until: Instant::now(),
             ttl: Duration::ZERO,
@@ -43,7 +71,7 @@ impl Lock {
 
     /// The resource (the Redis key) this lock is held on.
     pub fn resource(&self) -> &str {
-        &self.resource
+        self.resource.as_str()
     }
 
     /// The token stored under the key: proof of ownership for release and extension.
@@ -76,7 +104,7 @@ impl Lock {
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
-            .field("resource", &self.resource)
+            .field("resource", &self.resource.as_str())
             .field("token", &self.token)
             .field("validity", &self.validity())
             .finish()

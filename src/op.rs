@@ -164,7 +164,7 @@ pub(crate) fn granted(
     ttl: Duration,
 ) -> Lock {
     Lock {
-        resource: resource.to_owned(),
+        resource: crate::lock::Name::new(resource),
         token,
         valid_until: crate::time::later(t1, validity),
         ttl,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use crate::lock::Name;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::{Builder, Config};
@@ -129,7 +129,7 @@ impl AsyncRedlock {
         let (ttl_ms, ttl) = op::ttl_ms(&self.inner.config, ttl)?;
         let cmd = OwnedCommand {
             kind: OpKind::Acquire,
-            resource: Bytes::copy_from_slice(resource.as_bytes()),
+            resource: Name::new(resource),
             token: Token::generate(),
             ttl_ms,
         };
@@ -164,7 +164,7 @@ impl AsyncRedlock {
     pub async fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         let cmd = OwnedCommand {
             kind: OpKind::Release,
-            resource: Bytes::copy_from_slice(lock.resource.as_bytes()),
+            resource: lock.resource.clone(),
             token: lock.token,
             ttl_ms: 0,
         };
@@ -181,7 +181,7 @@ impl AsyncRedlock {
         let (ttl_ms, ttl) = op::begin_extend(&self.inner.config, lock, ttl, Instant::now())?;
         let cmd = OwnedCommand {
             kind: OpKind::Extend,
-            resource: Bytes::copy_from_slice(lock.resource.as_bytes()),
+            resource: lock.resource.clone(),
             token: lock.token,
             ttl_ms,
         };
@@ -268,7 +268,7 @@ impl Drop for ReleaseOnDrop<'_> {
 fn fire_release(inner: &Inner, lock: &Lock) {
     let cmd = OwnedCommand {
         kind: OpKind::Release,
-        resource: Bytes::copy_from_slice(lock.resource.as_bytes()),
+        resource: lock.resource.clone(),
         token: lock.token,
         ttl_ms: 0,
     };

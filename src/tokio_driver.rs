@@ -16,13 +16,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Sleep;
 
 use crate::config::Config;
 use crate::engine::{Engine, IoEvent};
+use crate::lock::Name;
 use crate::op::{Command, OpKind};
 use crate::quorum::Round;
 use crate::stats::Stats;
@@ -32,7 +32,7 @@ use crate::Token;
 #[derive(Debug, Clone)]
 pub(crate) struct OwnedCommand {
     pub(crate) kind: OpKind,
-    pub(crate) resource: Bytes,
+    pub(crate) resource: Name,
     pub(crate) token: Token,
     pub(crate) ttl_ms: u64,
 }
@@ -41,7 +41,7 @@ impl OwnedCommand {
     fn borrow(&self) -> Command<'_> {
         Command {
             kind: self.kind,
-            resource: &self.resource,
+            resource: self.resource.as_bytes(),
             token: &self.token,
             ttl_ms: self.ttl_ms,
         }

@@ -1,5 +1,6 @@
 //! Heap allocations on the blocking hot path, counted by a global allocator: a steady-state
-//! lock + unlock pair allocates exactly once, for the `Lock`'s own resource name.
+//! lock + unlock pair allocates nothing, for resource names up to 64 bytes (the `Lock` keeps
+//! its name inline).
 
 use std::time::Duration;
 
@@ -15,14 +16,18 @@ static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
 use counting_alloc::allocs;
 
 #[test]
-fn steady_state_pair_allocates_only_the_resource_name() {
+fn steady_state_pair_allocates_nothing() {
     let cluster = LocalCluster::start(5).expect("start redis-server");
     let redlock = Redlock::builder()
         .nodes(cluster.addrs())
         .node_timeout(Duration::from_millis(500))
         .build()
         .unwrap();
-    let names: Vec<String> = (0..300).map(|i| format!("alloc:{i}")).collect();
+    // Names of every length up to 64 bytes.
+    let names: Vec<String> = (0..300)
+        .map(|i| format!("alloc:{i}:{}", "x".repeat(i % 54)))
+        .collect();
+    assert!(names.iter().all(|n| n.len() <= 64));
     // Warm-up: connections opened, scripts loaded, buffers grown to their working size.
     for name in &names[..100] {
         let lock = redlock.lock(name, Duration::from_secs(10)).unwrap();
@@ -31,14 +36,22 @@ fn steady_state_pair_allocates_only_the_resource_name() {
     let mut per_pair = Vec::new();
     for name in &names[100..] {
         let before = allocs();
-        let lock = redlock.lock(name, Duration::from_secs(10)).unwrap();
-        redlock.unlock(&lock).unwrap();
+        // A round that fails (a node descheduled past its timeout on a loaded machine) builds
+        // an error report, which allocates: only whole successful pairs are the hot path.
+        let Ok(lock) = redlock.try_lock(name, Duration::from_secs(10)) else {
+            continue;
+        };
+        let released = redlock.unlock(&lock).is_ok();
         drop(lock);
-        per_pair.push(allocs() - before);
+        if released {
+            per_pair.push(allocs() - before);
+        }
     }
-    let worst = per_pair.iter().max().copied().unwrap_or(0);
-    assert_eq!(
-        worst, 1,
-        "allocations per lock+unlock pair (one is the Lock's resource String): {per_pair:?}"
+    assert!(
+        per_pair.len() >= 150,
+        "{} of 200 pairs succeeded",
+        per_pair.len()
     );
+    let worst = per_pair.iter().max().copied().unwrap_or(0);
+    assert_eq!(worst, 0, "allocations per lock+unlock pair: {per_pair:?}");
 }
