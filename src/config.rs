@@ -270,8 +270,12 @@ impl Config {
         } else {
             1
         };
-        while crate::quorum::validity(Duration::from_millis(ms), Duration::ZERO, self.drift_factor)
-            .is_none()
+        while crate::core::rules::validity(
+            Duration::from_millis(ms),
+            Duration::ZERO,
+            self.drift_factor,
+        )
+        .is_none()
         {
             ms += 1;
         }
@@ -536,11 +540,11 @@ mod tests {
                 .unwrap();
             let min = c.min_ttl();
             assert!(
-                crate::quorum::validity(min, Duration::ZERO, f).is_some(),
+                crate::core::rules::validity(min, Duration::ZERO, f).is_some(),
                 "{f}"
             );
             assert!(
-                crate::quorum::validity(min - ms(1), Duration::ZERO, f).is_none(),
+                crate::core::rules::validity(min - ms(1), Duration::ZERO, f).is_none(),
                 "{f}"
             );
         }

@@ -41,32 +41,25 @@
 //! # Ok::<(), Error>(())
 //! ```
 
-mod blocking;
 mod config;
-mod conn;
-mod engine;
+mod core;
+mod drivers;
 mod error;
 pub mod local;
 mod lock;
-mod op;
-mod quorum;
-pub mod script;
 mod stats;
-mod time;
-mod token;
-#[cfg(feature = "tokio")]
-mod tokio_client;
-#[cfg(feature = "tokio")]
-mod tokio_driver;
 
-pub use blocking::Redlock;
-pub use config::{Builder, Config, NodeAddr, DEFAULT_PORT, MAX_OPTION_DURATION, MAX_TTL};
-pub use error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
-pub use lock::Lock;
-pub use stats::{NodeStats, Stats};
-pub use token::Token;
+pub use crate::config::{Builder, Config, NodeAddr, DEFAULT_PORT, MAX_OPTION_DURATION, MAX_TTL};
+pub use crate::core::script;
+pub use crate::core::token::Token;
+pub use crate::drivers::blocking::Redlock;
 #[cfg(feature = "tokio")]
-pub use tokio_client::{loss_margin, AsyncRedlock, KeepAlive, LockGuard, Loss, DEFAULT_MAX_HOLD};
+pub use crate::drivers::tokio::{
+    loss_margin, AsyncRedlock, KeepAlive, LockGuard, Loss, DEFAULT_MAX_HOLD,
+};
+pub use crate::error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
+pub use crate::lock::Lock;
+pub use crate::stats::{NodeStats, Stats};
 
 /// Re-exported: the RESP codec this crate speaks.
 pub use resp;

@@ -101,8 +101,8 @@ fn eval_form(evalsha: &[u8], out: &mut BytesMut) -> bool {
         return false;
     };
     let script = match sha {
-        s if s == crate::script::RELEASE_SHA1.as_bytes() => crate::script::RELEASE,
-        s if s == crate::script::EXTEND_SHA1.as_bytes() => crate::script::EXTEND,
+        s if s == crate::core::script::RELEASE_SHA1.as_bytes() => crate::core::script::RELEASE,
+        s if s == crate::core::script::EXTEND_SHA1.as_bytes() => crate::core::script::EXTEND,
         _ => return false,
     };
     let mut len = resp::IntBuf::new();
@@ -191,7 +191,7 @@ impl<T> Conn<T> {
     /// Queues `SCRIPT LOAD` of both scripts: on every new connection (a restarted server has
     /// lost them), and when a late `NOSCRIPT` shows a server's cache was flushed.
     pub(crate) fn reload_scripts(&mut self) {
-        for script in [crate::script::RELEASE, crate::script::EXTEND] {
+        for script in [crate::core::script::RELEASE, crate::core::script::EXTEND] {
             encode_command(&mut self.out, &[b"SCRIPT", b"LOAD", script.as_bytes()]);
             self.owed.push_back(Owner::Preload);
         }
@@ -267,7 +267,7 @@ impl<T> Conn<T> {
                         let len = fallback.min(self.scripted.len());
                         // The server lost its scripts (SCRIPT FLUSH): send the command again
                         // as EVAL (which caches the script again), and load both scripts.
-                        let resent = crate::script::is_noscript_reply(&frame)
+                        let resent = crate::core::script::is_noscript_reply(&frame)
                             && eval_form(&self.scripted[..len], &mut self.out);
                         bytes::Buf::advance(&mut self.scripted, len);
                         if resent {
@@ -294,7 +294,7 @@ impl<T> Conn<T> {
         self.inb.clear();
         self.scripted.clear();
         self.decoder.reset();
-        self.retry_at = Some(crate::time::later(now, self.backoff));
+        self.retry_at = Some(crate::core::time::later(now, self.backoff));
         self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
         self.owed.drain(..).filter_map(|o| match o {
             Owner::Op(tag, ..) => Some(tag),
@@ -334,7 +334,7 @@ impl<T> Conn<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::{Command, OpKind};
+    use crate::core::command::{Command, OpKind};
 
     /// A small limit, for the tests.
     const MAX_OWED: usize = 64;

@@ -10,22 +10,20 @@
 //! mio is edge-triggered: a readiness event is reported once, so every read drains the socket
 //! until `WouldBlock`, and every write goes on until the buffer is empty or `WouldBlock`.
 
-use std::io::{self, Read, Write};
+mod io;
+
 #[cfg(test)]
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token as MioToken};
-use smallvec::SmallVec;
-
+use self::io::{Driver, Job};
 use crate::config::{Builder, Config};
-use crate::engine::{Engine, IoEvent};
+use crate::core::command::{Command, OpKind};
+use crate::core::ops::{self as op, Next, Retry};
+use crate::core::round::Round;
 use crate::error::{Error, NodeOutcome};
 use crate::lock::Lock;
-use crate::op::{self, Command, Next, OpKind, Retry};
-use crate::quorum::Round;
 use crate::stats::Stats;
 use crate::Token;
 
@@ -373,7 +371,7 @@ impl Redlock {
         }
         let _turn = EndTurn(self);
         let mut driver = self.driver();
-        driver.service(crate::time::later(Instant::now(), max_wait))
+        driver.service(crate::core::time::later(Instant::now(), max_wait))
     }
 
     /// Acquires `resource` for `ttl`, retrying up to the configured number of tries with a
@@ -485,253 +483,7 @@ impl Drop for Redlock {
             // A round panicked: its connections are out of step; nothing is serviced.
             Err(_) => return,
         };
-        driver.service(crate::time::later(Instant::now(), bound));
-    }
-}
-
-/// The poller and every node's socket; everything else is the engine's.
-struct Driver {
-    engine: Engine<usize>,
-    poll: Poll,
-    events: Events,
-    socks: Vec<Option<TcpStream>>,
-    scratch: Box<[u8]>,
-}
-
-/// One operation of a batch: its command, and its round once decided.
-struct Job<'a> {
-    cmd: Command<'a>,
-    fail_fast: bool,
-    round: Option<Round>,
-}
-
-impl<'a> Job<'a> {
-    fn new(cmd: Command<'a>, fail_fast: bool) -> Job<'a> {
-        Job {
-            cmd,
-            fail_fast,
-            round: None,
-        }
-    }
-}
-
-impl Driver {
-    fn new(config: &Config) -> io::Result<Driver> {
-        Ok(Driver {
-            engine: Engine::new(config),
-            poll: Poll::new()?,
-            events: Events::with_capacity(64),
-            socks: config.nodes.iter().map(|_| None).collect(),
-            scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
-        })
-    }
-
-    /// Runs one round of every job's command on every node, the commands written in one pass
-    /// and tallied by the engine as their replies arrive, until every round is decided.
-    /// Returns the instant read before the first write.
-    fn run(&mut self, jobs: &mut [Job<'_>]) -> Instant {
-        // Take in whatever happened since the last round (late replies, closed connections),
-        // so that a node that went away is reconnected now rather than failing this round.
-        self.pump(Some(Duration::ZERO));
-        let t1 = Instant::now();
-        for (k, job) in jobs.iter().enumerate() {
-            self.engine.submit(&job.cmd, job.fail_fast, t1, k);
-        }
-        self.engine.note_batch(jobs.len());
-        let mut left = jobs.len();
-        loop {
-            self.sync();
-            while let Some(done) = self.engine.poll_completed() {
-                if let Some(job) = jobs.get_mut(done.user) {
-                    job.round = Some(done.round);
-                    left -= 1;
-                }
-            }
-            if left == 0 {
-                return t1;
-            }
-            let now = Instant::now();
-            let wait = self
-                .engine
-                .poll_timeout()
-                .map(|t| t.saturating_duration_since(now));
-            self.pump(wait);
-            self.engine.handle_timeout(Instant::now());
-        }
-    }
-
-    /// Reads and writes, with no round open, until no connection owes a scripted reply or
-    /// unwritten bytes, or `deadline` passes. Returns whether nothing is left owed.
-    fn service(&mut self, deadline: Instant) -> bool {
-        loop {
-            self.sync();
-            if !self.engine.owes_scripted() {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            let wait = self
-                .engine
-                .poll_timeout()
-                .map_or(deadline, |t| t.min(deadline));
-            self.pump(Some(wait.saturating_duration_since(now)));
-            self.engine.handle_timeout(Instant::now());
-        }
-    }
-
-    /// Drops every connection (reopened on next use): after a round that panicked, what they
-    /// owe no longer matches any round.
-    fn reset(&mut self, now: Instant) {
-        self.engine.reset(now);
-        self.sync();
-    }
-
-    /// Opens and drops the sockets the engine asks for, then writes what it has for each node.
-    fn sync(&mut self) {
-        while let Some(ev) = self.engine.poll_io() {
-            match ev {
-                // Dropping the socket closes it, which also removes it from the poller.
-                IoEvent::Close(i) => self.socks[i] = None,
-                IoEvent::Connect(i) => {
-                    self.socks[i] = None;
-                    match self.open(i) {
-                        Ok(sock) => self.socks[i] = Some(sock),
-                        Err(e) => self.engine.handle_closed(i, e.kind(), Instant::now()),
-                    }
-                }
-            }
-        }
-        for i in 0..self.socks.len() {
-            self.flush(i);
-        }
-    }
-
-    /// A non-blocking connect to node `i`, registered with the poller.
-    fn open(&self, i: usize) -> io::Result<TcpStream> {
-        let mut sock = TcpStream::connect(self.engine.addr(i).socket_addr())?;
-        self.poll.registry().register(
-            &mut sock,
-            MioToken(i),
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
-        // Best effort: a socket that refuses NODELAY still works, only slower.
-        let _ = sock.set_nodelay(true);
-        Ok(sock)
-    }
-
-    /// Writes as much of node `i`'s pending output as its socket takes.
-    fn flush(&mut self, i: usize) {
-        loop {
-            let out = self.engine.transmit(i);
-            if out.is_empty() {
-                return;
-            }
-            let Some(sock) = self.socks[i].as_mut() else {
-                return;
-            };
-            match sock.write(out) {
-                Ok(0) => return self.closed(i, io::ErrorKind::WriteZero),
-                Ok(n) => self.engine.handle_written(i, n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.closed(i, e.kind()),
-            }
-        }
-    }
-
-    /// Node `i`'s socket failed: dropped, and the engine told.
-    fn closed(&mut self, i: usize, kind: io::ErrorKind) {
-        self.socks[i] = None;
-        self.engine.handle_closed(i, kind, Instant::now());
-    }
-
-    /// Waits up to `timeout` for readiness and hands the engine what it brings.
-    fn pump(&mut self, timeout: Option<Duration>) {
-        match self.poll.poll(&mut self.events, timeout) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return,
-            Err(e) => {
-                // The poller itself failed: nothing can be waited on. Fail every connection
-                // rather than spin; their rounds get the error as those nodes' votes.
-                for i in 0..self.socks.len() {
-                    if self.socks[i].is_some() {
-                        self.closed(i, e.kind());
-                    }
-                }
-                return;
-            }
-        }
-        let ready: SmallVec<[(usize, bool, bool, bool); 16]> = self
-            .events
-            .iter()
-            .map(|ev| {
-                let closing = ev.is_read_closed() || ev.is_error();
-                (
-                    ev.token().0,
-                    ev.is_writable(),
-                    ev.is_readable() || closing,
-                    closing,
-                )
-            })
-            .collect();
-        for (i, writable, readable, closing) in ready {
-            if i < self.socks.len() {
-                self.on_ready(i, writable, readable, closing);
-            }
-        }
-    }
-
-    /// Handles one readiness event of node `i`.
-    fn on_ready(&mut self, i: usize, writable: bool, readable: bool, closing: bool) {
-        let Some(sock) = self.socks[i].as_mut() else {
-            return;
-        };
-        if self.engine.is_connecting(i) {
-            if !(writable || readable) {
-                return;
-            }
-            match sock.take_error() {
-                Ok(Some(e)) | Err(e) => return self.closed(i, e.kind()),
-                Ok(None) => {}
-            }
-            match sock.peer_addr() {
-                Ok(_) => self.engine.handle_connected(i),
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
-                Err(e) => return self.closed(i, e.kind()),
-            }
-            self.flush(i);
-        } else if writable {
-            self.flush(i);
-        }
-        if !readable {
-            return;
-        }
-        loop {
-            let Some(sock) = self.socks[i].as_mut() else {
-                return;
-            };
-            match sock.read(&mut self.scratch) {
-                Ok(0) => return self.closed(i, io::ErrorKind::UnexpectedEof),
-                Ok(n) => {
-                    let now = Instant::now();
-                    self.engine.handle_input(i, &self.scratch[..n], now);
-                    // The input may have asked for the socket to go (a protocol error), or for
-                    // bytes to go out (the EVAL form after a NOSCRIPT).
-                    self.sync();
-                    // A short read emptied the socket's receive queue: bytes that arrive
-                    // later raise a new edge, so the read that would only say WouldBlock is
-                    // skipped. Not when the peer is closing: the end of stream is read now.
-                    if n < self.scratch.len() && !closing {
-                        return;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.closed(i, e.kind()),
-            }
-        }
+        driver.service(crate::core::time::later(Instant::now(), bound));
     }
 }
 

@@ -5,8 +5,6 @@
 //! say yes (lost); without it, when every node has answered or timed out. The driver feeds
 //! outcomes in as replies arrive and asks for the decision after each.
 
-use std::time::Duration;
-
 use smallvec::SmallVec;
 
 use crate::error::{NodeOutcome, NodeReport, NodeReports};
@@ -125,21 +123,6 @@ impl Round {
     }
 }
 
-/// The clock-drift allowance: `ttl * drift_factor + 2 ms` (1 ms for Redis' expiry precision,
-/// 1 ms of minimum drift).
-pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
-    Duration::try_from_secs_f64(ttl.as_secs_f64() * drift_factor)
-        .unwrap_or(Duration::MAX)
-        .saturating_add(Duration::from_millis(2))
-}
-
-/// `ttl - elapsed - drift`, or `None` when that is not above zero. Never underflows.
-pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?
-        .checked_sub(drift(ttl, drift_factor))
-        .filter(|v| !v.is_zero())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,21 +183,5 @@ mod tests {
         assert_eq!(r.decision(), Decision::Open);
         r.record(2, Held);
         assert_eq!(r.decision(), Decision::Lost);
-    }
-
-    #[test]
-    fn validity_subtracts_elapsed_and_drift_without_underflow() {
-        let ms = Duration::from_millis;
-        assert_eq!(drift(ms(10_000), 0.01), ms(102));
-        assert_eq!(validity(ms(10_000), ms(5), 0.01), Some(ms(9_893)));
-        assert_eq!(validity(ms(1), ms(0), 0.01), None);
-        assert_eq!(validity(ms(5), ms(0), 0.0), Some(ms(3)));
-        assert_eq!(validity(ms(5), ms(3), 0.0), None);
-        assert_eq!(validity(ms(5), ms(60_000), 0.01), None);
-        assert_eq!(validity(Duration::ZERO, Duration::ZERO, 0.0), None);
-        assert_eq!(
-            validity(Duration::MAX, Duration::ZERO, 0.5).map(|v| v > ms(1)),
-            Some(true)
-        );
     }
 }

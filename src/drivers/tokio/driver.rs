@@ -21,10 +21,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Sleep;
 
 use crate::config::Config;
-use crate::engine::{Engine, IoEvent};
+use crate::core::command::{Command, OpKind};
+use crate::core::engine::{Engine, IoEvent};
+use crate::core::round::Round;
 use crate::lock::Name;
-use crate::op::{Command, OpKind};
-use crate::quorum::Round;
 use crate::stats::Stats;
 use crate::Token;
 

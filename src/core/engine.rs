@@ -38,10 +38,10 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use crate::config::{Config, NodeAddr};
-use crate::conn::{stale_after, Conn, CONNECT_TIMEOUT};
+use crate::core::command::{Command, OpKind};
+use crate::core::conn::{stale_after, Conn, CONNECT_TIMEOUT};
+use crate::core::round::{Decision, Round};
 use crate::error::NodeOutcome;
-use crate::op::{Command, OpKind};
-use crate::quorum::{Decision, Round};
 use crate::stats::{NodeStats, Stats};
 
 /// Replies one connection may owe before its node counts as stuck and is reconnected: room
@@ -195,7 +195,7 @@ impl<U> Engine<U> {
         self.live += 1;
         self.prune_deadlines();
         self.deadlines.push(Reverse((
-            crate::time::later(t1, self.node_timeout),
+            crate::core::time::later(t1, self.node_timeout),
             slot,
             gen,
         )));
@@ -392,7 +392,7 @@ impl<U> Engine<U> {
             .nodes
             .iter()
             .filter_map(|n| match n.link {
-                Link::Connecting(since) => Some(crate::time::later(since, CONNECT_TIMEOUT)),
+                Link::Connecting(since) => Some(crate::core::time::later(since, CONNECT_TIMEOUT)),
                 _ => None,
             })
             .min();

@@ -231,7 +231,7 @@ fn a_failed_connection_votes_in_every_round_waiting_on_it_and_backs_off() {
         done[0].round.reports_iter().nth(2),
         Some(&NodeOutcome::Down)
     );
-    s.now += crate::conn::BACKOFF_MIN;
+    s.now += crate::core::conn::BACKOFF_MIN;
     s.submit(OpKind::Acquire, true, 5);
     assert_eq!(s.io(), vec![IoEvent::Connect(2)]);
 }

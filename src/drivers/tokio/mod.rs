@@ -1,0 +1,279 @@
+//! [`AsyncRedlock`]: the async client on tokio, many callers pipelined over one connection
+//! per node.
+//!
+//! Callers hand their rounds to one driver task (`driver.rs`) that
+//! owns every node's connection; a round's caller is woken once, when its round is decided.
+//! The module is not called `tokio` so that it does not shadow the crate of that name.
+
+mod driver;
+mod guard;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use self::driver::{Driver, Msg, OwnedCommand};
+pub use self::guard::{loss_margin, KeepAlive, LockGuard, Loss, DEFAULT_MAX_HOLD};
+use crate::config::{Builder, Config};
+use crate::core::command::OpKind;
+use crate::core::ops::{self as op, Next, Retry};
+use crate::core::round::Round;
+use crate::error::{ConfigError, Error};
+use crate::lock::{Lock, Name};
+use crate::stats::Stats;
+use crate::Token;
+
+/// A Redlock client for async code on tokio.
+///
+/// Cheap to clone: clones share one driver task, which owns one connection per node.
+/// Concurrent callers are pipelined: the commands of every round that is ready go out in one
+/// write per node, and replies are matched to rounds in order. One slow or dead node delays no
+/// caller beyond its node timeout.
+///
+/// Every operation is cancellation-safe: dropping its future at any await point leaves the
+/// connections in step (owed replies are read and dropped), and dropping an acquisition whose
+/// `SET`s may have been sent releases that token on every node, best effort.
+///
+/// Works on the current-thread and the multi-thread runtime; nothing in it blocks.
+///
+/// # Examples
+/// ```no_run
+/// use std::time::Duration;
+/// use redlock_mux::AsyncRedlock;
+///
+/// # async fn f() -> Result<(), redlock_mux::Error> {
+/// let redlock = AsyncRedlock::builder()
+///     .nodes(["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"])
+///     .build_async()?;
+/// let lock = redlock.lock("orders:42", Duration::from_secs(10)).await?;
+/// // ... work that must be done before lock.validity() runs out ...
+/// redlock.unlock(&lock).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct AsyncRedlock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
+impl std::fmt::Debug for AsyncRedlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncRedlock")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Builder {
+    /// Validates the options and builds the async client. Must be called inside a tokio
+    /// runtime, which the driver task is spawned on; connections open on first use.
+    pub fn build_async(self) -> Result<AsyncRedlock, Error> {
+        AsyncRedlock::with_config(self.config()?)
+    }
+}
+
+impl AsyncRedlock {
+    /// A builder with the default options; finish it with [`Builder::build_async`].
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Builds a client from a validated configuration, spawning its driver task on the
+    /// current tokio runtime. The task ends when the last clone is dropped.
+    pub fn with_config(config: Config) -> Result<AsyncRedlock, Error> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        handle.spawn(Driver::new(&config, rx).run());
+        Ok(AsyncRedlock {
+            inner: Arc::new(Inner { config, tx }),
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// A snapshot of the per-node counters (votes by outcome, timeouts, reconnects, `NOSCRIPT`
+    /// fallbacks, buffered bytes) and the largest batch, from the driver task.
+    /// [`Error::Aborted`] if the driver is gone.
+    pub async fn stats(&self) -> Result<Stats, Error> {
+        let (reply, answer) = oneshot::channel();
+        self.inner
+            .tx
+            .send(Msg::Stats { reply })
+            .map_err(|_| Error::Aborted)?;
+        answer.await.map_err(|_| Error::Aborted)
+    }
+
+    /// Acquires `resource` for `ttl`, retrying up to the configured number of tries with a
+    /// random delay between them. Errors as [`Redlock::lock`](crate::Redlock::lock).
+    pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        let mut retry = Retry::new(&self.inner.config);
+        loop {
+            match self.try_lock(resource, ttl).await {
+                Ok(lock) => return Ok(lock),
+                Err(e) => match retry.after(e) {
+                    Next::Fail(e) => return Err(e),
+                    Next::Wait(d) => tokio::time::sleep(d).await,
+                },
+            }
+        }
+    }
+
+    /// One round of acquisition, no retries; on failure the token is released on every node
+    /// before this returns. Errors as [`Redlock::try_lock`](crate::Redlock::try_lock).
+    pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        let (ttl_ms, ttl) = op::ttl_ms(&self.inner.config, ttl)?;
+        let cmd = OwnedCommand {
+            kind: OpKind::Acquire,
+            resource: Name::new(resource),
+            token: Token::generate(),
+            ttl_ms,
+        };
+        let release = OwnedCommand {
+            kind: OpKind::Release,
+            ..cmd.clone()
+        };
+        let cfg = &self.inner.config;
+        // From here until the outcome is known, dropping this future releases the token.
+        let mut guard = ReleaseOnDrop {
+            inner: &self.inner,
+            cmd: Some(release.clone()),
+        };
+        let token = cmd.token;
+        // A driver that is gone leaves nothing to release with: the keys expire.
+        let (round, t1) = self.round(cmd, cfg.fail_fast).await?;
+        match op::acquired(cfg, &round, t1, Instant::now(), ttl) {
+            Ok(validity) => {
+                guard.cmd = None;
+                Ok(op::granted(resource, token, t1, validity, ttl))
+            }
+            Err(e) => {
+                // Its outcome changes nothing for the caller: what it leaves expires.
+                let _ = self.round(release, false).await;
+                guard.cmd = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Releases the lock on every node. Errors as [`Redlock::unlock`](crate::Redlock::unlock).
+    pub async fn unlock(&self, lock: &Lock) -> Result<(), Error> {
+        let cmd = OwnedCommand {
+            kind: OpKind::Release,
+            resource: lock.resource.clone(),
+            token: lock.token,
+            ttl_ms: 0,
+        };
+        let cfg = &self.inner.config;
+        let (round, _) = self.round(cmd, cfg.fail_fast).await?;
+        op::confirmed(cfg, &round)
+    }
+
+    /// Extends the lock to `ttl` from now. Errors as
+    /// [`Redlock::extend`](crate::Redlock::extend), and so is what happens to the lock's
+    /// validity: once the future has been polled, the validity is at most what the new ttl
+    /// gives, whether the round succeeds, fails, or is abandoned by dropping the future.
+    pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
+        let (ttl_ms, ttl) = op::begin_extend(&self.inner.config, lock, ttl, Instant::now())?;
+        let cmd = OwnedCommand {
+            kind: OpKind::Extend,
+            resource: lock.resource.clone(),
+            token: lock.token,
+            ttl_ms,
+        };
+        let cfg = &self.inner.config;
+        let (round, t1) = self.round(cmd, cfg.fail_fast).await?;
+        op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)
+    }
+
+    /// Acquires `resource` (with retries, as [`lock`](Self::lock)) and keeps it alive in the
+    /// background with the default [`KeepAlive`] policy until the guard is released or dropped.
+    pub async fn lock_guarded(&self, resource: &str, ttl: Duration) -> Result<LockGuard, Error> {
+        self.lock_guarded_with(resource, ttl, KeepAlive::default())
+            .await
+    }
+
+    /// Acquires `resource` and keeps it alive with the given policy. See [`LockGuard`].
+    ///
+    /// Refuses, before acquiring anything, a ttl too short for keep-alive to work
+    /// ([`ConfigError::KeepAlive`]): one whose validity could not hold an extension round (up
+    /// to the node timeout) and the loss margin.
+    pub async fn lock_guarded_with(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        keep_alive: KeepAlive,
+    ) -> Result<LockGuard, Error> {
+        let cfg = &self.inner.config;
+        let (_, ttl) = op::ttl_ms(cfg, ttl)?;
+        let best_validity = ttl.saturating_sub(crate::core::rules::drift(ttl, cfg.drift_factor));
+        if best_validity <= cfg.node_timeout.saturating_add(loss_margin(ttl)) {
+            return Err(ConfigError::KeepAlive {
+                ttl,
+                node_timeout: cfg.node_timeout,
+            }
+            .into());
+        }
+        let lock = self.lock(resource, ttl).await?;
+        Ok(self.keep_alive(lock, keep_alive))
+    }
+
+    /// Keeps a lock taken earlier (by [`try_lock`](Self::try_lock), say, in a retry loop of the
+    /// caller's own) alive with the given policy. The lock must come from this client's nodes.
+    /// A lock with too little validity left for an extension round is not refused: the guard
+    /// starts extending at once and reports loss at its deadline if that does not succeed.
+    pub fn keep_alive(&self, lock: Lock, policy: KeepAlive) -> LockGuard {
+        LockGuard::start(self.clone(), lock, policy)
+    }
+
+    /// Runs one round of `cmd` on every node through the driver: returns the tally and the
+    /// instant read before the round was handed over (so before its first write), or
+    /// [`Error::Aborted`] if the driver task is gone (its runtime is shutting down).
+    async fn round(&self, cmd: OwnedCommand, fail_fast: bool) -> Result<(Round, Instant), Error> {
+        let (reply, answer) = oneshot::channel();
+        let t1 = Instant::now();
+        let msg = Msg::Round {
+            cmd,
+            fail_fast,
+            t1,
+            reply,
+        };
+        self.inner.tx.send(msg).map_err(|_| Error::Aborted)?;
+        let round = answer.await.map_err(|_| Error::Aborted)?;
+        Ok((round, t1))
+    }
+}
+
+/// Releases a token on every node, fire and forget, when an acquisition is dropped after its
+/// `SET`s may have gone out. The driver writes it after anything queued before it (the `SET`s
+/// of the same token included), so it cannot overtake them.
+struct ReleaseOnDrop<'a> {
+    inner: &'a Inner,
+    cmd: Option<OwnedCommand>,
+}
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(cmd) = self.cmd.take() {
+            let _ = self.inner.tx.send(Msg::Fire { cmd });
+        }
+    }
+}
+
+/// Releases `lock` on every node without waiting (for a dropped guard).
+fn fire_release(inner: &Inner, lock: &Lock) {
+    let cmd = OwnedCommand {
+        kind: OpKind::Release,
+        resource: lock.resource.clone(),
+        token: lock.token,
+        ttl_ms: 0,
+    };
+    let _ = inner.tx.send(Msg::Fire { cmd });
+}
