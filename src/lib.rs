@@ -41,6 +41,9 @@
 //! # Ok::<(), Error>(())
 //! ```
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations)]
+
 mod config;
 mod core;
 mod drivers;

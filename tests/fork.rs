@@ -5,6 +5,9 @@
 //! Its own test binary, with one test, so that the fork happens with no other test's thread
 //! holding a lock the child might need (the child only draws tokens and writes to a pipe).
 
+// fork(2), pipe(2) and their kin are only reachable through libc.
+#![allow(unsafe_code)]
+
 use redlock_mux::Token;
 
 const DRAWS: usize = 16;

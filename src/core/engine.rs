@@ -63,6 +63,8 @@ struct Tag {
     gen: u32,
 }
 
+// Only the async client fires commands nobody waits for (a dropped acquisition's release).
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 const FIRE: Tag = Tag { slot: 0, gen: 0 };
 
 /// A node's connection as the driver should have it.
@@ -162,6 +164,7 @@ impl<U> Engine<U> {
     }
 
     /// How many operations are in flight.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn in_flight(&self) -> usize {
         self.live
     }
@@ -209,6 +212,7 @@ impl<U> Engine<U> {
 
     /// Sends `cmd` in its `EVAL` form to every node that can take it, for nobody: the release
     /// of an acquisition whose caller went away. Replies are read and dropped.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn fire(&mut self, cmd: &Command<'_>, now: Instant) {
         for i in 0..self.nodes.len() {
             // Best effort: a node that cannot take it has lost the key's connection anyway;
@@ -416,6 +420,7 @@ impl<U> Engine<U> {
     }
 
     /// Whether anything is waiting to be written to an open connection.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn wants_write(&self) -> bool {
         self.nodes
             .iter()

@@ -2,6 +2,8 @@
 //! a code path makes. Compiled into `tests/alloc_blocking.rs` and `resp/tests/alloc.rs`, each
 //! of which installs it with `#[global_allocator]`.
 #![allow(dead_code)]
+// A global allocator is an `unsafe` trait: each method forwards to the system allocator.
+#![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

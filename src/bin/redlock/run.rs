@@ -15,6 +15,10 @@
 //! `redlock` stopped with SIGSTOP cannot extend, so the lock may run out while the command
 //! runs on.
 
+// Process groups, signals and PR_SET_PDEATHSIG are only reachable through libc: each block
+// below states why it is sound.
+#![allow(unsafe_code)]
+
 use std::future::poll_fn;
 use std::io;
 use std::process::ExitStatus;
