@@ -1,6 +1,7 @@
 //! Node addresses and the client configuration, as built by [`Builder`].
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -299,7 +300,10 @@ impl Config {
     }
 }
 
-/// Builds a [`Redlock`](crate::Redlock) (or an `AsyncRedlock`) from its options.
+/// The options of a client, and the builder of the client `C`:
+/// [`Redlock::builder`](crate::Redlock::builder) gives a `Builder<Redlock>` whose `build` makes
+/// the blocking client, `AsyncRedlock::builder` a `Builder<AsyncRedlock>` whose `build` makes the
+/// async one. The options are the same for both ([`for_client`](Builder::for_client) switches).
 ///
 /// Defaults follow the reference implementations: node timeout 50 ms, 3 tries with a random
 /// delay in [100 ms, 200 ms] between them, drift factor 0.01, fail-fast on, quorum N/2 + 1.
@@ -320,8 +324,7 @@ impl Config {
 ///     .build()?;
 /// # Ok::<(), redlock_mux::Error>(())
 /// ```
-#[derive(Clone)]
-pub struct Builder {
+pub struct Builder<C = crate::Redlock> {
     nodes: Vec<String>,
     node_timeout: Duration,
     tries: u32,
@@ -329,9 +332,20 @@ pub struct Builder {
     drift_factor: f64,
     fail_fast: bool,
     quorum: Option<usize>,
+    client: PhantomData<fn() -> C>,
 }
 
-impl fmt::Debug for Builder {
+impl<C> Clone for Builder<C> {
+    fn clone(&self) -> Self {
+        Builder {
+            nodes: self.nodes.clone(),
+            client: PhantomData,
+            ..*self
+        }
+    }
+}
+
+impl<C> fmt::Debug for Builder<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let nodes: Vec<String> = self.nodes.iter().map(|n| redact(n)).collect();
         f.debug_struct("Builder")
@@ -346,7 +360,7 @@ impl fmt::Debug for Builder {
     }
 }
 
-impl Default for Builder {
+impl<C> Default for Builder<C> {
     fn default() -> Self {
         Builder {
             nodes: Vec::new(),
@@ -356,11 +370,27 @@ impl Default for Builder {
             drift_factor: 0.01,
             fail_fast: true,
             quorum: None,
+            client: PhantomData,
         }
     }
 }
 
-impl Builder {
+impl<C> Builder<C> {
+    /// The same options, for building the other client (`Builder<Redlock>` or
+    /// `Builder<AsyncRedlock>`).
+    pub fn for_client<D>(self) -> Builder<D> {
+        Builder {
+            nodes: self.nodes,
+            node_timeout: self.node_timeout,
+            tries: self.tries,
+            retry_delay: self.retry_delay,
+            drift_factor: self.drift_factor,
+            fail_fast: self.fail_fast,
+            quorum: self.quorum,
+            client: PhantomData,
+        }
+    }
+
     /// The masters: `redis://` URLs or `host:port` strings. Replaces any given before.
     pub fn nodes<I>(mut self, nodes: I) -> Self
     where
@@ -460,6 +490,10 @@ impl Builder {
 mod tests {
     use super::*;
 
+    fn builder() -> Builder {
+        Builder::default()
+    }
+
     #[test]
     fn addresses_parse() {
         let a = NodeAddr::parse("127.0.0.1:7000").unwrap();
@@ -502,7 +536,7 @@ mod tests {
     #[test]
     fn ttls_at_or_below_the_drift_allowance_or_past_the_maximum_are_refused() {
         let ms = Duration::from_millis;
-        let cfg = Builder::default().nodes(["127.0.0.1:1"]).config().unwrap();
+        let cfg = builder().nodes(["127.0.0.1:1"]).config().unwrap();
         // 2 ms of fixed drift plus 1% of the ttl: 3 ms is the first that leaves anything.
         assert_eq!(cfg.min_ttl(), ms(3));
         assert_eq!(cfg.check_ttl(ms(3)), Ok(3));
@@ -526,14 +560,14 @@ mod tests {
             }
         }
         // A larger drift factor raises the minimum: 2 ms / (1 - 0.5) = 4 ms is still zero.
-        let half = Builder::default()
+        let half = builder()
             .nodes(["127.0.0.1:1"])
             .drift_factor(0.5)
             .config()
             .unwrap();
         assert_eq!(half.min_ttl(), ms(5));
         for f in [0.0, 0.01, 0.1, 0.3, 0.9, 0.999] {
-            let c = Builder::default()
+            let c = builder()
                 .nodes(["127.0.0.1:1"])
                 .drift_factor(f)
                 .config()
@@ -552,7 +586,7 @@ mod tests {
 
     #[test]
     fn debug_of_a_builder_blanks_passwords() {
-        let b = Builder::default().nodes([
+        let b = builder().nodes([
             "redis://app:s3cret@127.0.0.1:1",
             "redis://:s3cret@127.0.0.1:2",
             "redis://s3cret@127.0.0.1:3",
@@ -575,7 +609,7 @@ mod tests {
             "127.0.0.1:4",
             "127.0.0.1:5",
         ];
-        let b = Builder::default().nodes(five);
+        let b = builder().nodes(five);
         assert_eq!(b.config().unwrap().quorum(), 3);
         assert_eq!(b.clone().quorum(5).config().unwrap().quorum(), 5);
         assert_eq!(
@@ -620,12 +654,9 @@ mod tests {
             b.clone().retry(0, Duration::ZERO).config().unwrap_err(),
             ConfigError::Tries
         );
+        assert_eq!(builder().config().unwrap_err(), ConfigError::NoNodes);
         assert_eq!(
-            Builder::default().config().unwrap_err(),
-            ConfigError::NoNodes
-        );
-        assert_eq!(
-            Builder::default()
+            builder()
                 .nodes(["127.0.0.1:1", "redis://127.0.0.1:1"])
                 .config()
                 .unwrap_err(),
@@ -633,18 +664,11 @@ mod tests {
         );
         // Same server, other database: two independent keyspaces, though not independent
         // failures; allowed, as the user asked for it.
-        assert!(Builder::default()
+        assert!(builder()
             .nodes(["127.0.0.1:1", "127.0.0.1:1/1"])
             .config()
             .is_ok());
         // Four nodes need three.
-        assert_eq!(
-            Builder::default()
-                .nodes(&five[..4])
-                .config()
-                .unwrap()
-                .quorum(),
-            3
-        );
+        assert_eq!(builder().nodes(&five[..4]).config().unwrap().quorum(), 3);
     }
 }

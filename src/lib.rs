@@ -7,9 +7,18 @@
 //! time is left: validity = ttl - elapsed - (ttl * drift_factor + 2 ms). Release and
 //! extension run compare-and-delete and compare-and-pexpire Lua scripts by cached `EVALSHA`.
 //!
-//! The crate is three floors: [`resp`] (the wire), a sans-I/O core (the tally, the validity
-//! rule, the scripts, the commands and how replies are judged, per-connection reply FIFOs),
-//! and the drivers that move bytes: [`Redlock`] on mio, blocking the caller.
+//! Two clients, one engine:
+//! - [`Redlock`] blocks the calling thread, on mio and no runtime; threads share one and are
+//!   pipelined.
+//! - `AsyncRedlock` (feature `tokio`, on by default) is for async code; its tasks are
+//!   pipelined through one driver task, and `LockGuard` keeps a lock alive in the background.
+//!
+//! Both are built the same way (`Redlock::builder()...build()`, `AsyncRedlock::builder()...
+//! build()`, the same options) and behave the same way, because neither decides anything: the
+//! crate is three floors, [`resp`] (the wire), a sans-I/O core (the engine that runs every
+//! round on every node, the tally, the validity rule, the scripts, the per-connection reply
+//! FIFOs) and the drivers, which only move bytes and wait. The algorithm, its safety argument
+//! and every promise this crate makes are in `docs/redlock.md`.
 //!
 //! # What the lock guarantees, and what it does not
 //! - While a majority of masters is up, locks can be taken and released; a lock is never held
@@ -20,6 +29,8 @@
 //! - Redlock gives no fencing token: a holder paused past its validity may act after another
 //!   client took the lock. Check [`Lock::validity`] before acting, and protect the resource
 //!   itself where that matters.
+//! - A lock's validity never claims more than its keys have: an extension caps it at the new
+//!   ttl before it is sent, whatever its outcome.
 //!
 //! # Examples
 //! ```no_run

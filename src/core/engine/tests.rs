@@ -23,7 +23,7 @@ struct Sim {
 
 impl Sim {
     fn new(n: usize, fail_fast: bool) -> Sim {
-        let cfg = Builder::default()
+        let cfg = Builder::<crate::Redlock>::default()
             .nodes((1..=n).map(|p| format!("127.0.0.1:{p}")))
             .node_timeout(TIMEOUT)
             .fail_fast(fail_fast)

@@ -146,7 +146,7 @@ impl std::fmt::Debug for Redlock {
     }
 }
 
-impl Builder {
+impl Builder<Redlock> {
     /// Validates the options and builds the blocking client. No connection is opened yet:
     /// each node is connected on first use, without blocking.
     pub fn build(self) -> Result<Redlock, Error> {
@@ -155,8 +155,8 @@ impl Builder {
 }
 
 impl Redlock {
-    /// A builder with the default options.
-    pub fn builder() -> Builder {
+    /// A builder with the default options, whose [`build`](Builder::build) makes this client.
+    pub fn builder() -> Builder<Redlock> {
         Builder::default()
     }
 

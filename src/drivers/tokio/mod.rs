@@ -45,7 +45,7 @@ use crate::Token;
 /// # async fn f() -> Result<(), redlock_mux::Error> {
 /// let redlock = AsyncRedlock::builder()
 ///     .nodes(["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"])
-///     .build_async()?;
+///     .build()?;
 /// let lock = redlock.lock("orders:42", Duration::from_secs(10)).await?;
 /// // ... work that must be done before lock.validity() runs out ...
 /// redlock.unlock(&lock).await?;
@@ -69,17 +69,26 @@ impl std::fmt::Debug for AsyncRedlock {
     }
 }
 
-impl Builder {
+impl Builder<AsyncRedlock> {
     /// Validates the options and builds the async client. Must be called inside a tokio
     /// runtime, which the driver task is spawned on; connections open on first use.
+    pub fn build(self) -> Result<AsyncRedlock, Error> {
+        AsyncRedlock::with_config(self.config()?)
+    }
+}
+
+impl<C> Builder<C> {
+    /// Builds the async client from these options, whichever client the builder was made
+    /// for (`Redlock::builder().build_async()`); as [`build`](Builder::build) on
+    /// `AsyncRedlock::builder()`.
     pub fn build_async(self) -> Result<AsyncRedlock, Error> {
         AsyncRedlock::with_config(self.config()?)
     }
 }
 
 impl AsyncRedlock {
-    /// A builder with the default options; finish it with [`Builder::build_async`].
-    pub fn builder() -> Builder {
+    /// A builder with the default options, whose `build` makes this client.
+    pub fn builder() -> Builder<AsyncRedlock> {
         Builder::default()
     }
 
