@@ -13,7 +13,7 @@
 //! parsing, the runtime, signal handlers, the supervision loop, exit). The table also shows
 //! cli - true - rounds, the cost including the tool's own process start.
 //!
-//! Run: `cargo build --release --features cli --bin redlock && cargo run --release
+//! Run: `cargo build --release -p redlock-cli --bin redlock && cargo run --release
 //! --manifest-path benches/Cargo.toml --bin cli_overhead -- --iterations 300`
 
 mod common;
@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{arg, us, Samples};
-use redlock_mux::local::LocalCluster;
+use testkit::local::LocalCluster;
 
 fn main() {
     if std::env::args().any(|a| a == "--noop") {
@@ -34,7 +34,7 @@ fn main() {
     let bin: PathBuf = arg("--redlock", default_bin);
     assert!(
         bin.is_file(),
-        "{} missing: cargo build --release --features cli --bin redlock",
+        "{} missing: cargo build --release -p redlock-cli --bin redlock",
         bin.display()
     );
     let cluster = LocalCluster::start(5).expect("start 5 redis-server (scripts/install-deps)");

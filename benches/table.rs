@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::reference::{FanOut, Pipelined};
 use common::{arg, flag, runtime, token, us, Samples};
-use redlock_mux::local::LocalCluster;
+use testkit::local::LocalCluster;
 
 const TTL: Duration = Duration::from_secs(10);
 

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use redlock_mux::local::LocalCluster;
 use redlock_mux::Redlock;
+use testkit::local::LocalCluster;
 
 fn pairs(client: &Redlock, tag: &str, run: Duration) -> f64 {
     let start = Instant::now();

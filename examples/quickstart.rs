@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use redlock_mux::local::{redis_server_path, LocalCluster};
 use redlock_mux::{Error, Redlock};
+use testkit::local::{redis_server_path, LocalCluster};
 
 fn main() {
     if let Err(e) = run() {

@@ -6,12 +6,7 @@
 //! Run: `cargo run --release --example soak -- --seconds 60 --seed 7 [--threads 4] [--tasks 4]
 //! [--ttl-ms 500] [--node-timeout-ms 50] [--stall-chance 0.01] [--no-faults]`
 
-#[path = "../tests/support/checker.rs"]
-mod checker;
-#[path = "../tests/support/proxy.rs"]
-mod proxy;
-#[path = "../tests/support/soak.rs"]
-mod soak;
+use testkit::soak;
 
 use std::time::Duration;
 

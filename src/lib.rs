@@ -59,7 +59,6 @@ mod config;
 mod core;
 mod drivers;
 mod error;
-pub mod local;
 mod lock;
 mod stats;
 

@@ -4,11 +4,10 @@
 
 use std::time::Duration;
 
-use redlock_mux::local::LocalCluster;
 use redlock_mux::Redlock;
+use testkit::local::LocalCluster;
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
+use testkit::counting_alloc;
 
 #[global_allocator]
 static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;

@@ -1,15 +1,13 @@
 //! What only the async client has: pipelining under concurrency, cancellation, and the
 //! keep-alive guard. Against real redis-server masters.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 use redlock_mux::resp::Frame;
 use redlock_mux::{AsyncRedlock, Error, KeepAlive, Loss, NodeOutcome};
-use support::{cluster, get, pttl, redis, resource, wait_until};
+use testkit::{cluster, get, pttl, redis, resource, wait_until};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -428,7 +426,7 @@ fn pipelined_tasks_release_everywhere_across_a_script_flush() {
 /// fix the lock kept its 10 s while its keys had 1 s.
 #[test]
 fn a_dropped_extension_still_caps_the_validity() {
-    use support::proxy::{in_front, latency, set_all};
+    use testkit::proxy::{in_front, latency, set_all};
     let c = cluster(3);
     let (proxies, addrs) = in_front(&c, 1..3);
     let rt = multi_thread();
@@ -470,7 +468,7 @@ fn a_dropped_extension_still_caps_the_validity() {
 /// against the validity, and a second client held the lock while `is_lost()` was false.
 #[test]
 fn a_slow_extension_is_reported_lost_before_the_validity_ends() {
-    use support::proxy::{in_front, latency, set_all, Fault};
+    use testkit::proxy::{in_front, latency, set_all, Fault};
     let c = cluster(3);
     let (proxies, addrs) = in_front(&c, 1..3);
     let rt = multi_thread();

@@ -1,17 +1,14 @@
-//! The shared integration bodies (`support/cases.rs`) against the async client, on both
+//! The shared integration bodies (`testkit::cases`) against the async client, on both
 //! runtime flavours.
 
-#[macro_use]
-mod support;
-
-use support::{cases, AsyncCurrent, AsyncMulti};
+use testkit::{AsyncCurrent, AsyncMulti};
 
 macro_rules! shared_cases {
     ($flavor:ty: $($name:ident),* $(,)?) => {
         $(
             #[test]
             fn $name() {
-                cases::$name::<$flavor>();
+                testkit::cases::$name::<$flavor>();
             }
         )*
     };
@@ -19,10 +16,10 @@ macro_rules! shared_cases {
 
 mod multi_thread {
     use super::*;
-    for_each_case!(shared_cases, AsyncMulti);
+    testkit::for_each_case!(shared_cases, AsyncMulti);
 }
 
 mod current_thread {
     use super::*;
-    for_each_case!(shared_cases, AsyncCurrent);
+    testkit::for_each_case!(shared_cases, AsyncCurrent);
 }

@@ -1,27 +1,24 @@
 //! The blocking client against real redis-server masters. The bodies are shared with the
-//! async client's suite (`support/cases.rs`).
+//! async client's suite (`testkit::cases`).
 
-#[macro_use]
-mod support;
-
-use support::{cases, redis, Blocking};
+use testkit::{redis, Blocking};
 
 macro_rules! shared_cases {
     ($flavor:ty: $($name:ident),* $(,)?) => {
         $(
             #[test]
             fn $name() {
-                cases::$name::<$flavor>();
+                testkit::cases::$name::<$flavor>();
             }
         )*
     };
 }
 
-for_each_case!(shared_cases, Blocking);
+testkit::for_each_case!(shared_cases, Blocking);
 
 #[test]
 fn script_digests_match_what_redis_computes() {
-    let server = redlock_mux::local::LocalServer::start().unwrap();
+    let server = testkit::local::LocalServer::start().unwrap();
     let addr = server.addr().to_string();
     for (text, sha) in [
         (
@@ -46,7 +43,7 @@ fn script_digests_match_what_redis_computes() {
 #[test]
 fn the_codec_takes_the_nan_a_real_server_sends() {
     use std::io::{Read, Write};
-    let server = redlock_mux::local::LocalServer::start().unwrap();
+    let server = testkit::local::LocalServer::start().unwrap();
     let mut s = std::net::TcpStream::connect(server.addr()).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
         .unwrap();
@@ -83,8 +80,8 @@ fn clients_are_send_and_sync() {
     assert_send_sync::<redlock_mux::Lock>();
     assert_send_sync::<redlock_mux::Error>();
     // A Redlock shared by threads: each caller's round is whole and correct.
-    let c = support::cluster(5);
-    let client = std::sync::Arc::new(support::builder(&c).build().unwrap());
+    let c = testkit::cluster(5);
+    let client = std::sync::Arc::new(testkit::builder(&c).build().unwrap());
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let client = client.clone();
@@ -108,8 +105,8 @@ fn clients_are_send_and_sync() {
 fn threads_sharing_a_client_are_pipelined_in_one_round() {
     use std::sync::Barrier;
     use std::time::Duration;
-    let c = support::cluster(5);
-    let client = support::builder(&c).build().unwrap();
+    let c = testkit::cluster(5);
+    let client = testkit::builder(&c).build().unwrap();
     let threads = 16;
     let start = Barrier::new(threads);
     std::thread::scope(|s| {
@@ -118,7 +115,7 @@ fn threads_sharing_a_client_are_pipelined_in_one_round() {
             s.spawn(move || {
                 start.wait();
                 for i in 0..50 {
-                    let key = support::resource(&format!("piped:{t}:{i}"));
+                    let key = testkit::resource(&format!("piped:{t}:{i}"));
                     let lock = client.lock(&key, Duration::from_secs(10)).unwrap();
                     assert!(lock.validity() > Duration::from_secs(9));
                     client.unlock(&lock).unwrap();
@@ -132,16 +129,16 @@ fn threads_sharing_a_client_are_pipelined_in_one_round() {
     );
     // Every key was released: nothing of the 800 pairs is left on any node. (The last
     // fail-fast releases may still be on their way to the two slowest nodes.)
-    support::all_empty_serving(&client, &c.addrs());
+    testkit::all_empty_serving(&client, &c.addrs());
 }
 
 #[test]
 fn threads_sharing_a_client_exclude_each_other() {
     use std::time::Duration;
-    let c = support::cluster(5);
-    let client = support::builder(&c).build().unwrap();
-    let checker = support::checker::Checker::new();
-    let key = support::resource("shared-contended");
+    let c = testkit::cluster(5);
+    let client = testkit::builder(&c).build().unwrap();
+    let checker = testkit::checker::Checker::new();
+    let key = testkit::resource("shared-contended");
     let acquired = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         for t in 0..8 {
@@ -176,8 +173,8 @@ fn threads_sharing_a_client_exclude_each_other() {
 fn pipelined_callers_fall_back_to_eval_after_a_script_flush() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
-    let c = support::cluster(5);
-    let client = support::builder(&c).build().unwrap();
+    let c = testkit::cluster(5);
+    let client = testkit::builder(&c).build().unwrap();
     let pairs = AtomicUsize::new(0);
     let threads = 8;
     let per_thread = 150;
@@ -186,7 +183,7 @@ fn pipelined_callers_fall_back_to_eval_after_a_script_flush() {
             let (client, pairs) = (&client, &pairs);
             s.spawn(move || {
                 for i in 0..per_thread {
-                    let key = support::resource(&format!("flush:{t}:{i}"));
+                    let key = testkit::resource(&format!("flush:{t}:{i}"));
                     let lock = client.lock(&key, Duration::from_secs(10)).unwrap();
                     // Every release must succeed, NOSCRIPT or not.
                     client.unlock(&lock).unwrap();
@@ -197,7 +194,7 @@ fn pipelined_callers_fall_back_to_eval_after_a_script_flush() {
         // Flush the script caches of every node four times while the pairs run.
         for step in 1..=4 {
             let target = step * threads * per_thread / 5;
-            support::wait_until(
+            testkit::wait_until(
                 Duration::from_secs(30),
                 "the pairs to make progress",
                 || pairs.load(Ordering::SeqCst) >= target,
@@ -211,7 +208,7 @@ fn pipelined_callers_fall_back_to_eval_after_a_script_flush() {
     assert!(client.stats().largest_batch > 1);
     // A NOSCRIPT that came after its release was decided is answered by the client, which has
     // no thread of its own: it serves them while this waits.
-    support::all_empty_serving(&client, &c.addrs());
+    testkit::all_empty_serving(&client, &c.addrs());
 }
 
 /// A fail-fast release returns once a quorum answered; a node whose script cache was flushed
@@ -223,8 +220,8 @@ fn pipelined_callers_fall_back_to_eval_after_a_script_flush() {
 fn a_late_noscript_is_answered_by_poll_idle_and_by_drop() {
     use redlock_mux::resp::Frame;
     use std::time::Duration;
-    use support::proxy::{Fault, Proxy};
-    let c = support::cluster(5);
+    use testkit::proxy::{Fault, Proxy};
+    let c = testkit::cluster(5);
     let proxies: Vec<Proxy> = (3..5)
         .map(|i| Proxy::start(c.servers()[i].addr()))
         .collect();
@@ -238,7 +235,7 @@ fn a_late_noscript_is_answered_by_poll_idle_and_by_drop() {
             .node_timeout(Duration::from_secs(2))
             .build()
             .unwrap();
-        let key = support::resource("late-noscript");
+        let key = testkit::resource("late-noscript");
         let lock = client.lock(&key, ttl).unwrap();
         for a in c.addrs() {
             assert_eq!(redis(&a, &["SCRIPT", "FLUSH"]), Frame::Simple("OK".into()));
@@ -257,10 +254,10 @@ fn a_late_noscript_is_answered_by_poll_idle_and_by_drop() {
             }
             _ => drop(client),
         }
-        support::wait_until(
+        testkit::wait_until(
             Duration::from_secs(10),
             &format!("the EVAL sent by {how} released the key on nodes 3 and 4"),
-            || c.addrs().iter().all(|a| support::get(a, &key).is_none()),
+            || c.addrs().iter().all(|a| testkit::get(a, &key).is_none()),
         );
         for p in &proxies {
             p.set(Fault::Pass);

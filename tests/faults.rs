@@ -1,16 +1,14 @@
-//! Network faults injected by the project's TCP proxy (`support/proxy.rs`) in front of one of
+//! Network faults injected by the project's TCP proxy (`testkit::proxy`) in front of one of
 //! five real masters, for both clients: latency, blackhole, dropped and reset connections,
 //! half-close, a reply dribbled a byte at a time. The faulty node's vote ends as it must,
 //! within the node timeout; the others make the quorum; and once the fault heals the node
 //! votes again, its connection in step.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use redlock_mux::NodeOutcome;
-use support::proxy::{Fault, Proxy};
-use support::{
+use testkit::proxy::{Fault, Proxy};
+use testkit::{
     cluster, lost_round, measured_slack, resource, AsyncMulti, Blocking, Flavor, LockClient,
 };
 

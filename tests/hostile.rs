@@ -1,17 +1,15 @@
-//! Hostile and broken nodes: a fake server (`support/hostile.rs`) answers every command in one
+//! Hostile and broken nodes: a fake server (`testkit::hostile`) answers every command in one
 //! bad way, beside four real masters. For each behaviour and both clients: the hostile node's
 //! vote ends with a typed outcome within the node timeout, the real nodes' votes still make
 //! the quorum, nothing panics, a connection that spoke bad RESP is dropped and opened again,
 //! and the client's buffers stay bounded.
 
-mod support;
-
 use std::time::Duration;
 
 use redlock_mux::resp::ErrorKind as RespError;
 use redlock_mux::NodeOutcome;
-use support::hostile::{Behavior, HostileServer};
-use support::{
+use testkit::hostile::{Behavior, HostileServer};
+use testkit::{
     cluster, lost_round, measured_slack, resource, wait_until, AsyncMulti, Blocking, Flavor,
     LockClient,
 };

@@ -2,14 +2,12 @@
 //! fault schedule, the negative control that proves the checker can fail, and the delayed
 //! restart rule that prevents what the negative control shows.
 
-mod support;
-
 use std::time::Duration;
 
 use redlock_mux::Redlock;
-use support::checker::Checker;
-use support::soak::{self, SoakConfig};
-use support::{cluster, wait_until};
+use testkit::checker::Checker;
+use testkit::soak::{self, SoakConfig};
+use testkit::{cluster, wait_until};
 
 #[test]
 fn contended_lock_without_faults_is_exclusive() {
@@ -146,7 +144,7 @@ fn delayed_restart_keeps_the_lock_exclusive() {
 #[test]
 fn throughput_returns_after_faults_heal() {
     let mut c = cluster(5);
-    let client = support::builder(&c)
+    let client = testkit::builder(&c)
         .retry(1, Duration::ZERO)
         .build()
         .unwrap();

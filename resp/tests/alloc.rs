@@ -4,8 +4,7 @@
 use bytes::BytesMut;
 use resp::{encode_command, Decoder, Frame, IntBuf};
 
-#[path = "../../tests/support/counting_alloc.rs"]
-mod counting_alloc;
+use testkit::counting_alloc;
 
 #[global_allocator]
 static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;

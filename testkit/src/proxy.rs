@@ -3,7 +3,6 @@
 //! Each accepted connection gets its own upstream connection and two pump threads. Faults
 //! apply to the node's replies (server to client), which is where a client's deadlines and
 //! FIFO are put to the test; `Blackhole` and `Drop` cut both ways. Loopback only.
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -240,7 +239,7 @@ fn timed_out(e: &std::io::Error) -> bool {
 /// Proxies in front of the servers of `cluster` numbered in `nodes`: returns them, and the
 /// cluster's addresses with those servers' replaced by their proxies'.
 pub fn in_front(
-    cluster: &redlock_mux::local::LocalCluster,
+    cluster: &crate::local::LocalCluster,
     nodes: std::ops::Range<usize>,
 ) -> (Vec<Proxy>, Vec<String>) {
     let mut addrs = cluster.addrs();

@@ -10,10 +10,7 @@ use crate::args::{nodes_or_local, DemoArgs, Global};
 use crate::exit::{self, Failure};
 use crate::stats::{self, Recorder};
 
-#[path = "../../../tests/support/checker.rs"]
-mod checker;
-
-use checker::Checker;
+use testkit::checker::Checker;
 
 /// Runs `redlock demo`; returns the exit code.
 pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {

@@ -9,7 +9,6 @@
 //! Beside the windows, an independent detector: an occupancy counter entered and left inside
 //! each critical section. It sees two holders at once only if they both believed they held
 //! the lock at the same moment.
-#![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;

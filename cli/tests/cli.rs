@@ -1,9 +1,6 @@
 //! The `redlock` binary, driven as a user drives it: real processes, real masters, real
 //! signals. Exit codes, one-line errors, `run` excluding a second `run`, forwarding of
 //! SIGINT/SIGTERM, and lock loss.
-#![cfg(feature = "cli")]
-
-mod support;
 
 use std::fs;
 use std::net::TcpListener;
@@ -11,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use redlock_mux::local::LocalCluster;
-use support::{cluster, get, redis, resource, wait_until};
+use testkit::local::LocalCluster;
+use testkit::{cluster, get, redis, resource, wait_until};
 
 /// Long enough for a loaded 2-core machine; a run that takes longer has hung.
 const LIMIT: Duration = Duration::from_secs(30);

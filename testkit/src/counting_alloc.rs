@@ -1,7 +1,5 @@
 //! A global allocator that counts allocations per thread, for the tests that assert how many
-//! a code path makes. Compiled into `tests/alloc_blocking.rs` and `resp/tests/alloc.rs`, each
-//! of which installs it with `#[global_allocator]`.
-#![allow(dead_code)]
+//! a code path makes: each installs it with `#[global_allocator]`.
 // A global allocator is an `unsafe` trait: each method forwards to the system allocator.
 #![allow(unsafe_code)]
 

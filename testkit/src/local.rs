@@ -11,7 +11,7 @@
 //!
 //! # Examples
 //! ```no_run
-//! use redlock_mux::local::LocalCluster;
+//! use testkit::local::LocalCluster;
 //! let cluster = LocalCluster::start(5)?;
 //! assert_eq!(cluster.addrs().len(), 5);
 //! # Ok::<(), std::io::Error>(())

@@ -1,12 +1,18 @@
-//! Test harness: real `redis-server` masters (through `redlock_mux::local`), a plain admin
-//! client to look at what the nodes hold, and the client-agnostic interface the shared test
-//! bodies in `cases.rs` are written against.
-#![allow(dead_code)]
+//! The test machinery of redlock-mux, a crate of its own so that none of it is compiled into
+//! the library: throwaway local `redis-server` masters ([`local`]), the fault-injecting proxy
+//! ([`proxy`]), the hostile node ([`hostile`]), the mutual-exclusion checker ([`checker`]), the
+//! soak ([`soak`]), a counting allocator ([`counting_alloc`]), a plain admin client to look at
+//! what the nodes hold, and the client-agnostic interface the shared test bodies in [`cases`]
+//! are written against. Used by the integration tests, the examples, the benches and the
+//! command's `demo` and `bench` through a normal dependency.
+//!
+//! Everything it starts listens on loopback only, and every loop in it is bounded.
 
-#[macro_use]
 pub mod cases;
 pub mod checker;
+pub mod counting_alloc;
 pub mod hostile;
+pub mod local;
 pub mod proxy;
 pub mod soak;
 
@@ -14,8 +20,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use crate::local::LocalCluster;
 use bytes::BytesMut;
-use redlock_mux::local::LocalCluster;
 use redlock_mux::resp::{self, Decoder, Frame};
 use redlock_mux::{Builder, Error, Lock};
 

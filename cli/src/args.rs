@@ -4,8 +4,8 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use redlock_mux::local::{redis_server_path, LocalCluster};
 use redlock_mux::{AsyncRedlock, Builder, Redlock};
+use testkit::local::{redis_server_path, LocalCluster};
 
 use crate::exit::{self, Failure};
 

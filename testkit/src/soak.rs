@@ -2,19 +2,18 @@
 //! while a fault schedule drawn from a seed pauses, kills, delays, blackholes and resets the
 //! nodes, and the checker watches every critical section. Used by `tests/safety.rs` (short)
 //! and `examples/soak.rs` (as long as asked).
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::local::LocalCluster;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redlock_mux::local::LocalCluster;
 
-use super::checker::Checker;
-use super::proxy::{Fault, Proxy};
+use crate::checker::Checker;
+use crate::proxy::{Fault, Proxy};
 
 #[derive(Debug, Clone)]
 pub struct SoakConfig {

@@ -2,9 +2,8 @@
 //! [`Flavor`], and `tests/blocking.rs` and `tests/async_shared.rs` instantiate every one
 //! through [`for_each_case!`], so that a new body runs against every client.
 
-/// Calls `$m!($flavor: case, case, ...)` with the name of every shared body. (Test binaries
-/// that share `support/` without the shared bodies leave it unused.)
-#[allow(unused_macros)]
+/// Calls `$m!($flavor: case, case, ...)` with the name of every shared body.
+#[macro_export]
 macro_rules! for_each_case {
     ($m:ident, $flavor:ty) => {
         $m!($flavor:
@@ -34,7 +33,7 @@ use std::time::{Duration, Instant};
 use redlock_mux::resp::Frame;
 use redlock_mux::{Error, Lock, NodeOutcome, Token};
 
-use super::*;
+use crate::*;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -365,7 +364,7 @@ pub fn unlock_and_extend_after_expiry<F: Flavor>() {
 pub fn one_bad_node_is_one_missing_vote<F: Flavor>() {
     let mut c = cluster(4);
     // A fifth master that wants a password we do not give: every command gets NOAUTH.
-    let guarded = redlock_mux::local::LocalServer::start_with(&["--requirepass", "pw"]).unwrap();
+    let guarded = crate::local::LocalServer::start_with(&["--requirepass", "pw"]).unwrap();
     let mut addrs = c.addrs();
     addrs.push(guarded.addr().to_string());
     let b = builder(&c)
@@ -508,7 +507,7 @@ pub fn absurd_durations_are_refused_or_survived_never_a_panic<F: Flavor>() {
 /// Before the fix the lock kept its old validity on every error, and a second client could
 /// take the resource while the first still believed it held it.
 pub fn a_failed_extension_never_leaves_more_validity_than_the_keys<F: Flavor>() {
-    use super::proxy::{in_front, latency, set_all};
+    use crate::proxy::{in_front, latency, set_all};
     let c = cluster(3);
     let (proxies, addrs) = in_front(&c, 1..3);
     let b = redlock_mux::Redlock::builder()
@@ -574,7 +573,7 @@ pub fn a_failed_extension_never_leaves_more_validity_than_the_keys<F: Flavor>() 
 }
 
 pub fn auth_and_select<F: Flavor>() {
-    let c = redlock_mux::local::LocalCluster::start_with(
+    let c = crate::local::LocalCluster::start_with(
         3,
         &[
             "--requirepass",
