@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token as MioToken};
-use smallvec::SmallVec;
 
 use crate::config::Config;
 use crate::core::command::Command;
@@ -119,6 +118,16 @@ impl Driver {
 
     /// Opens and drops the sockets the engine asks for, then writes what it has for each node.
     fn sync(&mut self) {
+        self.apply_io();
+        for i in 0..self.socks.len() {
+            if !self.engine.transmit(i).is_empty() {
+                self.flush(i);
+            }
+        }
+    }
+
+    /// Opens and drops the sockets the engine asks for.
+    fn apply_io(&mut self) {
         while let Some(ev) = self.engine.poll_io() {
             match ev {
                 // Dropping the socket closes it, which also removes it from the poller.
@@ -131,9 +140,6 @@ impl Driver {
                     }
                 }
             }
-        }
-        for i in 0..self.socks.len() {
-            self.flush(i);
         }
     }
 
@@ -192,24 +198,16 @@ impl Driver {
                 return;
             }
         }
-        let ready: SmallVec<[(usize, bool, bool, bool); 16]> = self
-            .events
-            .iter()
-            .map(|ev| {
-                let closing = ev.is_read_closed() || ev.is_error();
-                (
-                    ev.token().0,
-                    ev.is_writable(),
-                    ev.is_readable() || closing,
-                    closing,
-                )
-            })
-            .collect();
-        for (i, writable, readable, closing) in ready {
+        // Taken out while handled (an empty `Events` allocates nothing), put back after.
+        let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
+        for ev in events.iter() {
+            let i = ev.token().0;
+            let closing = ev.is_read_closed() || ev.is_error();
             if i < self.socks.len() {
-                self.on_ready(i, writable, readable, closing);
+                self.on_ready(i, ev.is_writable(), ev.is_readable() || closing, closing);
             }
         }
+        self.events = events;
     }
 
     /// Handles one readiness event of node `i`.
@@ -247,8 +245,11 @@ impl Driver {
                     let now = Instant::now();
                     self.engine.handle_input(i, &self.scratch[..n], now);
                     // The input may have asked for the socket to go (a protocol error), or for
-                    // bytes to go out (the EVAL form after a NOSCRIPT).
-                    self.sync();
+                    // bytes to go out on it (the EVAL form after a NOSCRIPT).
+                    self.apply_io();
+                    if !self.engine.transmit(i).is_empty() {
+                        self.flush(i);
+                    }
                     // A short read emptied the socket's receive queue: bytes that arrive
                     // later raise a new edge, so the read that would only say WouldBlock is
                     // skipped. Not when the peer is closing: the end of stream is read now.
