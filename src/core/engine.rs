@@ -128,6 +128,8 @@ pub(crate) struct Engine<U> {
     io: VecDeque<IoEvent>,
     completed: VecDeque<Completed<U>>,
     largest_batch: usize,
+    /// How many nodes are connecting (their connect timeouts are then worth looking at).
+    connecting: usize,
 }
 
 impl<U> Engine<U> {
@@ -155,6 +157,7 @@ impl<U> Engine<U> {
             io: VecDeque::new(),
             completed: VecDeque::new(),
             largest_batch: 0,
+            connecting: 0,
         }
     }
 
@@ -247,6 +250,7 @@ impl<U> Engine<U> {
                 return Err(NodeOutcome::Down);
             }
             node.link = Link::Connecting(now);
+            self.connecting += 1;
             node.conn.opened(&node.addr);
             node.stats.connects += 1;
             self.io.push_back(IoEvent::Connect(i));
@@ -272,6 +276,7 @@ impl<U> Engine<U> {
         if let Some(node) = self.nodes.get_mut(i) {
             if matches!(node.link, Link::Connecting(_)) {
                 node.link = Link::Open;
+                self.connecting -= 1;
             }
         }
     }
@@ -340,6 +345,14 @@ impl<U> Engine<U> {
     /// Ends every round whose deadline has passed (nodes still owing time out) and drops
     /// connects that take too long.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        let due = |e: &Self| {
+            e.deadlines
+                .peek()
+                .is_some_and(|Reverse((when, ..))| *when <= now)
+        };
+        if self.connecting == 0 && !due(self) {
+            return;
+        }
         while let Some(&Reverse((when, slot, gen))) = self.deadlines.peek() {
             if when > now {
                 break;
@@ -359,6 +372,9 @@ impl<U> Engine<U> {
             }
         }
         for i in 0..self.nodes.len() {
+            if self.connecting == 0 {
+                break;
+            }
             if let Link::Connecting(since) = self.nodes[i].link {
                 if now.saturating_duration_since(since) >= CONNECT_TIMEOUT {
                     self.fail_node(i, &NodeOutcome::Timeout, now, true);
@@ -392,6 +408,9 @@ impl<U> Engine<U> {
     pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
         self.prune_deadlines();
         let round = self.deadlines.peek().map(|Reverse((when, ..))| *when);
+        if self.connecting == 0 {
+            return round;
+        }
         let connect = self
             .nodes
             .iter()
@@ -464,6 +483,9 @@ impl<U> Engine<U> {
         let node = &mut self.nodes[i];
         if tell && node.link != Link::Closed {
             self.io.push_back(IoEvent::Close(i));
+        }
+        if matches!(node.link, Link::Connecting(_)) {
+            self.connecting -= 1;
         }
         node.link = Link::Closed;
         let owed: SmallVec<[Tag; 16]> = node.conn.failed(now).collect();

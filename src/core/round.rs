@@ -22,33 +22,65 @@ pub(crate) enum Decision {
 }
 
 /// The tally of one round.
+///
+/// Small, because rounds travel by value (from the engine to the driver to the caller): a
+/// byte per node for the common outcomes, and the rare ones that carry data (an I/O error's
+/// kind, a protocol error, a server's message) in a side list, which only a failing node fills.
 #[derive(Debug, Clone)]
 pub(crate) struct Round {
-    quorum: usize,
+    quorum: u32,
     fail_fast: bool,
-    outcomes: SmallVec<[Option<NodeOutcome>; 8]>,
-    yes: usize,
-    no: usize,
+    yes: u32,
+    no: u32,
+    codes: SmallVec<[u8; 16]>,
+    details: Vec<(u32, NodeOutcome)>,
 }
+
+/// A node's entry in [`Round::codes`].
+const PENDING: u8 = 0;
+const DETAIL: u8 = 255;
+
+fn code(outcome: &NodeOutcome) -> u8 {
+    match outcome {
+        NodeOutcome::Ok => 1,
+        NodeOutcome::Held => 2,
+        NodeOutcome::Gone => 3,
+        NodeOutcome::Timeout => 4,
+        NodeOutcome::Down => 5,
+        NodeOutcome::Undecided => 6,
+        _ => DETAIL,
+    }
+}
+
+const UNIT: [NodeOutcome; 7] = [
+    NodeOutcome::Undecided,
+    NodeOutcome::Ok,
+    NodeOutcome::Held,
+    NodeOutcome::Gone,
+    NodeOutcome::Timeout,
+    NodeOutcome::Down,
+    NodeOutcome::Undecided,
+];
 
 impl Round {
     pub(crate) fn new(nodes: usize, quorum: usize, fail_fast: bool) -> Round {
         Round {
-            quorum,
+            quorum: u32::try_from(quorum).unwrap_or(u32::MAX),
             fail_fast,
-            outcomes: SmallVec::from_elem(None, nodes),
             yes: 0,
             no: 0,
+            codes: SmallVec::from_elem(PENDING, nodes),
+            details: Vec::new(),
         }
     }
 
     /// Records a node's outcome; the first one recorded for a node counts, later ones are
     /// ignored (a node votes once per round).
     pub(crate) fn record(&mut self, node: usize, outcome: NodeOutcome) {
-        let Some(slot) = self.outcomes.get_mut(node) else {
+        let Some(slot) = self.codes.get_mut(node) else {
             return;
         };
-        if slot.is_some() {
+        if *slot != PENDING {
             return;
         }
         if outcome == NodeOutcome::Ok {
@@ -56,26 +88,31 @@ impl Round {
         } else {
             self.no += 1;
         }
-        *slot = Some(outcome);
+        *slot = code(&outcome);
+        if *slot == DETAIL {
+            self.details
+                .push((u32::try_from(node).unwrap_or(u32::MAX), outcome));
+        }
     }
 
     /// How many nodes the round counts.
     pub(crate) fn len(&self) -> usize {
-        self.outcomes.len()
+        self.codes.len()
     }
 
     /// Whether `node` still owes its outcome.
     pub(crate) fn is_pending(&self, node: usize) -> bool {
-        matches!(self.outcomes.get(node), Some(None))
+        self.codes.get(node) == Some(&PENDING)
     }
 
     /// The decision on what has been recorded so far.
     pub(crate) fn decision(&self) -> Decision {
-        let n = self.outcomes.len();
-        let all_in = self.yes + self.no == n;
-        if self.yes >= self.quorum && (self.fail_fast || all_in) {
+        let n = self.codes.len();
+        let (yes, no, quorum) = (self.yes as usize, self.no as usize, self.quorum as usize);
+        let all_in = yes + no == n;
+        if yes >= quorum && (self.fail_fast || all_in) {
             Decision::Won
-        } else if (self.no > n - self.quorum && self.fail_fast) || all_in {
+        } else if (no > n - quorum && self.fail_fast) || all_in {
             Decision::Lost
         } else {
             Decision::Open
@@ -85,38 +122,46 @@ impl Round {
     /// Ends the round: every node still owing an outcome gets `missing` (a timeout when the
     /// deadline passed, [`NodeOutcome::Undecided`] when the round was decided early).
     pub(crate) fn close(&mut self, missing: impl Fn(usize) -> NodeOutcome) {
-        for i in 0..self.outcomes.len() {
-            if self.outcomes[i].is_none() {
+        for i in 0..self.codes.len() {
+            if self.codes[i] == PENDING {
                 self.record(i, missing(i));
             }
         }
     }
 
+    /// Node `i`'s outcome (`Undecided` while it is owed).
+    fn outcome(&self, i: usize) -> &NodeOutcome {
+        match self.codes.get(i) {
+            Some(&DETAIL) => self
+                .details
+                .iter()
+                .find(|(n, _)| *n as usize == i)
+                .map_or(&UNIT[0], |(_, o)| o),
+            Some(&c) => &UNIT[usize::from(c).min(UNIT.len() - 1)],
+            None => &UNIT[0],
+        }
+    }
+
     /// How many nodes ended with `outcome`.
     pub(crate) fn count(&self, outcome: &NodeOutcome) -> usize {
-        self.outcomes
-            .iter()
-            .filter(|o| o.as_ref() == Some(outcome))
+        (0..self.codes.len())
+            .filter(|&i| self.codes[i] != PENDING && self.outcome(i) == outcome)
             .count()
     }
 
     /// Every node's outcome so far (`Undecided` for those still owed).
     pub(crate) fn reports_iter(&self) -> impl Iterator<Item = &NodeOutcome> {
-        self.outcomes
-            .iter()
-            .map(|o| o.as_ref().unwrap_or(&NodeOutcome::Undecided))
+        (0..self.codes.len()).map(|i| self.outcome(i))
     }
 
     /// The per-node report, for errors.
     pub(crate) fn reports(&self, nodes: &[NodeAddr]) -> NodeReports {
         NodeReports(
-            self.outcomes
-                .iter()
-                .enumerate()
-                .map(|(i, o)| NodeReport {
+            (0..self.codes.len())
+                .map(|i| NodeReport {
                     node: i,
                     addr: nodes.get(i).map(|a| a.to_string()).unwrap_or_default(),
-                    outcome: o.clone().unwrap_or(NodeOutcome::Undecided),
+                    outcome: self.outcome(i).clone(),
                 })
                 .collect(),
         )

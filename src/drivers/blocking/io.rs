@@ -24,6 +24,8 @@ pub(super) struct Driver {
     events: Events,
     socks: Vec<Option<TcpStream>>,
     scratch: Box<[u8]>,
+    /// The clock, read once after each wait (and before a round's first write).
+    now: Instant,
 }
 
 /// One operation of a batch: its command, and its round once decided.
@@ -51,6 +53,7 @@ impl Driver {
             events: Events::with_capacity(64),
             socks: config.nodes.iter().map(|_| None).collect(),
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
+            now: Instant::now(),
         })
     }
 
@@ -62,6 +65,7 @@ impl Driver {
         // so that a node that went away is reconnected now rather than failing this round.
         self.pump(Some(Duration::ZERO));
         let t1 = Instant::now();
+        self.now = t1;
         for (k, job) in jobs.iter().enumerate() {
             self.engine.submit(&job.cmd, job.fail_fast, t1, k);
         }
@@ -78,13 +82,12 @@ impl Driver {
             if left == 0 {
                 return t1;
             }
-            let now = Instant::now();
             let wait = self
                 .engine
                 .poll_timeout()
-                .map(|t| t.saturating_duration_since(now));
+                .map(|t| t.saturating_duration_since(self.now));
             self.pump(wait);
-            self.engine.handle_timeout(Instant::now());
+            self.engine.handle_timeout(self.now);
         }
     }
 
@@ -105,7 +108,7 @@ impl Driver {
                 .poll_timeout()
                 .map_or(deadline, |t| t.min(deadline));
             self.pump(Some(wait.saturating_duration_since(now)));
-            self.engine.handle_timeout(Instant::now());
+            self.engine.handle_timeout(self.now);
         }
     }
 
@@ -136,7 +139,7 @@ impl Driver {
                     self.socks[i] = None;
                     match self.open(i) {
                         Ok(sock) => self.socks[i] = Some(sock),
-                        Err(e) => self.engine.handle_closed(i, e.kind(), Instant::now()),
+                        Err(e) => self.engine.handle_closed(i, e.kind(), self.now),
                     }
                 }
             }
@@ -179,12 +182,14 @@ impl Driver {
     /// Node `i`'s socket failed: dropped, and the engine told.
     fn closed(&mut self, i: usize, kind: io::ErrorKind) {
         self.socks[i] = None;
-        self.engine.handle_closed(i, kind, Instant::now());
+        self.engine.handle_closed(i, kind, self.now);
     }
 
     /// Waits up to `timeout` for readiness and hands the engine what it brings.
     fn pump(&mut self, timeout: Option<Duration>) {
-        match self.poll.poll(&mut self.events, timeout) {
+        let polled = self.poll.poll(&mut self.events, timeout);
+        self.now = Instant::now();
+        match polled {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return,
             Err(e) => {
@@ -242,8 +247,7 @@ impl Driver {
             match sock.read(&mut self.scratch) {
                 Ok(0) => return self.closed(i, io::ErrorKind::UnexpectedEof),
                 Ok(n) => {
-                    let now = Instant::now();
-                    self.engine.handle_input(i, &self.scratch[..n], now);
+                    self.engine.handle_input(i, &self.scratch[..n], self.now);
                     // The input may have asked for the socket to go (a protocol error), or for
                     // bytes to go out on it (the EVAL form after a NOSCRIPT).
                     self.apply_io();
