@@ -438,6 +438,14 @@ impl<U> Engine<U> {
             .any(|n| n.link != Link::Closed && n.conn.owes_scripted())
     }
 
+    /// Whether node `i`'s connection owes any reply (to an operation, a fired command, the
+    /// login or the script preloads).
+    pub(crate) fn owes_reply(&self, i: usize) -> bool {
+        self.nodes
+            .get(i)
+            .is_some_and(|n| n.link != Link::Closed && n.conn.owes_any())
+    }
+
     /// Whether anything is waiting to be written to an open connection.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn wants_write(&self) -> bool {

@@ -102,14 +102,17 @@ impl Driver {
         std::future::poll_fn(|cx| self.poll(cx)).await
     }
 
+    /// One pass does everything that is ready: the channel and every socket are polled until
+    /// they register the waker (`Pending`), so the task is woken again by whatever comes next.
+    /// Only a deadline already due sends it round once more.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             let now = Instant::now();
-            let mut progress = self.take_messages(cx, now);
+            let arrived = self.take_messages(cx, now);
             // Under load, rounds arrive from callers running beside the driver (on other
             // workers of a multi-thread runtime, or queued behind it): yield once before
             // writing, so that one write per node carries them all instead of one each.
-            if progress && self.engine.in_flight() > 1 && !self.deferred {
+            if arrived && self.engine.in_flight() > 1 && !self.deferred {
                 self.deferred = true;
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
@@ -121,7 +124,7 @@ impl Driver {
                 self.batch = 0;
             }
             for i in 0..self.socks.len() {
-                progress |= self.poll_node(i, cx);
+                self.poll_node(i, cx, arrived);
             }
             self.engine.handle_timeout(Instant::now());
             self.apply_io();
@@ -133,16 +136,15 @@ impl Driver {
                 return Poll::Ready(());
             }
             // Arm the timer for the engine's next deadline; if it is already due, go round.
+            let mut due = false;
             if let Some(deadline) = self.engine.poll_timeout() {
                 let deadline = tokio::time::Instant::from_std(deadline);
                 if self.sleep.deadline() != deadline {
                     self.sleep.as_mut().reset(deadline);
                 }
-                if self.sleep.as_mut().poll(cx).is_ready() {
-                    progress = true;
-                }
+                due = self.sleep.as_mut().poll(cx).is_ready();
             }
-            if !progress {
+            if !due {
                 return Poll::Pending;
             }
         }
@@ -194,37 +196,35 @@ impl Driver {
         }
     }
 
-    /// Drives node `i`'s connect, writes and reads. Returns whether anything happened.
-    fn poll_node(&mut self, i: usize, cx: &mut Context<'_>) -> bool {
-        let mut progress = false;
+    /// Drives node `i`'s connect, writes and reads. A node that owes no reply is read only
+    /// when `idle_too` (when rounds start): what an idle connection can say is only that it
+    /// closed, and that matters to the next round, which looks first.
+    fn poll_node(&mut self, i: usize, cx: &mut Context<'_>, idle_too: bool) {
         if let Some(fut) = self.connecting[i].as_mut() {
             match fut.as_mut().poll(cx) {
-                Poll::Pending => return false,
+                Poll::Pending => return,
                 Poll::Ready(Ok(sock)) => {
                     // Best effort: a socket that refuses NODELAY still works, only slower.
                     let _ = sock.set_nodelay(true);
                     self.socks[i] = Some(sock);
                     self.connecting[i] = None;
                     self.engine.handle_connected(i);
-                    progress = true;
                 }
                 Poll::Ready(Err(e)) => {
                     self.connecting[i] = None;
                     self.engine.handle_closed(i, e.kind(), Instant::now());
-                    return true;
+                    return;
                 }
             }
         }
         if let Err(kind) = self.write_node(i, cx) {
-            self.closed_node(i, kind);
-            return true;
+            return self.closed_node(i, kind);
         }
-        match self.read_node(i, cx) {
-            Ok(read) => progress | read,
-            Err(kind) => {
-                self.closed_node(i, kind);
-                true
-            }
+        if !idle_too && !self.engine.owes_reply(i) {
+            return;
+        }
+        if let Err(kind) = self.read_node(i, cx) {
+            self.closed_node(i, kind);
         }
     }
 
@@ -259,14 +259,13 @@ impl Driver {
     }
 
     /// Reads everything available on node `i` and hands it to the engine.
-    fn read_node(&mut self, i: usize, cx: &mut Context<'_>) -> Result<bool, std::io::ErrorKind> {
-        let mut progress = false;
+    fn read_node(&mut self, i: usize, cx: &mut Context<'_>) -> Result<(), std::io::ErrorKind> {
         loop {
             let Some(sock) = self.socks[i].as_ref() else {
-                return Ok(progress);
+                return Ok(());
             };
             match sock.poll_read_ready(cx) {
-                Poll::Pending => return Ok(progress),
+                Poll::Pending => return Ok(()),
                 Poll::Ready(Err(e)) => return Err(e.kind()),
                 Poll::Ready(Ok(())) => {}
             }
@@ -279,7 +278,6 @@ impl Driver {
                     // for bytes to go out (the EVAL form after a NOSCRIPT).
                     self.apply_io();
                     self.write_node(i, cx)?;
-                    progress = true;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
