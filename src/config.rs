@@ -260,6 +260,15 @@ impl Config {
         self.fail_fast
     }
 
+    /// When the rounds of lock, unlock and extend end, by the fail-fast option.
+    pub(crate) fn until(&self) -> crate::core::round::Until {
+        if self.fail_fast {
+            crate::core::round::Until::Decided
+        } else {
+            crate::core::round::Until::AllIn
+        }
+    }
+
     /// The shortest ttl a lock can be taken with: the least whole number of milliseconds
     /// above the clock-drift allowance (`ttl * drift_factor + 2 ms`). At or below it the lock
     /// would be expired the moment it was granted, so no round could ever win it.

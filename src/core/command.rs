@@ -16,6 +16,16 @@ use crate::core::script;
 use crate::error::NodeOutcome;
 use crate::Token;
 
+/// How a script command is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// `EVALSHA <digest>`, as first sent.
+    Evalsha,
+    /// `EVAL <script>`: the fallback after `NOSCRIPT`, and what a command nobody waits for is
+    /// sent as (nobody would be there to send the fallback).
+    Eval,
+}
+
 /// Which operation a command belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OpKind {
@@ -35,9 +45,9 @@ pub(crate) struct Command<'a> {
 }
 
 impl Command<'_> {
-    /// Writes the command as first sent: `SET`, or `EVALSHA` (`eval` false), or the `EVAL`
-    /// fallback after a `NOSCRIPT` (`eval` true). No allocation.
-    pub(crate) fn encode(&self, dst: &mut impl BufMut, eval: bool) {
+    /// Writes the command: `SET`, or a script call in the given form (`EVALSHA` as first
+    /// sent, `EVAL` as the fallback after a `NOSCRIPT`). No allocation.
+    pub(crate) fn encode(&self, dst: &mut impl BufMut, form: Form) {
         let mut ttl = IntBuf::new();
         let ttl = ttl.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
         let (script, sha) = match self.kind {
@@ -58,7 +68,7 @@ impl Command<'_> {
             OpKind::Release => (script::RELEASE, script::RELEASE_SHA1),
             OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1),
         };
-        let (verb, body): (&[u8], &[u8]) = if eval {
+        let (verb, body): (&[u8], &[u8]) = if form == Form::Eval {
             (b"EVAL", script.as_bytes())
         } else {
             (b"EVALSHA", sha.as_bytes())
@@ -106,7 +116,7 @@ mod tests {
 
     fn wire(c: &Command, eval: bool) -> String {
         let mut v = Vec::new();
-        c.encode(&mut v, eval);
+        c.encode(&mut v, if eval { Form::Eval } else { Form::Evalsha });
         String::from_utf8(v).unwrap()
     }
 

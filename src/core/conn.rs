@@ -46,6 +46,16 @@ pub(crate) fn reply_limits() -> Limits {
         .with_max_line_len(64 * 1024)
 }
 
+/// What a connection does with a `NOSCRIPT` answer to a queued command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnNoscript {
+    /// It is an `EVALSHA` of one of our scripts: send its `EVAL` form in its place, and keep
+    /// the `NOSCRIPT` from the operation.
+    SendEval,
+    /// Hand the reply over like any other (not a script call, or already the `EVAL` form).
+    Report,
+}
+
 /// Who a reply in the FIFO belongs to; `T` is what the driver keeps for its own commands.
 #[derive(Debug)]
 enum Owner<T> {
@@ -198,7 +208,7 @@ impl<T> Conn<T> {
     }
 
     /// Queues a command, written by `write`, whose reply goes to `tag`. If it is an
-    /// `EVALSHA` of one of our scripts (`scripted`), a `NOSCRIPT` reply is not handed to the
+    /// `EVALSHA` of one of our scripts (`OnNoscript::SendEval`), a `NOSCRIPT` reply is not handed to the
     /// driver: the same command in its `EVAL` form is sent in its place on this connection,
     /// whether or not the operation's round is still open (a release or an extension must
     /// reach every node that holds the key, not only a quorum of them), and its reply goes to
@@ -208,14 +218,14 @@ impl<T> Conn<T> {
         tag: T,
         now: Instant,
         write: impl FnOnce(&mut BytesMut),
-        scripted: bool,
+        on_noscript: OnNoscript,
     ) -> Result<(), (ConnError, T)> {
         if self.owed.len() >= self.max_owed || self.out.len() >= MAX_PENDING_WRITE {
             return Err((ConnError::Stuck, tag));
         }
         let before = self.out.len();
         write(&mut self.out);
-        let len = if scripted {
+        let len = if on_noscript == OnNoscript::SendEval {
             self.scripted.extend_from_slice(&self.out[before..]);
             self.out.len() - before
         } else {
@@ -339,7 +349,7 @@ impl<T> Conn<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::command::{Command, OpKind};
+    use crate::core::command::{Command, Form, OpKind};
 
     /// A small limit, for the tests.
     const MAX_OWED: usize = 64;
@@ -363,9 +373,9 @@ mod tests {
     fn late_replies_are_matched_to_their_own_operation() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
-        c.queue(1, Instant::now(), |b| b.put_slice(b"x"), false)
+        c.queue(1, Instant::now(), |b| b.put_slice(b"x"), OnNoscript::Report)
             .unwrap();
-        c.queue(2, Instant::now(), |b| b.put_slice(b"y"), false)
+        c.queue(2, Instant::now(), |b| b.put_slice(b"y"), OnNoscript::Report)
             .unwrap();
         feed(&mut c, b":0\r\n:1\r\n");
         assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(0))));
@@ -382,7 +392,7 @@ mod tests {
         assert!(c.out.starts_with(
             b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
         ));
-        c.queue(9, Instant::now(), |b| b.put_slice(b"z"), false)
+        c.queue(9, Instant::now(), |b| b.put_slice(b"z"), OnNoscript::Report)
             .unwrap();
         // A failed preload is ignored; the EVAL fallback covers it.
         feed(
@@ -402,10 +412,12 @@ mod tests {
     fn protocol_errors_and_pushes() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
-        c.queue(1, Instant::now(), |_| {}, false).unwrap();
+        c.queue(1, Instant::now(), |_| {}, OnNoscript::Report)
+            .unwrap();
         feed(&mut c, b">2\r\n+invalidate\r\n_\r\n:1\r\n");
         assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
-        c.queue(2, Instant::now(), |_| {}, false).unwrap();
+        c.queue(2, Instant::now(), |_| {}, OnNoscript::Report)
+            .unwrap();
         feed(&mut c, b"$1099511627776\r\n");
         assert!(matches!(
             c.next_reply(),
@@ -418,14 +430,17 @@ mod tests {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         open(&mut c);
         let mut queued = 0;
-        while c.queue(queued, Instant::now(), |_| {}, false).is_ok() {
+        while c
+            .queue(queued, Instant::now(), |_| {}, OnNoscript::Report)
+            .is_ok()
+        {
             queued += 1;
             assert!(queued <= MAX_OWED as u64);
         }
         // Two of the places are the preloads'.
         assert_eq!(queued, MAX_OWED as u64 - 2);
         assert_eq!(
-            c.queue(99, Instant::now(), |_| {}, false),
+            c.queue(99, Instant::now(), |_| {}, OnNoscript::Report),
             Err((ConnError::Stuck, 99))
         );
     }
@@ -445,7 +460,8 @@ mod tests {
         }
         assert!(c.may_connect(t + BACKOFF_MAX));
         open(&mut c);
-        c.queue(1, Instant::now(), |_| {}, false).unwrap();
+        c.queue(1, Instant::now(), |_| {}, OnNoscript::Report)
+            .unwrap();
         feed(&mut c, b":1\r\n");
         c.next_reply().unwrap();
         let _ = c.failed(t);
@@ -458,7 +474,7 @@ mod tests {
         open(&mut c);
         let t = Instant::now();
         assert!(!c.is_stale(t, Duration::from_millis(10)), "nothing owed");
-        c.queue(1, t, |_| {}, false).unwrap();
+        c.queue(1, t, |_| {}, OnNoscript::Report).unwrap();
         assert!(!c.is_stale(t + Duration::from_millis(10), Duration::from_millis(10)));
         assert!(c.is_stale(t + Duration::from_millis(11), Duration::from_millis(10)));
         feed(&mut c, b":1\r\n");
@@ -477,7 +493,7 @@ mod tests {
 
     fn wire(c: &Command<'_>, eval: bool) -> Vec<u8> {
         let mut v = Vec::new();
-        c.encode(&mut v, eval);
+        c.encode(&mut v, if eval { Form::Eval } else { Form::Evalsha });
         v
     }
 
@@ -512,9 +528,22 @@ mod tests {
         );
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         let now = Instant::now();
-        c.queue(1, now, |b| release.encode(b, false), true).unwrap();
-        c.queue(2, now, |b| extend.encode(b, false), true).unwrap();
-        c.queue(3, now, |b| b.put_slice(b"SET3;"), false).unwrap();
+        c.queue(
+            1,
+            now,
+            |b| release.encode(b, Form::Evalsha),
+            OnNoscript::SendEval,
+        )
+        .unwrap();
+        c.queue(
+            2,
+            now,
+            |b| extend.encode(b, Form::Evalsha),
+            OnNoscript::SendEval,
+        )
+        .unwrap();
+        c.queue(3, now, |b| b.put_slice(b"SET3;"), OnNoscript::Report)
+            .unwrap();
         c.out.clear();
         // 1 ran; 2 found no script; 3 answered.
         feed(&mut c, b":1\r\n-NOSCRIPT No matching script.\r\n+OK\r\n");
@@ -534,7 +563,13 @@ mod tests {
         assert!(c.next_reply().unwrap().is_none());
         assert!(c.scripted.is_empty(), "every copy consumed");
         // A NOSCRIPT to the EVAL form itself (not scripted) is handed over: no loop.
-        c.queue(4, now, |b| release.encode(b, true), false).unwrap();
+        c.queue(
+            4,
+            now,
+            |b| release.encode(b, Form::Eval),
+            OnNoscript::Report,
+        )
+        .unwrap();
         feed(&mut c, b"-NOSCRIPT No matching script.\r\n");
         assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(4));
     }
@@ -542,8 +577,13 @@ mod tests {
     #[test]
     fn partial_writes_advance() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
-        c.queue(1, Instant::now(), |b| b.put_slice(b"abcdef"), false)
-            .unwrap();
+        c.queue(
+            1,
+            Instant::now(),
+            |b| b.put_slice(b"abcdef"),
+            OnNoscript::Report,
+        )
+        .unwrap();
         c.wrote(2);
         assert_eq!(&c.out[..], b"cdef");
         c.wrote(100);

@@ -38,9 +38,10 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use crate::config::{Config, NodeAddr};
-use crate::core::command::{Command, OpKind};
+use crate::core::command::{Command, Form, OpKind};
+use crate::core::conn::OnNoscript;
 use crate::core::conn::{stale_after, Conn, CONNECT_TIMEOUT};
-use crate::core::round::{Decision, Round};
+use crate::core::round::{Decision, Round, Until};
 use crate::error::NodeOutcome;
 use crate::stats::{NodeStats, Stats};
 
@@ -92,6 +93,15 @@ struct Op<U> {
     kind: OpKind,
     round: Round,
     user: U,
+}
+
+/// Whether the driver still holds the socket of a connection the engine drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Socket {
+    /// It does: tell it to drop it ([`IoEvent::Close`]).
+    Held,
+    /// It reported the failure, and has dropped it already.
+    Gone,
 }
 
 /// A socket the driver must drop or open.
@@ -176,13 +186,7 @@ impl<U> Engine<U> {
     /// is written; its deadline is `t1` plus the node timeout. Nodes that cannot be asked (in
     /// their reconnect backoff, or failing as the command is queued) vote at once; a round
     /// decided by those alone completes at once.
-    pub(crate) fn submit(
-        &mut self,
-        cmd: &Command<'_>,
-        fail_fast: bool,
-        t1: Instant,
-        user: U,
-    ) -> OpId {
+    pub(crate) fn submit(&mut self, cmd: &Command<'_>, until: Until, t1: Instant, user: U) -> OpId {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -195,7 +199,7 @@ impl<U> Engine<U> {
         self.ops[slot as usize] = Some(Op {
             gen,
             kind: cmd.kind,
-            round: Round::new(self.nodes.len(), self.quorum, fail_fast),
+            round: Round::new(self.nodes.len(), self.quorum, until),
             user,
         });
         self.live += 1;
@@ -206,7 +210,7 @@ impl<U> Engine<U> {
             gen,
         )));
         for i in 0..self.nodes.len() {
-            if let Err(outcome) = self.queue_on(i, Tag { slot, gen }, cmd, false, t1) {
+            if let Err(outcome) = self.queue_on(i, Tag { slot, gen }, cmd, Form::Evalsha, t1) {
                 self.vote(Tag { slot, gen }, i, outcome);
             }
         }
@@ -220,7 +224,7 @@ impl<U> Engine<U> {
         for i in 0..self.nodes.len() {
             // Best effort: a node that cannot take it has lost the key's connection anyway;
             // the key expires with its ttl.
-            let _ = self.queue_on(i, FIRE, cmd, true, now);
+            let _ = self.queue_on(i, FIRE, cmd, Form::Eval, now);
         }
     }
 
@@ -229,20 +233,20 @@ impl<U> Engine<U> {
         self.largest_batch = self.largest_batch.max(n);
     }
 
-    /// Queues `cmd` on node `i` (in its `EVAL` form if `eval`), opening the connection first if
+    /// Queues `cmd` on node `i` (a script in the given form), opening the connection first if
     /// needed. `Err` with the node's vote when it cannot take it.
     fn queue_on(
         &mut self,
         i: usize,
         tag: Tag,
         cmd: &Command<'_>,
-        eval: bool,
+        form: Form,
         now: Instant,
     ) -> Result<(), NodeOutcome> {
         if self.nodes[i].link != Link::Closed && self.nodes[i].conn.is_stale(now, self.stale) {
             // Replaced, and reopened below at once if the backoff allows.
             self.nodes[i].stats.stale_replaced += 1;
-            self.fail_node(i, &NodeOutcome::Timeout, now, true);
+            self.fail_node(i, &NodeOutcome::Timeout, now, Socket::Held);
         }
         let node = &mut self.nodes[i];
         if node.link == Link::Closed {
@@ -255,12 +259,19 @@ impl<U> Engine<U> {
             node.stats.connects += 1;
             self.io.push_back(IoEvent::Connect(i));
         }
-        let scripted = !eval && cmd.kind != OpKind::Acquire;
-        match node.conn.queue(tag, now, |b| cmd.encode(b, eval), scripted) {
+        let on_noscript = if form == Form::Evalsha && cmd.kind != OpKind::Acquire {
+            OnNoscript::SendEval
+        } else {
+            OnNoscript::Report
+        };
+        match node
+            .conn
+            .queue(tag, now, |b| cmd.encode(b, form), on_noscript)
+        {
             Ok(()) => Ok(()),
             Err((e, _)) => {
                 let outcome = e.outcome();
-                self.fail_node(i, &outcome, now, true);
+                self.fail_node(i, &outcome, now, Socket::Held);
                 Err(outcome)
             }
         }
@@ -327,7 +338,7 @@ impl<U> Engine<U> {
                 }
                 Ok(None) => return,
                 Err(e) => {
-                    self.fail_node(i, &e.outcome(), now, true);
+                    self.fail_node(i, &e.outcome(), now, Socket::Held);
                     return;
                 }
             }
@@ -338,7 +349,7 @@ impl<U> Engine<U> {
     /// gone on the driver's side.
     pub(crate) fn handle_closed(&mut self, i: usize, kind: io::ErrorKind, now: Instant) {
         if i < self.nodes.len() && self.nodes[i].link != Link::Closed {
-            self.fail_node(i, &NodeOutcome::Io(kind), now, false);
+            self.fail_node(i, &NodeOutcome::Io(kind), now, Socket::Gone);
         }
     }
 
@@ -377,7 +388,7 @@ impl<U> Engine<U> {
             }
             if let Link::Connecting(since) = self.nodes[i].link {
                 if now.saturating_duration_since(since) >= CONNECT_TIMEOUT {
-                    self.fail_node(i, &NodeOutcome::Timeout, now, true);
+                    self.fail_node(i, &NodeOutcome::Timeout, now, Socket::Held);
                 }
             }
         }
@@ -462,7 +473,7 @@ impl<U> Engine<U> {
                     i,
                     &NodeOutcome::Io(io::ErrorKind::ConnectionAborted),
                     now,
-                    true,
+                    Socket::Held,
                 );
             }
         }
@@ -485,11 +496,10 @@ impl<U> Engine<U> {
     }
 
     /// Drops node `i`'s connection after a failure: every round waiting on it gets `outcome`
-    /// as the node's vote. `tell` queues the socket's drop for the driver (not needed when the
-    /// driver reported the failure).
-    fn fail_node(&mut self, i: usize, outcome: &NodeOutcome, now: Instant, tell: bool) {
+    /// as the node's vote. A socket the driver still holds is queued for it to drop.
+    fn fail_node(&mut self, i: usize, outcome: &NodeOutcome, now: Instant, socket: Socket) {
         let node = &mut self.nodes[i];
-        if tell && node.link != Link::Closed {
+        if socket == Socket::Held && node.link != Link::Closed {
             self.io.push_back(IoEvent::Close(i));
         }
         if matches!(node.link, Link::Connecting(_)) {

@@ -21,6 +21,16 @@ pub(crate) enum Decision {
     Lost,
 }
 
+/// When a round ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Until {
+    /// As soon as its outcome is certain (fail-fast): a quorum of yeses, or too many noes.
+    Decided,
+    /// When every node has voted or timed out: every node's answer is awaited (the release
+    /// after a lost acquisition, and every round when fail-fast is off).
+    AllIn,
+}
+
 /// The tally of one round.
 ///
 /// Small, because rounds travel by value (from the engine to the driver to the caller): a
@@ -29,7 +39,7 @@ pub(crate) enum Decision {
 #[derive(Debug, Clone)]
 pub(crate) struct Round {
     quorum: u32,
-    fail_fast: bool,
+    until: Until,
     yes: u32,
     no: u32,
     codes: SmallVec<[u8; 16]>,
@@ -63,10 +73,10 @@ const UNIT: [NodeOutcome; 7] = [
 ];
 
 impl Round {
-    pub(crate) fn new(nodes: usize, quorum: usize, fail_fast: bool) -> Round {
+    pub(crate) fn new(nodes: usize, quorum: usize, until: Until) -> Round {
         Round {
             quorum: u32::try_from(quorum).unwrap_or(u32::MAX),
-            fail_fast,
+            until,
             yes: 0,
             no: 0,
             codes: SmallVec::from_elem(PENDING, nodes),
@@ -110,9 +120,10 @@ impl Round {
         let n = self.codes.len();
         let (yes, no, quorum) = (self.yes as usize, self.no as usize, self.quorum as usize);
         let all_in = yes + no == n;
-        if yes >= quorum && (self.fail_fast || all_in) {
+        let early = self.until == Until::Decided;
+        if yes >= quorum && (early || all_in) {
             Decision::Won
-        } else if (no > n - quorum && self.fail_fast) || all_in {
+        } else if (no > n - quorum && early) || all_in {
             Decision::Lost
         } else {
             Decision::Open
@@ -173,7 +184,12 @@ mod tests {
     use super::*;
 
     fn round(outcomes: &[NodeOutcome], quorum: usize, fail_fast: bool) -> Decision {
-        let mut r = Round::new(5, quorum, fail_fast);
+        let until = if fail_fast {
+            Until::Decided
+        } else {
+            Until::AllIn
+        };
+        let mut r = Round::new(5, quorum, until);
         for (i, o) in outcomes.iter().enumerate() {
             r.record(i, o.clone());
         }
@@ -207,7 +223,7 @@ mod tests {
 
     #[test]
     fn a_node_votes_once_and_unknown_nodes_are_ignored() {
-        let mut r = Round::new(3, 2, true);
+        let mut r = Round::new(3, 2, Until::Decided);
         r.record(0, Y);
         r.record(0, Y);
         r.record(7, Y);
@@ -222,7 +238,7 @@ mod tests {
 
     #[test]
     fn quorum_of_all_nodes() {
-        let mut r = Round::new(3, 3, true);
+        let mut r = Round::new(3, 3, Until::Decided);
         r.record(0, Y);
         r.record(1, Y);
         assert_eq!(r.decision(), Decision::Open);

@@ -8,6 +8,8 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 use crate::config::Builder;
+use crate::core::command::Form;
+use crate::core::round::Until;
 use crate::Token;
 
 const TIMEOUT: Duration = Duration::from_millis(100);
@@ -53,7 +55,12 @@ impl Sim {
             token: &token,
             ttl_ms: 10_000,
         };
-        self.e.submit(&cmd, fail_fast, self.now, user)
+        let until = if fail_fast {
+            Until::Decided
+        } else {
+            Until::AllIn
+        };
+        self.e.submit(&cmd, until, self.now, user)
     }
 
     /// Takes the socket events; connects every socket asked for (the node answers the two
@@ -301,7 +308,7 @@ fn noscript_is_answered_with_the_eval_form_after_the_round_is_decided() {
     s.reply(2, b"-NOSCRIPT No matching script.\r\n");
     let out = s.sent(2);
     let mut eval = Vec::new();
-    s.cmd(OpKind::Release).encode(&mut eval, true);
+    s.cmd(OpKind::Release).encode(&mut eval, Form::Eval);
     assert!(
         out.starts_with(&eval),
         "{:?}",

@@ -15,7 +15,7 @@ use mio::{Events, Interest, Poll, Token as MioToken};
 use crate::config::Config;
 use crate::core::command::Command;
 use crate::core::engine::{Engine, IoEvent};
-use crate::core::round::Round;
+use crate::core::round::{Round, Until};
 
 /// The poller and every node's socket; everything else is the engine's.
 pub(super) struct Driver {
@@ -31,15 +31,15 @@ pub(super) struct Driver {
 /// One operation of a batch: its command, and its round once decided.
 pub(super) struct Job<'a> {
     cmd: Command<'a>,
-    fail_fast: bool,
+    until: Until,
     pub(super) round: Option<Round>,
 }
 
 impl<'a> Job<'a> {
-    pub(super) fn new(cmd: Command<'a>, fail_fast: bool) -> Job<'a> {
+    pub(super) fn new(cmd: Command<'a>, until: Until) -> Job<'a> {
         Job {
             cmd,
-            fail_fast,
+            until,
             round: None,
         }
     }
@@ -67,7 +67,7 @@ impl Driver {
         let t1 = Instant::now();
         self.now = t1;
         for (k, job) in jobs.iter().enumerate() {
-            self.engine.submit(&job.cmd, job.fail_fast, t1, k);
+            self.engine.submit(&job.cmd, job.until, t1, k);
         }
         self.engine.note_batch(jobs.len());
         let mut left = jobs.len();

@@ -21,7 +21,7 @@ use self::io::{Driver, Job};
 use crate::config::{Builder, Config};
 use crate::core::command::{Command, OpKind};
 use crate::core::ops::{self as op, Next, Retry};
-use crate::core::round::Round;
+use crate::core::round::{Round, Until};
 use crate::error::{Error, NodeOutcome};
 use crate::lock::Lock;
 use crate::stats::Stats;
@@ -124,7 +124,7 @@ struct Request {
     resource: Box<[u8]>,
     token: Token,
     ttl_ms: u64,
-    fail_fast: bool,
+    until: Until,
 }
 
 impl Request {
@@ -220,14 +220,14 @@ impl Redlock {
     /// that runs the next one (which may be this caller). Returns the tally and the instant
     /// read before the round's first write, or [`Error::Aborted`] if the round that carried
     /// it panicked in another caller's thread.
-    fn submit(&self, cmd: Command<'_>, fail_fast: bool) -> Result<(Round, Instant), Error> {
+    fn submit(&self, cmd: Command<'_>, until: Until) -> Result<(Round, Instant), Error> {
         let mut q = self.queue();
         if !q.busy && q.waiting.is_empty() {
             // Nobody runs a round and nobody waits: run this one, alone unless others queue
             // up before it starts.
             q.busy = true;
             drop(q);
-            let own = self.run_batch(Some((cmd, fail_fast)));
+            let own = self.run_batch(Some((cmd, until)));
             return Ok(own.unwrap_or_else(|| self.unanswered()));
         }
         let ticket = q.next_ticket;
@@ -239,7 +239,7 @@ impl Redlock {
             resource: cmd.resource.into(),
             token: *cmd.token,
             ttl_ms: cmd.ttl_ms,
-            fail_fast,
+            until,
         });
         loop {
             if let Some(pos) = q.done.iter().position(|(t, _)| *t == ticket) {
@@ -272,7 +272,7 @@ impl Redlock {
     /// A round in which no node was asked (for a result that cannot be missing).
     fn unanswered(&self) -> (Round, Instant) {
         let cfg = &self.config;
-        let mut round = Round::new(cfg.nodes.len(), cfg.quorum, false);
+        let mut round = Round::new(cfg.nodes.len(), cfg.quorum, Until::AllIn);
         round.close(|_| NodeOutcome::Undecided);
         (round, Instant::now())
     }
@@ -281,7 +281,7 @@ impl Redlock {
     /// to [`MAX_BATCH`] in all) in one round, leaves their results in `done` and wakes their
     /// callers, ends the turn, and returns the round of `own`. Called by the caller that set
     /// `busy`.
-    fn run_batch(&self, own: Option<(Command<'_>, bool)>) -> Option<(Round, Instant)> {
+    fn run_batch(&self, own: Option<(Command<'_>, Until)>) -> Option<(Round, Instant)> {
         // Ends the turn however this returns, so that a waiter is never left asleep.
         let _turn = EndTurn(self);
         // Only the caller that set `busy` gets here, so this lock is never contended.
@@ -306,18 +306,17 @@ impl Redlock {
         if self.panic_next_batch.swap(false, Ordering::SeqCst) {
             panic!("injected: a bug inside a batch");
         }
-        let (mine, t1, rounds) = if let (Some((cmd, fail_fast)), true) = (own, requests.is_empty())
-        {
+        let (mine, t1, rounds) = if let (Some((cmd, until)), true) = (own, requests.is_empty()) {
             // Alone: a batch of one, on the stack.
-            let mut jobs = [Job::new(cmd, fail_fast)];
+            let mut jobs = [Job::new(cmd, until)];
             let t1 = driver.run(&mut jobs);
             let [job] = jobs;
             (Some(self.round_of(job)), t1, Vec::new())
         } else {
             let mut jobs: Vec<Job<'_>> = own
                 .iter()
-                .map(|&(cmd, fail_fast)| Job::new(cmd, fail_fast))
-                .chain(requests.iter().map(|r| Job::new(r.command(), r.fail_fast)))
+                .map(|&(cmd, until)| Job::new(cmd, until))
+                .chain(requests.iter().map(|r| Job::new(r.command(), r.until)))
                 .collect();
             let t1 = driver.run(&mut jobs);
             let mut rounds: Vec<Round> = jobs.into_iter().map(|j| self.round_of(j)).collect();
@@ -411,11 +410,11 @@ impl Redlock {
             kind: OpKind::Release,
             ..cmd
         };
-        let (round, t1) = match self.submit(cmd, cfg.fail_fast) {
+        let (round, t1) = match self.submit(cmd, cfg.until()) {
             Ok(r) => r,
             Err(e) => {
                 // Whatever of it reached the nodes is released (best effort).
-                let _ = self.submit(release, false);
+                let _ = self.submit(release, Until::AllIn);
                 return Err(e);
             }
         };
@@ -424,7 +423,7 @@ impl Redlock {
             Err(e) => {
                 // The outcome of the release changes nothing for the caller: the keys it may
                 // leave expire with their ttl.
-                let _ = self.submit(release, false);
+                let _ = self.submit(release, Until::AllIn);
                 Err(e)
             }
         }
@@ -443,7 +442,7 @@ impl Redlock {
             ttl_ms: 0,
         };
         let cfg = &self.config;
-        let (round, _) = self.submit(cmd, cfg.fail_fast)?;
+        let (round, _) = self.submit(cmd, cfg.until())?;
         op::confirmed(cfg, &round)
     }
 
@@ -467,7 +466,7 @@ impl Redlock {
             ttl_ms,
         };
         let cfg = &self.config;
-        let (round, t1) = self.submit(cmd, cfg.fail_fast)?;
+        let (round, t1) = self.submit(cmd, cfg.until())?;
         op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)
     }
 }

@@ -23,7 +23,7 @@ use tokio::time::Sleep;
 use crate::config::Config;
 use crate::core::command::{Command, OpKind};
 use crate::core::engine::{Engine, IoEvent};
-use crate::core::round::Round;
+use crate::core::round::{Round, Until};
 use crate::lock::Name;
 use crate::stats::Stats;
 use crate::Token;
@@ -54,7 +54,7 @@ pub(crate) enum Msg {
     /// before the first write.
     Round {
         cmd: OwnedCommand,
-        fail_fast: bool,
+        until: Until,
         t1: Instant,
         reply: oneshot::Sender<Round>,
     },
@@ -63,6 +63,15 @@ pub(crate) enum Msg {
     Fire { cmd: OwnedCommand },
     /// Answer with a snapshot of the counters.
     Stats { reply: oneshot::Sender<Stats> },
+}
+
+/// Which nodes a pass reads from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reads {
+    /// Every connected node (rounds are starting: an idle connection may have closed).
+    All,
+    /// Only nodes that owe a reply.
+    Owing,
 }
 
 type Connecting = Pin<Box<dyn Future<Output = std::io::Result<TcpStream>> + Send>>;
@@ -124,7 +133,8 @@ impl Driver {
                 self.batch = 0;
             }
             for i in 0..self.socks.len() {
-                self.poll_node(i, cx, arrived);
+                let reads = if arrived { Reads::All } else { Reads::Owing };
+                self.poll_node(i, cx, reads);
             }
             self.engine.handle_timeout(Instant::now());
             self.apply_io();
@@ -157,12 +167,12 @@ impl Driver {
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some(Msg::Round {
                     cmd,
-                    fail_fast,
+                    until,
                     t1,
                     reply,
                 })) => {
                     any = true;
-                    self.engine.submit(&cmd.borrow(), fail_fast, t1, reply);
+                    self.engine.submit(&cmd.borrow(), until, t1, reply);
                     self.batch += 1;
                 }
                 Poll::Ready(Some(Msg::Fire { cmd })) => {
@@ -197,9 +207,9 @@ impl Driver {
     }
 
     /// Drives node `i`'s connect, writes and reads. A node that owes no reply is read only
-    /// when `idle_too` (when rounds start): what an idle connection can say is only that it
-    /// closed, and that matters to the next round, which looks first.
-    fn poll_node(&mut self, i: usize, cx: &mut Context<'_>, idle_too: bool) {
+    /// with [`Reads::All`] (when rounds start): what an idle connection can say is only that
+    /// it closed, and that matters to the next round, which looks first.
+    fn poll_node(&mut self, i: usize, cx: &mut Context<'_>, reads: Reads) {
         if let Some(fut) = self.connecting[i].as_mut() {
             match fut.as_mut().poll(cx) {
                 Poll::Pending => return,
@@ -220,7 +230,7 @@ impl Driver {
         if let Err(kind) = self.write_node(i, cx) {
             return self.closed_node(i, kind);
         }
-        if !idle_too && !self.engine.owes_reply(i) {
+        if reads == Reads::Owing && !self.engine.owes_reply(i) {
             return;
         }
         if let Err(kind) = self.read_node(i, cx) {

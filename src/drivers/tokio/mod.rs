@@ -18,7 +18,7 @@ pub use self::guard::{loss_margin, KeepAlive, LockGuard, Loss, DEFAULT_MAX_HOLD}
 use crate::config::{Builder, Config};
 use crate::core::command::OpKind;
 use crate::core::ops::{self as op, Next, Retry};
-use crate::core::round::Round;
+use crate::core::round::{Round, Until};
 use crate::error::{ConfigError, Error};
 use crate::lock::{Lock, Name};
 use crate::stats::Stats;
@@ -157,7 +157,7 @@ impl AsyncRedlock {
         };
         let token = cmd.token;
         // A driver that is gone leaves nothing to release with: the keys expire.
-        let (round, t1) = self.round(cmd, cfg.fail_fast).await?;
+        let (round, t1) = self.round(cmd, cfg.until()).await?;
         match op::acquired(cfg, &round, t1, Instant::now(), ttl) {
             Ok(validity) => {
                 guard.cmd = None;
@@ -165,7 +165,7 @@ impl AsyncRedlock {
             }
             Err(e) => {
                 // Its outcome changes nothing for the caller: what it leaves expires.
-                let _ = self.round(release, false).await;
+                let _ = self.round(release, Until::AllIn).await;
                 guard.cmd = None;
                 Err(e)
             }
@@ -181,7 +181,7 @@ impl AsyncRedlock {
             ttl_ms: 0,
         };
         let cfg = &self.inner.config;
-        let (round, _) = self.round(cmd, cfg.fail_fast).await?;
+        let (round, _) = self.round(cmd, cfg.until()).await?;
         op::confirmed(cfg, &round)
     }
 
@@ -198,7 +198,7 @@ impl AsyncRedlock {
             ttl_ms,
         };
         let cfg = &self.inner.config;
-        let (round, t1) = self.round(cmd, cfg.fail_fast).await?;
+        let (round, t1) = self.round(cmd, cfg.until()).await?;
         op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)
     }
 
@@ -245,12 +245,12 @@ impl AsyncRedlock {
     /// Runs one round of `cmd` on every node through the driver: returns the tally and the
     /// instant read before the round was handed over (so before its first write), or
     /// [`Error::Aborted`] if the driver task is gone (its runtime is shutting down).
-    async fn round(&self, cmd: OwnedCommand, fail_fast: bool) -> Result<(Round, Instant), Error> {
+    async fn round(&self, cmd: OwnedCommand, until: Until) -> Result<(Round, Instant), Error> {
         let (reply, answer) = oneshot::channel();
         let t1 = Instant::now();
         let msg = Msg::Round {
             cmd,
-            fail_fast,
+            until,
             t1,
             reply,
         };
