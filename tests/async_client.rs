@@ -328,7 +328,9 @@ fn extension_limit_lets_the_lock_run_out() {
             .nodes(&addrs)
             .build_async()
             .unwrap();
-        let ttl = Duration::from_millis(200);
+        // 2 s: a loss margin of 100 ms, room for a loaded machine to wake this task after the
+        // guard reported the loss and before the validity ends.
+        let ttl = Duration::from_secs(2);
         let guard = client
             .lock_guarded_with(
                 &resource("limit"),
