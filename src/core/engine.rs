@@ -35,6 +35,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::io;
 use std::time::{Duration, Instant};
 
+use bytes::{BufMut, BytesMut};
 use smallvec::SmallVec;
 
 use crate::config::{Config, NodeAddr};
@@ -138,6 +139,8 @@ pub(crate) struct Engine<U> {
     io: VecDeque<IoEvent>,
     completed: VecDeque<Completed<U>>,
     largest_batch: usize,
+    /// The command being queued, encoded once for every node.
+    wire: BytesMut,
     /// How many nodes are connecting (their connect timeouts are then worth looking at).
     connecting: usize,
 }
@@ -167,6 +170,7 @@ impl<U> Engine<U> {
             io: VecDeque::new(),
             completed: VecDeque::new(),
             largest_batch: 0,
+            wire: BytesMut::with_capacity(512),
             connecting: 0,
         }
     }
@@ -209,11 +213,17 @@ impl<U> Engine<U> {
             slot,
             gen,
         )));
+        // Encoded once; every node gets a copy of the same bytes.
+        let mut wire = std::mem::take(&mut self.wire);
+        wire.clear();
+        cmd.encode(&mut wire, Form::Evalsha);
         for i in 0..self.nodes.len() {
-            if let Err(outcome) = self.queue_on(i, Tag { slot, gen }, cmd, Form::Evalsha, t1) {
+            let queued = self.queue_on(i, Tag { slot, gen }, cmd.kind, &wire, Form::Evalsha, t1);
+            if let Err(outcome) = queued {
                 self.vote(Tag { slot, gen }, i, outcome);
             }
         }
+        self.wire = wire;
         OpId { slot, gen }
     }
 
@@ -221,11 +231,15 @@ impl<U> Engine<U> {
     /// of an acquisition whose caller went away. Replies are read and dropped.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn fire(&mut self, cmd: &Command<'_>, now: Instant) {
+        let mut wire = std::mem::take(&mut self.wire);
+        wire.clear();
+        cmd.encode(&mut wire, Form::Eval);
         for i in 0..self.nodes.len() {
             // Best effort: a node that cannot take it has lost the key's connection anyway;
             // the key expires with its ttl.
-            let _ = self.queue_on(i, FIRE, cmd, Form::Eval, now);
+            let _ = self.queue_on(i, FIRE, cmd.kind, &wire, Form::Eval, now);
         }
+        self.wire = wire;
     }
 
     /// Records how many operations one write pass carried (for [`Stats::largest_batch`]).
@@ -233,13 +247,15 @@ impl<U> Engine<U> {
         self.largest_batch = self.largest_batch.max(n);
     }
 
-    /// Queues `cmd` on node `i` (a script in the given form), opening the connection first if
-    /// needed. `Err` with the node's vote when it cannot take it.
+    /// Queues the command of `kind` encoded in `wire` (a script in the given form) on node
+    /// `i`, opening the connection first if needed. `Err` with the node's vote when it cannot
+    /// take it.
     fn queue_on(
         &mut self,
         i: usize,
         tag: Tag,
-        cmd: &Command<'_>,
+        kind: OpKind,
+        wire: &[u8],
         form: Form,
         now: Instant,
     ) -> Result<(), NodeOutcome> {
@@ -259,14 +275,14 @@ impl<U> Engine<U> {
             node.stats.connects += 1;
             self.io.push_back(IoEvent::Connect(i));
         }
-        let on_noscript = if form == Form::Evalsha && cmd.kind != OpKind::Acquire {
+        let on_noscript = if form == Form::Evalsha && kind != OpKind::Acquire {
             OnNoscript::SendEval
         } else {
             OnNoscript::Report
         };
         match node
             .conn
-            .queue(tag, now, |b| cmd.encode(b, form), on_noscript)
+            .queue(tag, now, |b| b.put_slice(wire), on_noscript)
         {
             Ok(()) => Ok(()),
             Err((e, _)) => {
