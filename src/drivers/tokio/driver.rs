@@ -89,6 +89,8 @@ pub(crate) struct Driver {
     deferred: bool,
     /// Rounds submitted since the last write pass.
     batch: usize,
+    /// The clock, read once per pass.
+    now: Instant,
 }
 
 impl Driver {
@@ -103,6 +105,7 @@ impl Driver {
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
             deferred: false,
             batch: 0,
+            now: Instant::now(),
         }
     }
 
@@ -116,8 +119,8 @@ impl Driver {
     /// Only a deadline already due sends it round once more.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
-            let now = Instant::now();
-            let arrived = self.take_messages(cx, now);
+            self.now = Instant::now();
+            let arrived = self.take_messages(cx, self.now);
             // Under load, rounds arrive from callers running beside the driver (on other
             // workers of a multi-thread runtime, or queued behind it): yield once before
             // writing, so that one write per node carries them all instead of one each.
@@ -136,7 +139,7 @@ impl Driver {
                 let reads = if arrived { Reads::All } else { Reads::Owing };
                 self.poll_node(i, cx, reads);
             }
-            self.engine.handle_timeout(Instant::now());
+            self.engine.handle_timeout(self.now);
             self.apply_io();
             while let Some(done) = self.engine.poll_completed() {
                 // The caller may be gone (its future dropped): nothing to do then.
@@ -222,7 +225,7 @@ impl Driver {
                 }
                 Poll::Ready(Err(e)) => {
                     self.connecting[i] = None;
-                    self.engine.handle_closed(i, e.kind(), Instant::now());
+                    self.engine.handle_closed(i, e.kind(), self.now);
                     return;
                 }
             }
@@ -241,7 +244,7 @@ impl Driver {
     /// Node `i`'s socket failed: dropped, and the engine told.
     fn closed_node(&mut self, i: usize, kind: std::io::ErrorKind) {
         self.socks[i] = None;
-        self.engine.handle_closed(i, kind, Instant::now());
+        self.engine.handle_closed(i, kind, self.now);
     }
 
     fn write_node(&mut self, i: usize, cx: &mut Context<'_>) -> Result<(), std::io::ErrorKind> {
@@ -282,8 +285,7 @@ impl Driver {
             match sock.try_read(&mut self.scratch) {
                 Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof),
                 Ok(n) => {
-                    self.engine
-                        .handle_input(i, &self.scratch[..n], Instant::now());
+                    self.engine.handle_input(i, &self.scratch[..n], self.now);
                     // The input may have asked for the socket to go (a protocol error), or
                     // for bytes to go out (the EVAL form after a NOSCRIPT).
                     self.apply_io();
