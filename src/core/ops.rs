@@ -74,6 +74,30 @@ pub(crate) fn finish_extend(
     Ok(())
 }
 
+/// What an acquisition comes to, given its round (or why the round could not be run): the
+/// lock, or the error. After an error the token must be released on every node before the
+/// caller hears of it ([`release_after`]): a node may have set the key and lost the reply, or
+/// answered after the round was decided.
+pub(crate) fn acquisition(
+    cfg: &Config,
+    round: Result<(Round, Instant), Error>,
+    now: Instant,
+    resource: &str,
+    token: Token,
+    ttl: Duration,
+) -> Result<Lock, Error> {
+    let (round, t1) = round?;
+    let validity = acquired(cfg, &round, t1, now, ttl)?;
+    Ok(granted(resource, token, t1, validity, ttl))
+}
+
+/// Whether an acquisition that ended this way must release its token on every node (with a
+/// round that waits for every node: [`Until::AllIn`](crate::core::round::Until::AllIn)).
+/// Its outcome changes nothing for the caller: what it leaves expires with the ttl.
+pub(crate) fn release_after(acquisition: &Result<Lock, Error>) -> bool {
+    acquisition.is_err()
+}
+
 /// The lock an acquisition round that started at `t1` won.
 pub(crate) fn granted(
     resource: &str,

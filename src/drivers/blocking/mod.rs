@@ -410,23 +410,12 @@ impl Redlock {
             kind: OpKind::Release,
             ..cmd
         };
-        let (round, t1) = match self.submit(cmd, cfg.until()) {
-            Ok(r) => r,
-            Err(e) => {
-                // Whatever of it reached the nodes is released (best effort).
-                let _ = self.submit(release, Until::AllIn);
-                return Err(e);
-            }
-        };
-        match op::acquired(cfg, &round, t1, Instant::now(), ttl) {
-            Ok(validity) => Ok(op::granted(resource, token, t1, validity, ttl)),
-            Err(e) => {
-                // The outcome of the release changes nothing for the caller: the keys it may
-                // leave expire with their ttl.
-                let _ = self.submit(release, Until::AllIn);
-                Err(e)
-            }
+        let round = self.submit(cmd, cfg.until());
+        let result = op::acquisition(cfg, round, Instant::now(), resource, token, ttl);
+        if op::release_after(&result) {
+            let _ = self.submit(release, Until::AllIn);
         }
+        result
     }
 
     /// Releases the lock on every node, with the compare-and-delete script.

@@ -156,20 +156,14 @@ impl AsyncRedlock {
             cmd: Some(release.clone()),
         };
         let token = cmd.token;
-        // A driver that is gone leaves nothing to release with: the keys expire.
-        let (round, t1) = self.round(cmd, cfg.until()).await?;
-        match op::acquired(cfg, &round, t1, Instant::now(), ttl) {
-            Ok(validity) => {
-                guard.cmd = None;
-                Ok(op::granted(resource, token, t1, validity, ttl))
-            }
-            Err(e) => {
-                // Its outcome changes nothing for the caller: what it leaves expires.
-                let _ = self.round(release, Until::AllIn).await;
-                guard.cmd = None;
-                Err(e)
-            }
+        let round = self.round(cmd, cfg.until()).await;
+        let result = op::acquisition(cfg, round, Instant::now(), resource, token, ttl);
+        if op::release_after(&result) {
+            // (A driver that is gone answers at once: the keys then expire.)
+            let _ = self.round(release, Until::AllIn).await;
         }
+        guard.cmd = None;
+        result
     }
 
     /// Releases the lock on every node. Errors as [`Redlock::unlock`](crate::Redlock::unlock).
