@@ -1,14 +1,14 @@
 //! [`Redlock`]: the blocking client, on one mio `Poll` and no runtime.
 //!
-//! An operation is one round: read the monotonic clock, encode the command once per node into
-//! that node's write buffer, write every node's buffer in one pass over non-blocking sockets,
-//! then wait on the `Poll` and read replies as they arrive, each node under its own deadline,
-//! until the round is decided. Connections persist between operations; a node that fails is
-//! reconnected with a non-blocking connect after a backoff, so a dead node costs a round
-//! nothing but its vote.
+//! An operation is one round of the engine (`core::engine`): the clock is read, the command is
+//! encoded once and queued on every node, every node's bytes go out in one pass over
+//! non-blocking sockets, and the engine tallies the replies as they arrive, each node under its
+//! own deadline, until the round is decided. Connections persist between operations; a node
+//! that fails is reconnected after a backoff, so a dead node costs a round nothing but its vote.
 //!
-//! mio is edge-triggered: a readiness event is reported once, so every read drains the socket
-//! until `WouldBlock`, and every write goes on until the buffer is empty or `WouldBlock`.
+//! This module is the client's API and the batching of the threads that share it (whoever
+//! finds no round running runs the next one, carrying every queued request); `io.rs` moves the
+//! bytes on mio.
 
 mod io;
 

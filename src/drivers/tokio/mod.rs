@@ -1,9 +1,10 @@
 //! [`AsyncRedlock`]: the async client on tokio, many callers pipelined over one connection
 //! per node.
 //!
-//! Callers hand their rounds to one driver task (`driver.rs`) that
-//! owns every node's connection; a round's caller is woken once, when its round is decided.
-//! The module is not called `tokio` so that it does not shadow the crate of that name.
+//! Callers hand their rounds to one driver task (`driver.rs`) that runs the engine and owns
+//! every node's socket; a round's caller is woken once, when its round is decided. `guard.rs`
+//! is the [`LockGuard`] that keeps a lock alive. (This folder sits under `drivers/`, so it does
+//! not shadow the crate of that name.)
 
 mod driver;
 mod guard;
