@@ -60,7 +60,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .retry(1, Duration::ZERO)
         .build()?;
     match other.try_lock(resource, ttl) {
-        Err(Error::Conflict { nodes }) => println!(
+        Err(Error::Conflict { nodes, .. }) => println!(
             "a second client is refused while it is held: {} of {} masters said it is taken",
             nodes.held().count(),
             nodes.0.len()

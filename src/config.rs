@@ -222,9 +222,31 @@ pub struct Config {
     pub(crate) drift_factor: f64,
     pub(crate) fail_fast: bool,
     pub(crate) quorum: usize,
+    /// The fencing counter's key, when locks are fenced.
+    pub(crate) fencing: Option<Box<[u8]>>,
+    /// Test only: acquire fenced locks without the second phase (the negative control).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) skip_fence_writeback: bool,
 }
 
 impl Config {
+    /// The fencing counter's key, when locks are fenced (see [`Builder::fencing`]).
+    pub fn fencing_key(&self) -> Option<&str> {
+        self.fencing
+            .as_deref()
+            .map(|k| std::str::from_utf8(k).unwrap_or_default())
+    }
+
+    /// Whether fenced acquisitions run their second phase (always, outside the test-only
+    /// switch).
+    pub(crate) fn fence_writeback(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        if self.skip_fence_writeback {
+            return false;
+        }
+        true
+    }
+
     /// The nodes, in the order given.
     pub fn nodes(&self) -> &[NodeAddr] {
         &self.nodes
@@ -341,15 +363,31 @@ pub struct Builder<C = crate::Redlock> {
     drift_factor: f64,
     fail_fast: bool,
     quorum: Option<usize>,
+    fencing: bool,
+    fencing_key: String,
+    #[cfg(feature = "fault-injection")]
+    skip_fence_writeback: bool,
     client: PhantomData<fn() -> C>,
 }
+
+/// The fencing counter's key unless [`Builder::fencing_key`] sets another.
+pub const DEFAULT_FENCING_KEY: &str = "redlock-mux:fencing-counter";
 
 impl<C> Clone for Builder<C> {
     fn clone(&self) -> Self {
         Builder {
             nodes: self.nodes.clone(),
+            node_timeout: self.node_timeout,
+            tries: self.tries,
+            retry_delay: self.retry_delay,
+            drift_factor: self.drift_factor,
+            fail_fast: self.fail_fast,
+            quorum: self.quorum,
+            fencing: self.fencing,
+            fencing_key: self.fencing_key.clone(),
+            #[cfg(feature = "fault-injection")]
+            skip_fence_writeback: self.skip_fence_writeback,
             client: PhantomData,
-            ..*self
         }
     }
 }
@@ -365,6 +403,8 @@ impl<C> fmt::Debug for Builder<C> {
             .field("drift_factor", &self.drift_factor)
             .field("fail_fast", &self.fail_fast)
             .field("quorum", &self.quorum)
+            .field("fencing", &self.fencing)
+            .field("fencing_key", &self.fencing_key)
             .finish()
     }
 }
@@ -379,6 +419,10 @@ impl<C> Default for Builder<C> {
             drift_factor: 0.01,
             fail_fast: true,
             quorum: None,
+            fencing: false,
+            fencing_key: DEFAULT_FENCING_KEY.to_string(),
+            #[cfg(feature = "fault-injection")]
+            skip_fence_writeback: false,
             client: PhantomData,
         }
     }
@@ -396,6 +440,10 @@ impl<C> Builder<C> {
             drift_factor: self.drift_factor,
             fail_fast: self.fail_fast,
             quorum: self.quorum,
+            fencing: self.fencing,
+            fencing_key: self.fencing_key,
+            #[cfg(feature = "fault-injection")]
+            skip_fence_writeback: self.skip_fence_writeback,
             client: PhantomData,
         }
     }
@@ -443,6 +491,41 @@ impl<C> Builder<C> {
         self
     }
 
+    /// Whether locks carry a fencing token ([`Lock::fencing_token`](crate::Lock::fencing_token)),
+    /// off by default.
+    ///
+    /// A fenced acquisition runs two rounds: the first sets the keys and, where a node sets
+    /// them, increments that node's fencing counter and returns it; the client takes the
+    /// highest value among the nodes that granted; the second round raises the counter to it
+    /// on every node that still holds the keys. The lock is granted only if both rounds won a
+    /// quorum, and its validity counts from before the first to after the second: one more
+    /// round trip than an unfenced lock. Tokens then strictly increase from one holder to the
+    /// next, across the resources of one counter, provided masters keep the counter across
+    /// restarts (`appendfsync always`): see `docs/redlock.md` for the argument.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// The key of the fencing counter, one per master for every resource (default
+    /// [`DEFAULT_FENCING_KEY`]). Pick a name no application data uses: the counter must only
+    /// ever be written by fenced acquisitions. Clients that fence the same resources must use
+    /// the same key.
+    pub fn fencing_key(mut self, key: impl Into<String>) -> Self {
+        self.fencing_key = key.into();
+        self
+    }
+
+    /// Test only (feature `fault-injection`): fenced acquisitions skip their second phase,
+    /// which breaks the fencing guarantee. The safety suite's negative control uses it to
+    /// show that the checker catches a decreasing token. Never enable it elsewhere.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn skip_fence_writeback_for_tests(mut self, on: bool) -> Self {
+        self.skip_fence_writeback = on;
+        self
+    }
+
     /// Validates everything and resolves the addresses.
     pub fn config(&self) -> Result<Config, ConfigError> {
         if self.nodes.is_empty() {
@@ -483,6 +566,9 @@ impl<C> Builder<C> {
         if self.tries == 0 {
             return Err(ConfigError::Tries);
         }
+        if self.fencing && self.fencing_key.is_empty() {
+            return Err(ConfigError::FencingKey(String::new()));
+        }
         Ok(Config {
             nodes,
             node_timeout: self.node_timeout,
@@ -491,6 +577,9 @@ impl<C> Builder<C> {
             drift_factor: self.drift_factor,
             fail_fast: self.fail_fast,
             quorum,
+            fencing: self.fencing.then(|| self.fencing_key.as_bytes().into()),
+            #[cfg(feature = "fault-injection")]
+            skip_fence_writeback: self.skip_fence_writeback,
         })
     }
 }

@@ -96,6 +96,12 @@ impl fmt::Display for NodeReports {
     }
 }
 
+fn held_name(held: &Option<String>) -> String {
+    held.as_ref()
+        .map(|r| format!(", {r:?} held"))
+        .unwrap_or_default()
+}
+
 /// A configuration the builder refuses.
 #[derive(Debug, Clone, PartialEq, ThisError)]
 #[non_exhaustive]
@@ -147,6 +153,20 @@ pub enum ConfigError {
     /// The async client was built outside a tokio runtime.
     #[error("the async client must be built inside a tokio runtime")]
     NoRuntime,
+    /// A lock over no resources, or over more than [`MAX_RESOURCES`](crate::MAX_RESOURCES).
+    #[error("a lock covers 1 ..= {max} resources, not {count}")]
+    Resources {
+        /// How many were given.
+        count: usize,
+        /// The most one lock may cover.
+        max: usize,
+    },
+    /// The same resource given twice to one lock.
+    #[error("resource {0:?} is given twice")]
+    DuplicateResource(String),
+    /// A fencing counter key that is empty, or is also one of the lock's resources.
+    #[error("fencing counter key {0:?} is empty or names a locked resource")]
+    FencingKey(String),
     /// A ttl at or below the clock-drift allowance (a lock that would be expired when
     /// granted), or above [`MAX_TTL`](crate::MAX_TTL).
     #[error("ttl {ttl:?} is outside {min:?} ..= {max:?} (at or below the clock-drift allowance no lock is ever valid)")]
@@ -181,10 +201,14 @@ pub enum ConfigError {
 #[non_exhaustive]
 pub enum Error {
     /// The lock is held by another client: too many nodes refused for a quorum to be possible.
-    #[error("lock held by another client ({} of {} nodes refused): {nodes}", .nodes.count(&NodeOutcome::Held), .nodes.0.len())]
+    #[error("lock held by another client ({} of {} nodes refused{}): {nodes}", .nodes.count(&NodeOutcome::Held), .nodes.0.len(), held_name(.held))]
     Conflict {
         /// Every node's answer; those that refused are [`NodeOutcome::Held`].
         nodes: NodeReports,
+        /// A resource found held by another token: for a lock over several resources, the
+        /// first one a refusing node named; for a single resource, that resource. `None`
+        /// when no node said which.
+        held: Option<String>,
     },
     /// Too few nodes answered usefully for a quorum (timeouts, I/O, protocol or server errors).
     #[error("no quorum reachable: {nodes}")]

@@ -46,7 +46,7 @@
 //!         redlock.extend(&mut lock, Duration::from_secs(30))?;
 //!         redlock.unlock(&lock)?;
 //!     }
-//!     Err(Error::Conflict { nodes }) => eprintln!("someone else runs it: {nodes}"),
+//!     Err(Error::Conflict { nodes, .. }) => eprintln!("someone else runs it: {nodes}"),
 //!     Err(e) => return Err(e),
 //! }
 //! # Ok::<(), Error>(())
@@ -62,7 +62,9 @@ mod error;
 mod lock;
 mod stats;
 
-pub use crate::config::{Builder, Config, NodeAddr, DEFAULT_PORT, MAX_OPTION_DURATION, MAX_TTL};
+pub use crate::config::{
+    Builder, Config, NodeAddr, DEFAULT_FENCING_KEY, DEFAULT_PORT, MAX_OPTION_DURATION, MAX_TTL,
+};
 pub use crate::core::script;
 pub use crate::core::token::Token;
 pub use crate::drivers::blocking::Redlock;
@@ -71,7 +73,7 @@ pub use crate::drivers::tokio::{
     loss_margin, AsyncRedlock, KeepAlive, LockGuard, Loss, DEFAULT_MAX_HOLD,
 };
 pub use crate::error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
-pub use crate::lock::Lock;
+pub use crate::lock::{Lock, MAX_RESOURCES};
 pub use crate::stats::{NodeStats, Stats};
 
 /// Re-exported: the RESP codec this crate speaks.

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
+use crate::error::ConfigError;
 use crate::Token;
 
 /// A resource name, stored inline up to 64 bytes (no heap allocation for the names locks
@@ -33,6 +34,33 @@ impl Name {
     }
 }
 
+/// The resources of one lock: one, inline, for the usual lock; several for a lock over a set
+/// (`lock_many`).
+pub(crate) type Names = SmallVec<[Name; 1]>;
+
+/// The most resources one lock may cover: every node runs one script over all of them, and a
+/// script over thousands of keys holds the server for as long.
+pub const MAX_RESOURCES: usize = 1024;
+
+/// The resource list of a lock, checked: at least one, at most [`MAX_RESOURCES`], no
+/// duplicates (a set given twice the same key would lock it against itself).
+pub(crate) fn names(resources: &[&str]) -> Result<Names, ConfigError> {
+    if resources.is_empty() || resources.len() > MAX_RESOURCES {
+        return Err(ConfigError::Resources {
+            count: resources.len(),
+            max: MAX_RESOURCES,
+        });
+    }
+    let mut out = Names::with_capacity(resources.len());
+    for r in resources {
+        if out.iter().any(|n: &Name| n.as_bytes() == r.as_bytes()) {
+            return Err(ConfigError::DuplicateResource((*r).to_string()));
+        }
+        out.push(Name::new(r));
+    }
+    Ok(out)
+}
+
 /// A lock acquired on a quorum of nodes.
 ///
 /// It is valid until [`valid_until`](Lock::valid_until): the instant the first command was
@@ -41,18 +69,23 @@ impl Name {
 /// before then; [`validity`](Lock::validity) tells how much time is left. Past it, the lock
 /// protects nothing, whatever the nodes still hold.
 ///
-/// Redlock gives no fencing token: a holder paused (GC, swap, SIGSTOP) past its validity can
-/// still act afterwards. Protect the resource itself (for example with a version check) where
-/// that matters.
+/// A holder paused (GC, swap, SIGSTOP) past its validity can still act afterwards. Where that
+/// matters, build the client with [`fencing(true)`](crate::Builder::fencing): every lock then
+/// carries a [`fencing_token`](Lock::fencing_token) that increases from one holder to the
+/// next, for the resource to check.
+///
+/// A lock over several resources (`lock_many`) holds all of them with one token; `unlock`
+/// and `extend` act on the whole set.
 ///
 /// Dropping a `Lock` does not release it (the keys expire with their ttl); call
 /// `unlock` for that.
 #[derive(Clone)]
 pub struct Lock {
-    pub(crate) resource: Name,
+    pub(crate) resources: Names,
     pub(crate) token: Token,
     pub(crate) valid_until: Instant,
     pub(crate) ttl: Duration,
+    pub(crate) fencing: Option<u64>,
 }
 
 impl Lock {
@@ -62,16 +95,46 @@ impl Lock {
     /// holds the key.
     pub fn from_token(resource: &str, token: Token) -> Lock {
         Lock {
-            resource: Name::new(resource),
+            resources: smallvec::smallvec![Name::new(resource)],
             token,
             valid_until: Instant::now(),
             ttl: Duration::ZERO,
+            fencing: None,
         }
     }
 
-    /// The resource (the Redis key) this lock is held on.
+    /// [`from_token`](Lock::from_token) for a lock over several resources, taken with
+    /// `lock_many`. Errors as `lock_many` does for an empty or repeating list.
+    pub fn from_token_many(resources: &[&str], token: Token) -> Result<Lock, crate::Error> {
+        Ok(Lock {
+            resources: names(resources)?,
+            token,
+            valid_until: Instant::now(),
+            ttl: Duration::ZERO,
+            fencing: None,
+        })
+    }
+
+    /// The resource (the Redis key) this lock is held on; for a lock over several resources,
+    /// the first one given (see [`resources`](Lock::resources)).
     pub fn resource(&self) -> &str {
-        self.resource.as_str()
+        self.resources.first().map_or("", Name::as_str)
+    }
+
+    /// Every resource this lock holds, in the order given.
+    pub fn resources(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.resources.iter().map(Name::as_str)
+    }
+
+    /// The fencing token, when the client was built with
+    /// [`fencing(true)`](crate::Builder::fencing): a number that is strictly greater than the
+    /// token of every holder whose validity ended before this lock was acquired (gaps
+    /// allowed). Hand it to the resource with every write, and have the resource refuse a
+    /// write carrying a token lower than the highest it has seen: a holder that was paused
+    /// past its validity is then refused. `None` for an unfenced lock. The guarantee and its
+    /// assumptions are in `docs/redlock.md`.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing
     }
 
     /// The token stored under the key: proof of ownership for release and extension.
@@ -101,11 +164,32 @@ impl Lock {
     }
 }
 
+impl Lock {
+    /// The release of this lock's token on all of its resources.
+    pub(crate) fn release(&self) -> crate::core::command::Command<'_> {
+        self.extension(0)
+            .with_kind(crate::core::command::OpKind::Release)
+    }
+
+    /// The extension of all of its resources to `ttl_ms`.
+    pub(crate) fn extension(&self, ttl_ms: u64) -> crate::core::command::Command<'_> {
+        crate::core::command::Command {
+            kind: crate::core::command::OpKind::Extend,
+            resources: &self.resources,
+            token: &self.token,
+            ttl_ms,
+            counter: None,
+            fence_value: 0,
+        }
+    }
+}
+
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
-            .field("resource", &self.resource.as_str())
+            .field("resources", &self.resources)
             .field("token", &self.token)
+            .field("fencing_token", &self.fencing)
             .field("validity", &self.validity())
             .finish()
     }

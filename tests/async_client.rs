@@ -42,7 +42,7 @@ async fn assert_connections_in_step(client: &AsyncRedlock, addrs: &[String]) {
             }
         }
         match client.try_lock(&key, TTL).await {
-            Err(Error::Conflict { nodes }) => {
+            Err(Error::Conflict { nodes, .. }) => {
                 for (j, r) in nodes.0.iter().enumerate() {
                     let want = if j == i {
                         NodeOutcome::Ok

@@ -20,16 +20,7 @@ testkit::for_each_case!(shared_cases, Blocking);
 fn script_digests_match_what_redis_computes() {
     let server = testkit::local::LocalServer::start().unwrap();
     let addr = server.addr().to_string();
-    for (text, sha) in [
-        (
-            redlock_mux::script::RELEASE,
-            redlock_mux::script::RELEASE_SHA1,
-        ),
-        (
-            redlock_mux::script::EXTEND,
-            redlock_mux::script::EXTEND_SHA1,
-        ),
-    ] {
+    for (sha, text) in redlock_mux::script::ALL {
         match redis(&addr, &["SCRIPT", "LOAD", text]) {
             redlock_mux::resp::Frame::Bulk(b) => assert_eq!(&b[..], sha.as_bytes()),
             other => panic!("SCRIPT LOAD: {other:?}"),

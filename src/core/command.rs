@@ -1,19 +1,22 @@
-//! The three operations as commands on the wire and as replies read back, sans I/O.
+//! The operations as commands on the wire and as replies read back, sans I/O.
 //!
-//! | operation | command                                         | yes       | no                 |
-//! |-----------|-------------------------------------------------|-----------|--------------------|
-//! | acquire   | `SET key token NX PX ttl`                       | `+OK`     | null: held         |
-//! | release   | `EVALSHA <release> 1 key token`                 | `:1`      | `:0` held, `:-1` gone |
-//! | extend    | `EVALSHA <extend> 1 key token ttl`              | `:1`      | `:0` held, `:-1` gone |
+//! | operation | command                                              | yes      | no                    |
+//! |-----------|------------------------------------------------------|----------|-----------------------|
+//! | acquire, one resource, unfenced | `SET key token NX PX ttl`      | `+OK`    | null: held            |
+//! | acquire, a set or fenced | `EVALSHA <acquire> n+f keys.. [counter] token ttl n` | `:n>=0` (the counter, fenced) | `:-i`: key `i` held |
+//! | fence (a fenced acquisition's second phase) | `EVALSHA <fence> n+1 keys.. counter token t` | `:1` | `:0` held, `:-1` gone |
+//! | release   | `EVALSHA <release> n keys.. token`                   | `:1`     | `:0` held, `:-1` gone |
+//! | extend    | `EVALSHA <extend> n keys.. token ttl`                | `:1`     | `:0` held, `:-1` gone |
 //!
 //! The engine encodes with [`Command::encode`] and judges replies with
 //! [`Command::judge_kind`]; nothing here knows about sockets.
 
 use bytes::BufMut;
-use resp::{encode_command, Frame, IntBuf};
+use resp::{Frame, IntBuf};
 
 use crate::core::script;
 use crate::error::NodeOutcome;
+use crate::lock::Name;
 use crate::Token;
 
 /// How a script command is written.
@@ -30,6 +33,8 @@ pub(crate) enum Form {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OpKind {
     Acquire,
+    /// A fenced acquisition's second phase: raise the counter to `Command::fence_value`.
+    Fence,
     Release,
     Extend,
 }
@@ -38,11 +43,42 @@ pub(crate) enum OpKind {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Command<'a> {
     pub(crate) kind: OpKind,
-    pub(crate) resource: &'a [u8],
+    /// The lock's resources: one, or a set.
+    pub(crate) resources: &'a [Name],
     pub(crate) token: &'a Token,
     /// The ttl in milliseconds, for acquire and extend.
     pub(crate) ttl_ms: u64,
+    /// The fencing counter's key: acquire increments it, fence raises it. `None` unfenced.
+    pub(crate) counter: Option<&'a [u8]>,
+    /// For [`OpKind::Fence`]: the token the client chose, which the counter is raised to.
+    pub(crate) fence_value: u64,
 }
+
+/// The shape of the replies to a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expect {
+    /// `SET NX`: `+OK`, or null when held.
+    Set,
+    /// The acquire script: the counter (`0` unfenced), or `-i` when key `i` is held.
+    Acquired,
+    /// Release, extend and fence: `1`, `0` (held) or `-1` (gone).
+    Script,
+}
+
+/// What a reply says beside its vote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Extra {
+    /// Nothing more.
+    None,
+    /// A fenced acquisition's counter value on this node.
+    Counter(u64),
+    /// The index, among the lock's resources, of one a node found held by another token.
+    HeldKey(u32),
+}
+
+/// The parts of a script command kept on the stack: verb, script, key count, a resource and the
+/// counter, token and two arguments, with room for a few more resources.
+const MAX_PARTS: usize = 12;
 
 impl Command<'_> {
     /// Writes the command: `SET`, or a script call in the given form (`EVALSHA` as first
@@ -50,21 +86,17 @@ impl Command<'_> {
     pub(crate) fn encode(&self, dst: &mut impl BufMut, form: Form) {
         let mut ttl = IntBuf::new();
         let ttl = ttl.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
+        let token = self.token.as_bytes();
+        let plain_set =
+            self.kind == OpKind::Acquire && self.counter.is_none() && self.resources.len() == 1;
+        if plain_set {
+            let key = self.resources[0].as_bytes();
+            resp::encode_command(dst, &[b"SET", key, token, b"NX", b"PX", ttl]);
+            return;
+        }
         let (script, sha) = match self.kind {
-            OpKind::Acquire => {
-                encode_command(
-                    dst,
-                    &[
-                        b"SET",
-                        self.resource,
-                        self.token.as_bytes(),
-                        b"NX",
-                        b"PX",
-                        ttl,
-                    ],
-                );
-                return;
-            }
+            OpKind::Acquire => (script::ACQUIRE, script::ACQUIRE_SHA1),
+            OpKind::Fence => (script::FENCE, script::FENCE_SHA1),
             OpKind::Release => (script::RELEASE, script::RELEASE_SHA1),
             OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1),
         };
@@ -73,29 +105,76 @@ impl Command<'_> {
         } else {
             (b"EVALSHA", sha.as_bytes())
         };
-        let token = self.token.as_bytes();
-        if self.kind == OpKind::Extend {
-            encode_command(dst, &[verb, body, b"1", self.resource, token, ttl]);
-        } else {
-            encode_command(dst, &[verb, body, b"1", self.resource, token]);
+        // The counter is a key of the scripts that touch it, after the resources.
+        let counter = match self.kind {
+            OpKind::Acquire | OpKind::Fence => self.counter,
+            OpKind::Release | OpKind::Extend => None,
+        };
+        let nkeys = self.resources.len() + usize::from(counter.is_some());
+        let mut nkeys_buf = IntBuf::new();
+        let nkeys_s = nkeys_buf.format(nkeys as i64);
+        let mut n_buf = IntBuf::new();
+        let n = n_buf.format(self.resources.len() as i64);
+        let mut value_buf = IntBuf::new();
+        let value = value_buf.format(i64::try_from(self.fence_value).unwrap_or(i64::MAX));
+        // Verb, script, key count, the keys, then the arguments: on the stack up to a few
+        // keys (every single-resource command), on the heap for large sets.
+        let mut parts: smallvec::SmallVec<[&[u8]; MAX_PARTS]> = smallvec::SmallVec::new();
+        parts.extend_from_slice(&[verb, body, nkeys_s]);
+        parts.extend(self.resources.iter().map(Name::as_bytes));
+        parts.extend(counter);
+        parts.push(token);
+        match self.kind {
+            OpKind::Acquire => parts.extend_from_slice(&[ttl, n]),
+            OpKind::Extend => parts.push(ttl),
+            OpKind::Fence => parts.push(value),
+            OpKind::Release => {}
+        }
+        resp::encode_command(dst, &parts);
+    }
+
+    /// The same arguments for another operation.
+    pub(crate) fn with_kind(self, kind: OpKind) -> Self {
+        Command { kind, ..self }
+    }
+
+    /// What a reply to this command looks like.
+    pub(crate) fn expect(&self) -> Expect {
+        match self.kind {
+            OpKind::Acquire if self.counter.is_none() && self.resources.len() == 1 => Expect::Set,
+            OpKind::Acquire => Expect::Acquired,
+            OpKind::Fence | OpKind::Release | OpKind::Extend => Expect::Script,
         }
     }
 
-    /// Judges a node's reply to a command of `kind` (nothing else decides the verdict). A
-    /// `NOSCRIPT` never gets here from a scripted command (its connection sends the `EVAL`
-    /// form instead): one that does is a server error like any other.
-    pub(crate) fn judge_kind(kind: OpKind, reply: &Frame) -> NodeOutcome {
+    /// Judges a node's reply to a command whose replies look like `expect` (nothing else
+    /// decides the verdict). A `NOSCRIPT` never gets here from a scripted command (its
+    /// connection sends the `EVAL` form instead): one that does is a server error like any
+    /// other.
+    pub(crate) fn judge(expect: Expect, reply: &Frame) -> (NodeOutcome, Extra) {
         let reply = reply.without_attributes();
-        match (kind, reply) {
-            (OpKind::Acquire, Frame::Simple(s)) if s.as_ref() == b"OK" => NodeOutcome::Ok,
-            (OpKind::Acquire, f) if f.is_null() => NodeOutcome::Held,
-            (OpKind::Release | OpKind::Extend, Frame::Integer(1)) => NodeOutcome::Ok,
-            (OpKind::Release | OpKind::Extend, Frame::Integer(0)) => NodeOutcome::Held,
-            (OpKind::Release | OpKind::Extend, Frame::Integer(-1)) => NodeOutcome::Gone,
-            (_, Frame::Error(msg) | Frame::BulkError(msg)) => {
-                NodeOutcome::Server(String::from_utf8_lossy(msg).into_owned())
-            }
-            (_, other) => NodeOutcome::Server(format!("unexpected reply {}", describe(other))),
+        let plain = |o| (o, Extra::None);
+        match (expect, reply) {
+            (Expect::Set, Frame::Simple(s)) if s.as_ref() == b"OK" => plain(NodeOutcome::Ok),
+            (Expect::Set, f) if f.is_null() => (NodeOutcome::Held, Extra::HeldKey(0)),
+            (Expect::Acquired, Frame::Integer(n)) => match u64::try_from(*n) {
+                Ok(counter) => (NodeOutcome::Ok, Extra::Counter(counter)),
+                // `-i`: the i-th key (from 1) is held.
+                Err(_) => {
+                    let key = n.checked_neg().and_then(|k| u32::try_from(k - 1).ok());
+                    (NodeOutcome::Held, key.map_or(Extra::None, Extra::HeldKey))
+                }
+            },
+            (Expect::Script, Frame::Integer(1)) => plain(NodeOutcome::Ok),
+            (Expect::Script, Frame::Integer(0)) => plain(NodeOutcome::Held),
+            (Expect::Script, Frame::Integer(-1)) => plain(NodeOutcome::Gone),
+            (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(NodeOutcome::Server(
+                String::from_utf8_lossy(msg).into_owned(),
+            )),
+            (_, other) => plain(NodeOutcome::Server(format!(
+                "unexpected reply {}",
+                describe(other)
+            ))),
         }
     }
 }
@@ -120,20 +199,28 @@ mod tests {
         String::from_utf8(v).unwrap()
     }
 
+    fn names(v: &[&str]) -> Vec<Name> {
+        v.iter().map(|s| Name::new(s)).collect()
+    }
+
     #[test]
     fn commands_on_the_wire() {
         let token = Token::parse(&"ab".repeat(20)).unwrap();
+        let res = names(&["res"]);
         let mut c = Command {
             kind: OpKind::Acquire,
-            resource: b"res",
+            resources: &res,
             token: &token,
             ttl_ms: 30_000,
+            counter: None,
+            fence_value: 0,
         };
         let t = token.as_str();
         assert_eq!(
             wire(&c, false),
             format!("*6\r\n$3\r\nSET\r\n$3\r\nres\r\n$40\r\n{t}\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n30000\r\n")
         );
+        assert_eq!(c.expect(), Expect::Set);
         c.kind = OpKind::Release;
         assert_eq!(
             wire(&c, false),
@@ -149,65 +236,101 @@ mod tests {
     }
 
     #[test]
-    fn replies_are_judged() {
-        let token = Token::generate();
-        let acq = Command {
+    fn sets_and_fenced_commands_on_the_wire() {
+        let token = Token::parse(&"cd".repeat(20)).unwrap();
+        let t = token.as_str();
+        let set = names(&["a", "bb"]);
+        let mut c = Command {
             kind: OpKind::Acquire,
-            resource: b"r",
+            resources: &set,
             token: &token,
-            ttl_ms: 1,
+            ttl_ms: 500,
+            counter: None,
+            fence_value: 0,
         };
-        let rel = Command {
-            kind: OpKind::Release,
-            ..acq
-        };
-        let ok = |o| o;
+        // Two keys, no counter: token, ttl, n.
+        assert_eq!(
+            wire(&c, false),
+            format!(
+                "*8\r\n$7\r\nEVALSHA\r\n$40\r\n{}\r\n$1\r\n2\r\n$1\r\na\r\n$2\r\nbb\r\n$40\r\n{t}\r\n$3\r\n500\r\n$1\r\n2\r\n",
+                script::ACQUIRE_SHA1
+            )
+        );
+        assert_eq!(c.expect(), Expect::Acquired);
+        // Fenced: the counter is the last key.
+        c.counter = Some(b"fence");
+        assert!(wire(&c, false).contains(&format!(
+            "$1\r\n3\r\n$1\r\na\r\n$2\r\nbb\r\n$5\r\nfence\r\n$40\r\n{t}\r\n"
+        )));
+        c.kind = OpKind::Fence;
+        c.fence_value = 1234;
+        assert!(wire(&c, false).ends_with(&format!("$5\r\nfence\r\n$40\r\n{t}\r\n$4\r\n1234\r\n")));
+        assert_eq!(c.expect(), Expect::Script);
+        // Release and extend leave the counter alone.
+        c.kind = OpKind::Release;
+        assert!(!wire(&c, false).contains("fence"));
+        c.kind = OpKind::Extend;
+        assert!(!wire(&c, false).contains("fence"));
+        assert!(wire(&c, true).contains("PEXPIRE"));
+    }
+
+    #[test]
+    fn replies_are_judged() {
+        use NodeOutcome::{Gone, Held, Ok as Y};
         let s = |t: &'static str| Bytes::from_static(t.as_bytes());
-        assert_eq!(
-            Command::judge_kind(acq.kind, &Frame::Simple(s("OK"))),
-            ok(NodeOutcome::Ok)
-        );
-        assert_eq!(
-            Command::judge_kind(acq.kind, &Frame::NullBulk),
-            ok(NodeOutcome::Held)
-        );
-        assert_eq!(
-            Command::judge_kind(acq.kind, &Frame::Null),
-            ok(NodeOutcome::Held)
-        );
+        let j = Command::judge;
+        assert_eq!(j(Expect::Set, &Frame::Simple(s("OK"))), (Y, Extra::None));
+        assert_eq!(j(Expect::Set, &Frame::NullBulk), (Held, Extra::HeldKey(0)));
+        assert_eq!(j(Expect::Set, &Frame::Null), (Held, Extra::HeldKey(0)));
+        // A reply of the wrong shape is a server error, never a vote.
         assert!(matches!(
-            Command::judge_kind(acq.kind, &Frame::Integer(1)),
+            j(Expect::Set, &Frame::Integer(1)).0,
+            NodeOutcome::Server(_)
+        ));
+        assert!(matches!(
+            j(Expect::Acquired, &Frame::Simple(s("OK"))).0,
+            NodeOutcome::Server(_)
+        ));
+        assert!(matches!(
+            j(Expect::Script, &Frame::Simple(s("OK"))).0,
             NodeOutcome::Server(_)
         ));
         assert_eq!(
-            Command::judge_kind(acq.kind, &Frame::Error(s("OOM command not allowed"))),
-            ok(NodeOutcome::Server("OOM command not allowed".into()))
+            j(Expect::Set, &Frame::Error(s("OOM command not allowed"))).0,
+            NodeOutcome::Server("OOM command not allowed".into())
         );
         assert_eq!(
-            Command::judge_kind(rel.kind, &Frame::Integer(1)),
-            ok(NodeOutcome::Ok)
+            j(Expect::Acquired, &Frame::Integer(0)),
+            (Y, Extra::Counter(0))
         );
         assert_eq!(
-            Command::judge_kind(rel.kind, &Frame::Integer(0)),
-            ok(NodeOutcome::Held)
+            j(Expect::Acquired, &Frame::Integer(77)),
+            (Y, Extra::Counter(77))
         );
         assert_eq!(
-            Command::judge_kind(rel.kind, &Frame::Integer(-1)),
-            ok(NodeOutcome::Gone)
+            j(Expect::Acquired, &Frame::Integer(-3)),
+            (Held, Extra::HeldKey(2))
         );
+        assert_eq!(
+            j(Expect::Acquired, &Frame::Integer(i64::MIN)),
+            (Held, Extra::None)
+        );
+        assert_eq!(j(Expect::Script, &Frame::Integer(1)), (Y, Extra::None));
+        assert_eq!(j(Expect::Script, &Frame::Integer(0)), (Held, Extra::None));
+        assert_eq!(j(Expect::Script, &Frame::Integer(-1)), (Gone, Extra::None));
         assert!(matches!(
-            Command::judge_kind(rel.kind, &Frame::Integer(2)),
+            j(Expect::Script, &Frame::Integer(2)).0,
             NodeOutcome::Server(_)
         ));
         // The connection answers a NOSCRIPT with the EVAL form; one that reaches the judge
         // is a plain server error: no loop.
         let noscript = Frame::Error(s("NOSCRIPT No matching script."));
         assert!(matches!(
-            Command::judge_kind(rel.kind, &noscript),
+            j(Expect::Script, &noscript).0,
             NodeOutcome::Server(_)
         ));
         assert!(matches!(
-            Command::judge_kind(acq.kind, &Frame::Bulk(Bytes::from(vec![b'x'; 10_000]))),
+            j(Expect::Set, &Frame::Bulk(Bytes::from(vec![b'x'; 10_000]))).0,
             NodeOutcome::Server(m) if m.len() < 100
         ));
     }

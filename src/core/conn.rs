@@ -110,10 +110,8 @@ fn eval_form(evalsha: &[u8], out: &mut BytesMut) -> bool {
     let (Some(sha), Some(args)) = (rest.get(..40), rest.get(42..)) else {
         return false;
     };
-    let script = match sha {
-        s if s == crate::core::script::RELEASE_SHA1.as_bytes() => crate::core::script::RELEASE,
-        s if s == crate::core::script::EXTEND_SHA1.as_bytes() => crate::core::script::EXTEND,
-        _ => return false,
+    let Some(script) = crate::core::script::by_digest(sha) else {
+        return false;
     };
     let mut len = resp::IntBuf::new();
     let len = len.format(script.len() as i64);
@@ -198,10 +196,10 @@ impl<T> Conn<T> {
         self.owed.push_back(Owner::Handshake);
     }
 
-    /// Queues `SCRIPT LOAD` of both scripts: on every new connection (a restarted server has
+    /// Queues `SCRIPT LOAD` of every script: on every new connection (a restarted server has
     /// lost them), and when a late `NOSCRIPT` shows a server's cache was flushed.
     pub(crate) fn reload_scripts(&mut self) {
-        for script in [crate::core::script::RELEASE, crate::core::script::EXTEND] {
+        for (_, script) in crate::core::script::ALL {
             encode_command(&mut self.out, &[b"SCRIPT", b"LOAD", script.as_bytes()]);
             self.owed.push_back(Owner::Preload);
         }
@@ -336,6 +334,7 @@ impl<T> Conn<T> {
     }
 
     /// Whether any reply is owed on this connection.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn owes_any(&self) -> bool {
         !self.owed.is_empty()
     }
@@ -350,6 +349,7 @@ impl<T> Conn<T> {
 mod tests {
     use super::*;
     use crate::core::command::{Command, Form, OpKind};
+    use crate::lock::Name;
 
     /// A small limit, for the tests.
     const MAX_OWED: usize = 64;
@@ -366,7 +366,7 @@ mod tests {
     /// A connection opened with no login, its script preloads already answered.
     fn open(c: &mut Conn<u64>) {
         c.opened(&addr("127.0.0.1:1"));
-        feed(c, b"$3\r\nsha\r\n$3\r\nsha\r\n");
+        feed(c, &b"$3\r\nsha\r\n".repeat(crate::core::script::ALL.len()));
     }
 
     #[test]
@@ -395,10 +395,10 @@ mod tests {
         c.queue(9, Instant::now(), |b| b.put_slice(b"z"), OnNoscript::Report)
             .unwrap();
         // A failed preload is ignored; the EVAL fallback covers it.
-        feed(
-            &mut c,
-            b"+OK\r\n+OK\r\n$3\r\nsha\r\n-ERR no scripts\r\n:1\r\n",
-        );
+        let mut replies = b"+OK\r\n+OK\r\n-ERR no scripts\r\n".to_vec();
+        replies.extend(b"$3\r\nsha\r\n".repeat(crate::core::script::ALL.len() - 1));
+        replies.extend(b":1\r\n");
+        feed(&mut c, &replies);
         assert_eq!(c.next_reply().unwrap(), Some((9, Frame::Integer(1))));
         c.opened(&addr("redis://:bad@127.0.0.1:1"));
         feed(&mut c, b"-WRONGPASS invalid password\r\n");
@@ -437,8 +437,8 @@ mod tests {
             queued += 1;
             assert!(queued <= MAX_OWED as u64);
         }
-        // Two of the places are the preloads'.
-        assert_eq!(queued, MAX_OWED as u64 - 2);
+        // Some of the places are the preloads'.
+        assert_eq!(queued, (MAX_OWED - crate::core::script::ALL.len()) as u64);
         assert_eq!(
             c.queue(99, Instant::now(), |_| {}, OnNoscript::Report),
             Err((ConnError::Stuck, 99))
@@ -482,12 +482,14 @@ mod tests {
         assert!(!c.is_stale(t + Duration::from_secs(9), Duration::from_millis(10)));
     }
 
-    fn command<'a>(kind: OpKind, token: &'a Token) -> Command<'a> {
+    fn command<'a>(kind: OpKind, token: &'a Token, res: &'a [Name]) -> Command<'a> {
         Command {
             kind,
-            resource: b"res",
+            resources: res,
             token,
             ttl_ms: 30_000,
+            counter: None,
+            fence_value: 0,
         }
     }
 
@@ -500,16 +502,29 @@ mod tests {
     #[test]
     fn the_eval_form_is_the_evalsha_with_the_script_in_place_of_the_digest() {
         let token = Token::generate();
-        for kind in [OpKind::Release, OpKind::Extend] {
-            let cmd = command(kind, &token);
-            let mut out = BytesMut::new();
-            assert!(eval_form(&wire(&cmd, false), &mut out));
-            assert_eq!(&out[..], &wire(&cmd, true)[..], "{kind:?}");
+        let one = [Name::new("res")];
+        let set = [Name::new("a"), Name::new("b"), Name::new("c")];
+        for res in [&one[..], &set[..]] {
+            for kind in [
+                OpKind::Release,
+                OpKind::Extend,
+                OpKind::Fence,
+                OpKind::Acquire,
+            ] {
+                let mut cmd = command(kind, &token, res);
+                cmd.counter = (kind == OpKind::Fence).then_some(&b"counter"[..]);
+                if kind == OpKind::Acquire && res.len() == 1 {
+                    continue; // a plain SET
+                }
+                let mut out = BytesMut::new();
+                assert!(eval_form(&wire(&cmd, false), &mut out));
+                assert_eq!(&out[..], &wire(&cmd, true)[..], "{kind:?}");
+            }
         }
         // Anything else is left alone.
         let mut out = BytesMut::new();
         assert!(!eval_form(
-            &wire(&command(OpKind::Acquire, &token), false),
+            &wire(&command(OpKind::Acquire, &token, &one), false),
             &mut out
         ));
         assert!(!eval_form(b"*2\r\n$7\r\nEVALSHA\r\n$40\r\n", &mut out));
@@ -522,9 +537,10 @@ mod tests {
     #[test]
     fn noscript_is_answered_with_the_eval_form_on_the_same_connection() {
         let token = Token::generate();
+        let res = [Name::new("res")];
         let (release, extend) = (
-            command(OpKind::Release, &token),
-            command(OpKind::Extend, &token),
+            command(OpKind::Release, &token, &res),
+            command(OpKind::Extend, &token, &res),
         );
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
         let now = Instant::now();
@@ -548,16 +564,20 @@ mod tests {
         // 1 ran; 2 found no script; 3 answered.
         feed(&mut c, b":1\r\n-NOSCRIPT No matching script.\r\n+OK\r\n");
         assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(1));
-        // The NOSCRIPT is not handed over: 2 goes out again as EVAL, both scripts are loaded
+        // The NOSCRIPT is not handed over: 2 goes out again as EVAL, every script is loaded
         // again, and 3's reply comes next.
         assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(3));
         let eval = wire(&extend, true);
         assert!(c.out.starts_with(&eval), "{:?}", c.out);
-        assert_eq!(c.out.windows(6).filter(|w| w == b"SCRIPT").count(), 2);
+        let preloads = crate::core::script::ALL.len();
+        assert_eq!(
+            c.out.windows(6).filter(|w| w == b"SCRIPT").count(),
+            preloads
+        );
         assert!(c.next_reply().unwrap().is_none());
         // The EVAL's reply goes to 2; the SCRIPT LOAD replies are consumed.
         let sha = format!("$40\r\n{}\r\n", "x".repeat(40));
-        feed(&mut c, format!(":1\r\n{sha}{sha}").as_bytes());
+        feed(&mut c, format!(":1\r\n{}", sha.repeat(preloads)).as_bytes());
         let (tag, frame) = c.next_reply().unwrap().unwrap();
         assert_eq!((tag, frame), (2, Frame::Integer(1)));
         assert!(c.next_reply().unwrap().is_none());

@@ -39,7 +39,7 @@ use bytes::{BufMut, BytesMut};
 use smallvec::SmallVec;
 
 use crate::config::{Config, NodeAddr};
-use crate::core::command::{Command, Form, OpKind};
+use crate::core::command::{Command, Expect, Extra, Form};
 use crate::core::conn::OnNoscript;
 use crate::core::conn::{stale_after, Conn, CONNECT_TIMEOUT};
 use crate::core::round::{Decision, Round, Until};
@@ -91,7 +91,7 @@ struct Node {
 #[derive(Debug)]
 struct Op<U> {
     gen: u32,
-    kind: OpKind,
+    expect: Expect,
     round: Round,
     user: U,
 }
@@ -202,7 +202,7 @@ impl<U> Engine<U> {
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
         self.ops[slot as usize] = Some(Op {
             gen,
-            kind: cmd.kind,
+            expect: cmd.expect(),
             round: Round::new(self.nodes.len(), self.quorum, until),
             user,
         });
@@ -218,7 +218,8 @@ impl<U> Engine<U> {
         wire.clear();
         cmd.encode(&mut wire, Form::Evalsha);
         for i in 0..self.nodes.len() {
-            let queued = self.queue_on(i, Tag { slot, gen }, cmd.kind, &wire, Form::Evalsha, t1);
+            let queued =
+                self.queue_on(i, Tag { slot, gen }, cmd.expect(), &wire, Form::Evalsha, t1);
             if let Err(outcome) = queued {
                 self.vote(Tag { slot, gen }, i, outcome);
             }
@@ -237,7 +238,7 @@ impl<U> Engine<U> {
         for i in 0..self.nodes.len() {
             // Best effort: a node that cannot take it has lost the key's connection anyway;
             // the key expires with its ttl.
-            let _ = self.queue_on(i, FIRE, cmd.kind, &wire, Form::Eval, now);
+            let _ = self.queue_on(i, FIRE, cmd.expect(), &wire, Form::Eval, now);
         }
         self.wire = wire;
     }
@@ -247,14 +248,14 @@ impl<U> Engine<U> {
         self.largest_batch = self.largest_batch.max(n);
     }
 
-    /// Queues the command of `kind` encoded in `wire` (a script in the given form) on node
+    /// Queues the command whose replies look like `expect`, encoded in `wire` (a script in the given form) on node
     /// `i`, opening the connection first if needed. `Err` with the node's vote when it cannot
     /// take it.
     fn queue_on(
         &mut self,
         i: usize,
         tag: Tag,
-        kind: OpKind,
+        expect: Expect,
         wire: &[u8],
         form: Form,
         now: Instant,
@@ -275,7 +276,7 @@ impl<U> Engine<U> {
             node.stats.connects += 1;
             self.io.push_back(IoEvent::Connect(i));
         }
-        let on_noscript = if form == Form::Evalsha && kind != OpKind::Acquire {
+        let on_noscript = if form == Form::Evalsha && expect != Expect::Set {
             OnNoscript::SendEval
         } else {
             OnNoscript::Report
@@ -341,16 +342,16 @@ impl<U> Engine<U> {
         loop {
             match self.nodes[i].conn.next_reply() {
                 Ok(Some((tag, frame))) => {
-                    let kind = match self.op(tag) {
-                        Some(op) if op.round.is_pending(i) => op.kind,
+                    let expect = match self.op(tag) {
+                        Some(op) if op.round.is_pending(i) => op.expect,
                         // Late, or a reply to a fired command: read and dropped.
                         _ => {
                             self.nodes[i].stats.late_replies += 1;
                             continue;
                         }
                     };
-                    let outcome = Command::judge_kind(kind, &frame);
-                    self.vote(tag, i, outcome);
+                    let (outcome, extra) = Command::judge(expect, &frame);
+                    self.vote_with(tag, i, outcome, extra);
                 }
                 Ok(None) => return,
                 Err(e) => {
@@ -467,6 +468,7 @@ impl<U> Engine<U> {
 
     /// Whether node `i`'s connection owes any reply (to an operation, a fired command, the
     /// login or the script preloads).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn owes_reply(&self, i: usize) -> bool {
         self.nodes
             .get(i)
@@ -553,11 +555,16 @@ impl<U> Engine<U> {
     /// Records node `i`'s vote in the operation `tag` (if it still waits for it), and
     /// completes the operation once decided.
     fn vote(&mut self, tag: Tag, i: usize, outcome: NodeOutcome) {
+        self.vote_with(tag, i, outcome, Extra::None);
+    }
+
+    /// [`vote`](Engine::vote), with what the reply said beside its vote.
+    fn vote_with(&mut self, tag: Tag, i: usize, outcome: NodeOutcome, extra: Extra) {
         if let Some(stats) = self.nodes.get_mut(i).map(|n| &mut n.stats) {
             stats.count(&outcome);
         }
         let Some(op) = self.op_mut(tag) else { return };
-        op.round.record(i, outcome);
+        op.round.record_with(i, outcome, extra);
         if op.round.decision() == Decision::Open {
             return;
         }

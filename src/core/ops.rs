@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 
 use crate::config::Config;
-use crate::core::round::{Decision, Round};
+use crate::core::command::{Command, OpKind};
+use crate::core::round::{Decision, Round, Until};
 use crate::core::rules::{drift, validity_after};
-use crate::error::{Error, NodeOutcome};
-use crate::lock::Lock;
+use crate::error::{ConfigError, Error, NodeOutcome};
+use crate::lock::{Lock, Names};
 use crate::Token;
 
 /// Checks a ttl given to an acquisition or an extension: its whole milliseconds (rounded
@@ -74,43 +75,155 @@ pub(crate) fn finish_extend(
     Ok(())
 }
 
-/// What an acquisition comes to, given its round (or why the round could not be run): the
-/// lock, or the error. After an error the token must be released on every node before the
-/// caller hears of it ([`release_after`]): a node may have set the key and lost the reply, or
-/// answered after the round was decided.
-pub(crate) fn acquisition(
-    cfg: &Config,
-    round: Result<(Round, Instant), Error>,
-    now: Instant,
-    resource: &str,
+/// An acquisition in progress: the rounds it runs, in order, and what they come to.
+///
+/// A client asks [`round`](Acquisition::round) for the next round to run, runs it on every
+/// node, hands the outcome to [`advance`](Acquisition::advance), and repeats until there is no
+/// round left; [`finish`](Acquisition::finish) then gives the lock or the error. The rounds:
+/// 1. acquire (`SET NX PX`, or the acquire script for a set of resources or a fenced lock);
+/// 2. fenced only: the write-back that raises the fencing counter on the nodes still holding
+///    the keys to the highest value phase 1 returned;
+/// 3. after any failure: the release on every node, awaited on all of them (a node may have
+///    set the keys and lost the reply, or answered after the round was decided), before the
+///    caller hears of the error.
+#[derive(Debug)]
+pub(crate) struct Acquisition {
+    names: Names,
     token: Token,
     ttl: Duration,
-) -> Result<Lock, Error> {
-    let (round, t1) = round?;
-    let validity = acquired(cfg, &round, t1, now, ttl)?;
-    Ok(granted(resource, token, t1, validity, ttl))
+    ttl_ms: u64,
+    phase: Phase,
 }
 
-/// Whether an acquisition that ended this way must release its token on every node (with a
-/// round that waits for every node: [`Until::AllIn`](crate::core::round::Until::AllIn)).
-/// Its outcome changes nothing for the caller: what it leaves expires with the ttl.
-pub(crate) fn release_after(acquisition: &Result<Lock, Error>) -> bool {
-    acquisition.is_err()
+#[derive(Debug)]
+enum Phase {
+    Acquire,
+    /// Phase 1 won at `t1` (its start) with the highest counter `fence`.
+    Fence {
+        t1: Instant,
+        fence: u64,
+    },
+    /// Failed with this error; the release runs before it is returned.
+    Release(Error),
+    Done(Result<Lock, Error>),
 }
 
-/// The lock an acquisition round that started at `t1` won.
-pub(crate) fn granted(
-    resource: &str,
-    token: Token,
-    t1: Instant,
-    validity: Duration,
-    ttl: Duration,
-) -> Lock {
-    Lock {
-        resource: crate::lock::Name::new(resource),
-        token,
-        valid_until: crate::core::time::later(t1, validity),
-        ttl,
+impl Acquisition {
+    /// An acquisition of `names` for `ttl` with a fresh token, its arguments checked: the ttl,
+    /// and that no resource is the fencing counter.
+    pub(crate) fn new(cfg: &Config, names: Names, ttl: Duration) -> Result<Acquisition, Error> {
+        let (ttl_ms, ttl) = ttl_ms(cfg, ttl)?;
+        if let Some(key) = cfg.fencing.as_deref() {
+            if names.iter().any(|n| n.as_bytes() == key) {
+                return Err(
+                    ConfigError::FencingKey(String::from_utf8_lossy(key).into_owned()).into(),
+                );
+            }
+        }
+        Ok(Acquisition {
+            names,
+            token: Token::generate(),
+            ttl,
+            ttl_ms,
+            phase: Phase::Acquire,
+        })
+    }
+
+    /// The release of this acquisition's token on every resource: what a client sends when
+    /// the acquisition is abandoned half-way (an async caller that went away).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn release(&self) -> Command<'_> {
+        Command {
+            kind: OpKind::Release,
+            resources: &self.names,
+            token: &self.token,
+            ttl_ms: 0,
+            counter: None,
+            fence_value: 0,
+        }
+    }
+
+    /// The next round to run, and when it ends; `None` once the outcome is known.
+    pub(crate) fn round<'a>(&'a self, cfg: &'a Config) -> Option<(Command<'a>, Until)> {
+        let counter = cfg.fencing.as_deref();
+        let cmd = |kind, fence_value| Command {
+            kind,
+            resources: &self.names,
+            token: &self.token,
+            ttl_ms: self.ttl_ms,
+            counter,
+            fence_value,
+        };
+        match self.phase {
+            Phase::Acquire => Some((cmd(OpKind::Acquire, 0), cfg.until())),
+            Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
+            Phase::Release(_) => Some((cmd(OpKind::Release, 0), Until::AllIn)),
+            Phase::Done(_) => None,
+        }
+    }
+
+    /// The outcome of the round [`round`](Acquisition::round) gave (or why it could not be
+    /// run), read at `now`.
+    pub(crate) fn advance(
+        &mut self,
+        cfg: &Config,
+        round: Result<(Round, Instant), Error>,
+        now: Instant,
+    ) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Acquire);
+        self.phase = match (phase, round) {
+            (Phase::Release(err), _) => Phase::Done(Err(err)),
+            (Phase::Done(r), _) => Phase::Done(r),
+            (_, Err(err)) => Phase::Release(err),
+            (Phase::Acquire, Ok((round, t1))) => match acquired(cfg, &round, t1, now, self.ttl) {
+                Err(Error::Conflict { nodes, .. }) => Phase::Release(Error::Conflict {
+                    nodes,
+                    held: round
+                        .held_key()
+                        .and_then(|k| self.names.get(k))
+                        .map(|n| n.as_str().to_string()),
+                }),
+                Err(err) => Phase::Release(err),
+                Ok(_) if cfg.fencing.is_some() && cfg.fence_writeback() => Phase::Fence {
+                    t1,
+                    fence: round.counter(),
+                },
+                Ok(validity) => {
+                    let fence = cfg.fencing.is_some().then(|| round.counter());
+                    Phase::Done(Ok(self.granted(t1, validity, fence)))
+                }
+            },
+            (Phase::Fence { t1, fence }, Ok((round, _))) => {
+                if round.decision() != Decision::Won {
+                    Phase::Release(Error::NoQuorum {
+                        nodes: round.reports(&cfg.nodes),
+                    })
+                } else {
+                    match validity_after(cfg, t1, now, self.ttl) {
+                        Ok(validity) => Phase::Done(Ok(self.granted(t1, validity, Some(fence)))),
+                        Err(err) => Phase::Release(err),
+                    }
+                }
+            }
+        };
+    }
+
+    /// The lock, or why there is none; [`Error::Aborted`] if called before the last round.
+    pub(crate) fn finish(self) -> Result<Lock, Error> {
+        match self.phase {
+            Phase::Done(result) => result,
+            _ => Err(Error::Aborted),
+        }
+    }
+
+    fn granted(&self, t1: Instant, validity: Duration, fencing: Option<u64>) -> Lock {
+        Lock {
+            resources: self.names.clone(),
+            token: self.token,
+            valid_until: crate::core::time::later(t1, validity),
+            ttl: self.ttl,
+            fencing,
+        }
     }
 }
 
@@ -134,6 +247,7 @@ pub(crate) fn acquired(
         _ if round.count(&NodeOutcome::Held) > 0 && contention(cfg, round) => {
             Err(Error::Conflict {
                 nodes: round.reports(&cfg.nodes),
+                held: None,
             })
         }
         _ => Err(Error::NoQuorum {

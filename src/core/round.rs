@@ -7,6 +7,7 @@
 
 use smallvec::SmallVec;
 
+use crate::core::command::Extra;
 use crate::error::{NodeOutcome, NodeReport, NodeReports};
 use crate::NodeAddr;
 
@@ -44,6 +45,10 @@ pub(crate) struct Round {
     no: u32,
     codes: SmallVec<[u8; 16]>,
     details: Vec<(u32, NodeOutcome)>,
+    /// The highest fencing counter among the yes votes (0 when none carried one).
+    counter: u64,
+    /// A resource (its index in the lock's list) that a refusing node named as held.
+    held_key: Option<u32>,
 }
 
 /// A node's entry in [`Round::codes`].
@@ -81,17 +86,33 @@ impl Round {
             no: 0,
             codes: SmallVec::from_elem(PENDING, nodes),
             details: Vec::new(),
+            counter: 0,
+            held_key: None,
         }
     }
 
     /// Records a node's outcome; the first one recorded for a node counts, later ones are
     /// ignored (a node votes once per round).
     pub(crate) fn record(&mut self, node: usize, outcome: NodeOutcome) {
+        self.record_with(node, outcome, Extra::None);
+    }
+
+    /// [`record`](Round::record), with what the reply said beside its vote: a yes vote's
+    /// fencing counter counts towards [`counter`](Round::counter), a refusal's held resource
+    /// towards [`held_key`](Round::held_key).
+    pub(crate) fn record_with(&mut self, node: usize, outcome: NodeOutcome, extra: Extra) {
         let Some(slot) = self.codes.get_mut(node) else {
             return;
         };
         if *slot != PENDING {
             return;
+        }
+        match (&outcome, extra) {
+            (NodeOutcome::Ok, Extra::Counter(c)) => self.counter = self.counter.max(c),
+            (NodeOutcome::Held, Extra::HeldKey(k)) => {
+                self.held_key = Some(self.held_key.map_or(k, |h| h.min(k)));
+            }
+            _ => {}
         }
         if outcome == NodeOutcome::Ok {
             self.yes += 1;
@@ -103,6 +124,17 @@ impl Round {
             self.details
                 .push((u32::try_from(node).unwrap_or(u32::MAX), outcome));
         }
+    }
+
+    /// The highest fencing counter any yes vote carried (0 if none did): the token of a fenced
+    /// acquisition, once the round is won.
+    pub(crate) fn counter(&self) -> u64 {
+        self.counter
+    }
+
+    /// The first of the lock's resources (by index) that a refusing node named as held.
+    pub(crate) fn held_key(&self) -> Option<usize> {
+        self.held_key.map(|k| k as usize)
     }
 
     /// How many nodes the round counts.
@@ -234,6 +266,22 @@ mod tests {
         r.close(|_| NodeOutcome::Timeout);
         assert_eq!(r.decision(), Decision::Lost);
         assert_eq!(r.count(&NodeOutcome::Timeout), 2);
+    }
+
+    #[test]
+    fn counters_and_held_keys_come_from_counted_votes_only() {
+        let mut r = Round::new(5, 3, Until::Decided);
+        r.record_with(0, Y, Extra::Counter(7));
+        r.record_with(1, Y, Extra::Counter(12));
+        // A second vote from node 1 is ignored, its counter too.
+        r.record_with(1, Y, Extra::Counter(99));
+        r.record_with(2, Held, Extra::HeldKey(3));
+        r.record_with(3, Held, Extra::HeldKey(1));
+        assert_eq!(r.counter(), 12);
+        assert_eq!(r.held_key(), Some(1));
+        // A refusal's number is not a counter, a yes vote's key not a held one.
+        r.record_with(4, Held, Extra::Counter(1000));
+        assert_eq!(r.counter(), 12);
     }
 
     #[test]

@@ -1,37 +1,73 @@
-//! The Lua scripts for release and extension, and their SHA-1 digests.
+//! The Lua scripts, and their SHA-1 digests.
 //!
-//! Both compare the key's value with the caller's token and act only on a match, atomically on
-//! the server. Both tell "not ours" from "already gone" in their integer reply:
+//! Each script takes the lock's resources as its keys (one for a plain lock, several for a lock
+//! over a set), and compares every key's value with the caller's token before it acts, atomically
+//! on the server. Their integer replies:
 //!
-//! | reply | release            | extend                     |
-//! |-------|--------------------|----------------------------|
-//! | `1`   | deleted            | new ttl set                |
-//! | `0`   | held by another    | held by another            |
-//! | `-1`  | no such key        | no such key                |
+//! | reply | [`ACQUIRE`]                      | [`RELEASE`]       | [`EXTEND`]          | [`FENCE`]              |
+//! |-------|----------------------------------|-------------------|---------------------|------------------------|
+//! | `n>0` | set; `n` is the fencing counter  |                   |                     |                        |
+//! | `1`   |                                  | all ours, deleted | all ours, ttl set   | all ours, counter >= t |
+//! | `0`   | set (unfenced)                   | one held by another (ours deleted) | one held by another | one held by another |
+//! | `-1`  |                                  | one gone (ours deleted) | one gone      | one gone               |
+//! | `-i`  | key `i` is held: nothing set     |                   |                     |                        |
 //!
-//! They run as `EVALSHA <sha> 1 <key> <token> [<ttl ms>]`. A server that answers `-NOSCRIPT`
+//! A plain single-resource lock is acquired with `SET key token NX PX ttl`, no script; the
+//! acquire script serves a lock over several resources, and fenced locks (it then also `INCR`s
+//! the fencing counter, given as the last key). The fence script is the second phase of a
+//! fenced acquisition: it raises the counter to the token the client chose, only while every
+//! resource still holds the caller's token. The argument for the two phases is in
+//! `docs/redlock.md`.
+//!
+//! They run as `EVALSHA <sha> <numkeys> <keys> <args>`. A server that answers `-NOSCRIPT`
 //! (restarted, or `SCRIPT FLUSH`ed) gets the same call as `EVAL <script> ...`, which runs it
 //! and caches it again: its connection sends it in place of the `EVALSHA` (`conn.rs`), whether
-//! or not the operation's round is still waiting for that node. The digests are constants; a test checks them
-//! against what `SCRIPT LOAD` returns from a real server.
+//! or not the operation's round is still waiting for that node. The digests are constants; a
+//! test checks them against what `SCRIPT LOAD` returns from a real server.
 
-/// Compare-and-delete: `DEL` the key if it holds `ARGV[1]`.
-pub const RELEASE: &str = "local v = redis.call(\"GET\", KEYS[1])\n\
-if v == ARGV[1] then return redis.call(\"DEL\", KEYS[1]) end\n\
-if v == false then return -1 end\n\
-return 0\n";
+/// Acquire several keys, or acquire fenced: if any of `KEYS[1..=n]` exists, return `-i` for the
+/// first such key `i`; else `SET` each to `ARGV[1]` with `PX ARGV[2]`, and return `INCR` of
+/// `KEYS[n+1]` when it is given (fenced), `0` when not. `ARGV[3]` is `n`.
+pub const ACQUIRE: &str = include_str!("scripts/acquire.lua");
+
+/// SHA-1 of [`ACQUIRE`], in lowercase hex, as `EVALSHA` takes it.
+pub const ACQUIRE_SHA1: &str = "4639d77144bb2321e8ebc3fc559368fac25f7faf";
+
+/// Compare-and-delete: `DEL` every key that holds `ARGV[1]`.
+pub const RELEASE: &str = include_str!("scripts/release.lua");
 
 /// SHA-1 of [`RELEASE`], in lowercase hex, as `EVALSHA` takes it.
-pub const RELEASE_SHA1: &str = "29edaebfc3885585cba9b7d39a98e8d77028ce00";
+pub const RELEASE_SHA1: &str = "9afc0a0e3f1f16136e172c91da3b84502c5208a7";
 
-/// Compare-and-pexpire: set the key's ttl to `ARGV[2]` milliseconds if it holds `ARGV[1]`.
-pub const EXTEND: &str = "local v = redis.call(\"GET\", KEYS[1])\n\
-if v == ARGV[1] then return redis.call(\"PEXPIRE\", KEYS[1], ARGV[2]) end\n\
-if v == false then return -1 end\n\
-return 0\n";
+/// Compare-and-pexpire: if every key holds `ARGV[1]`, set each one's ttl to `ARGV[2]`
+/// milliseconds; otherwise change nothing.
+pub const EXTEND: &str = include_str!("scripts/extend.lua");
 
 /// SHA-1 of [`EXTEND`], in lowercase hex, as `EVALSHA` takes it.
-pub const EXTEND_SHA1: &str = "7641508f68a68f49b729a5de6f828f7de7934941";
+pub const EXTEND_SHA1: &str = "7c334e30b023b8d2a166458679b30d5b4dd4adae";
+
+/// The fencing write-back: if every key but the last holds `ARGV[1]`, raise the counter in the
+/// last key to `ARGV[2]` (never lower it), compared as the canonical decimal strings `INCR`
+/// writes, so that no precision is lost to Lua's numbers.
+pub const FENCE: &str = include_str!("scripts/fence.lua");
+
+/// SHA-1 of [`FENCE`], in lowercase hex, as `EVALSHA` takes it.
+pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
+
+/// Every script with its digest.
+pub const ALL: [(&str, &str); 4] = [
+    (ACQUIRE_SHA1, ACQUIRE),
+    (RELEASE_SHA1, RELEASE),
+    (EXTEND_SHA1, EXTEND),
+    (FENCE_SHA1, FENCE),
+];
+
+/// The script a digest names, if it is one of ours.
+pub(crate) fn by_digest(sha: &[u8]) -> Option<&'static str> {
+    ALL.iter()
+        .find(|(digest, _)| digest.as_bytes() == sha)
+        .map(|(_, body)| *body)
+}
 
 /// Whether an error reply is the server saying it does not have the script cached.
 pub(crate) fn is_noscript(msg: &[u8]) -> bool {

@@ -92,7 +92,7 @@ pub fn second_client_refused_then_gets_it<F: Flavor>() {
     let key = resource("contend");
     let held = a.lock(&key, TTL).unwrap();
     match b.try_lock(&key, TTL) {
-        Err(Error::Conflict { nodes }) => {
+        Err(Error::Conflict { nodes, .. }) => {
             assert!(nodes.held().count() >= 3, "{nodes}");
         }
         other => panic!("expected a conflict, got {other:?}"),
@@ -269,7 +269,7 @@ pub fn paused_node_costs_at_most_its_timeout_and_late_replies_stay_late<F: Flavo
         );
     }
     match client.try_lock(&q, TTL) {
-        Err(Error::Conflict { nodes }) => {
+        Err(Error::Conflict { nodes, .. }) => {
             assert_eq!(
                 nodes.0[0].outcome,
                 NodeOutcome::Ok,
@@ -382,7 +382,7 @@ pub fn one_bad_node_is_one_missing_vote<F: Flavor>() {
         redis(a, &["SET", &key, "foreign"]);
     }
     match client.try_lock(&key, TTL) {
-        Err(Error::NoQuorum { nodes }) | Err(Error::Conflict { nodes }) => {
+        Err(Error::NoQuorum { nodes }) | Err(Error::Conflict { nodes, .. }) => {
             assert!(nodes.0[0].outcome.is_failure(), "{nodes}");
             match &nodes.0[4].outcome {
                 NodeOutcome::Server(msg) => assert!(msg.starts_with("NOAUTH"), "{msg}"),

@@ -204,7 +204,7 @@ pub fn lost_round<C: LockClient>(
         .expect_err("a round lost to contention");
     let took = start.elapsed();
     match err {
-        Error::Conflict { nodes } | Error::NoQuorum { nodes } => (nodes, took),
+        Error::Conflict { nodes, .. } | Error::NoQuorum { nodes } => (nodes, took),
         other => panic!("expected a lost round, got {other:?}"),
     }
 }

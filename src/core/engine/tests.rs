@@ -8,19 +8,23 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 use crate::config::Builder;
-use crate::core::command::Form;
+use crate::core::command::{Form, OpKind};
 use crate::core::round::Until;
+use crate::lock::Name;
 use crate::Token;
 
 const TIMEOUT: Duration = Duration::from_millis(100);
 const OK: &[u8] = b"+OK\r\n";
 const NULL: &[u8] = b"$-1\r\n";
+/// The `SCRIPT LOAD`s a new connection sends first.
+const PRELOADS: usize = crate::core::script::ALL.len();
 
 /// An engine over `n` nodes, its clock, and what each node has been sent.
 struct Sim {
     e: Engine<u32>,
     now: Instant,
     token: Token,
+    res: [Name; 1],
 }
 
 impl Sim {
@@ -35,25 +39,30 @@ impl Sim {
             e: Engine::new(&cfg),
             now: Instant::now(),
             token: Token::generate(),
+            res: [Name::new("res")],
         }
     }
 
     fn cmd(&self, kind: OpKind) -> Command<'_> {
         Command {
             kind,
-            resource: b"res",
+            resources: &self.res,
             token: &self.token,
             ttl_ms: 10_000,
+            counter: None,
+            fence_value: 0,
         }
     }
 
     fn submit(&mut self, kind: OpKind, fail_fast: bool, user: u32) -> OpId {
-        let token = self.token;
+        let (token, res) = (self.token, self.res.clone());
         let cmd = Command {
             kind,
-            resource: b"res",
+            resources: &res,
             token: &token,
             ttl_ms: 10_000,
+            counter: None,
+            fence_value: 0,
         };
         let until = if fail_fast {
             Until::Decided
@@ -70,7 +79,8 @@ impl Sim {
         while let Some(ev) = self.e.poll_io() {
             if let IoEvent::Connect(i) = ev {
                 self.e.handle_connected(i);
-                self.e.handle_input(i, b"$1\r\nx\r\n$1\r\nx\r\n", self.now);
+                let loaded = b"$1\r\nx\r\n".repeat(PRELOADS);
+                self.e.handle_input(i, &loaded, self.now);
             }
             events.push(ev);
         }
@@ -117,8 +127,8 @@ fn a_round_opens_every_connection_and_writes_once_per_node() {
     assert_eq!(events, (0..5).map(IoEvent::Connect).collect::<Vec<_>>());
     for i in 0..5 {
         let out = s.sent(i);
-        // Two script preloads, then the SET.
-        assert_eq!(commands_in(&out), 3, "node {i}");
+        // The script preloads, then the SET.
+        assert_eq!(commands_in(&out), PRELOADS + 1, "node {i}");
         assert!(out.ends_with(b"$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n10000\r\n"));
         assert!(s.sent(i).is_empty(), "written once");
     }
@@ -264,7 +274,11 @@ fn a_reply_owed_past_the_stale_limit_replaces_the_connection() {
     assert_eq!(s.io(), vec![IoEvent::Close(2), IoEvent::Connect(2)]);
     assert_eq!(s.e.stats().nodes[2].stale_replaced, 1);
     let out = s.sent(2);
-    assert_eq!(commands_in(&out), 3, "preloads and the new SET only");
+    assert_eq!(
+        commands_in(&out),
+        PRELOADS + 1,
+        "preloads and the new SET only"
+    );
 }
 
 #[test]
@@ -304,7 +318,7 @@ fn noscript_is_answered_with_the_eval_form_after_the_round_is_decided() {
     s.reply(1, b":1\r\n");
     assert_eq!(s.completed()[0].round.decision(), Decision::Won);
     assert!(s.e.owes_scripted());
-    // Node 2's script cache was flushed: it gets the EVAL form, and both scripts again.
+    // Node 2's script cache was flushed: it gets the EVAL form, and every script again.
     s.reply(2, b"-NOSCRIPT No matching script.\r\n");
     let out = s.sent(2);
     let mut eval = Vec::new();
@@ -314,9 +328,11 @@ fn noscript_is_answered_with_the_eval_form_after_the_round_is_decided() {
         "{:?}",
         String::from_utf8_lossy(&out)
     );
-    assert_eq!(commands_in(&out), 3);
+    assert_eq!(commands_in(&out), 1 + PRELOADS);
     assert_eq!(s.e.stats().nodes[2].noscript_fallbacks, 1);
-    s.reply(2, b":1\r\n$1\r\nx\r\n$1\r\nx\r\n");
+    let mut replies = b":1\r\n".to_vec();
+    replies.extend(b"$1\r\nx\r\n".repeat(PRELOADS));
+    s.reply(2, &replies);
     assert!(!s.e.owes_scripted());
     assert_eq!(s.e.stats().nodes[2].late_replies, 1);
 }
@@ -331,7 +347,7 @@ fn many_rounds_submitted_together_go_out_in_one_write_per_node() {
     for i in 0..5 {
         assert_eq!(
             commands_in(&s.sent(i)),
-            52,
+            PRELOADS + 50,
             "node {i}: preloads and 50 SETs"
         );
     }
@@ -408,7 +424,7 @@ fn every_operation_completes_exactly_once_whatever_the_order_of_events() {
             }
             for (i, owes) in owed.iter_mut().enumerate() {
                 // The two preloads of a fresh connection were answered by `io`.
-                let preloads = if fresh[i] { 2 } else { 0 };
+                let preloads = if fresh[i] { PRELOADS } else { 0 };
                 *owes += commands_in(&s.sent(i)).saturating_sub(preloads);
             }
             for d in s.completed() {

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 use self::io::{Driver, Job};
 use crate::config::{Builder, Config};
 use crate::core::command::{Command, OpKind};
-use crate::core::ops::{self as op, Next, Retry};
+use crate::core::ops::{self as op, Acquisition, Next, Retry};
 use crate::core::round::{Round, Until};
 use crate::error::{Error, NodeOutcome};
-use crate::lock::Lock;
+use crate::lock::{Lock, Name, Names};
 use crate::stats::Stats;
 use crate::Token;
 
@@ -121,9 +121,11 @@ struct Request {
     /// Its caller, parked until the result is in or its turn to run a round comes.
     caller: std::thread::Thread,
     kind: OpKind,
-    resource: Box<[u8]>,
+    resources: Names,
     token: Token,
     ttl_ms: u64,
+    counter: Option<Box<[u8]>>,
+    fence_value: u64,
     until: Until,
 }
 
@@ -131,9 +133,11 @@ impl Request {
     fn command(&self) -> Command<'_> {
         Command {
             kind: self.kind,
-            resource: &self.resource,
+            resources: &self.resources,
             token: &self.token,
             ttl_ms: self.ttl_ms,
+            counter: self.counter.as_deref(),
+            fence_value: self.fence_value,
         }
     }
 }
@@ -236,9 +240,11 @@ impl Redlock {
             ticket,
             kind: cmd.kind,
             caller: std::thread::current(),
-            resource: cmd.resource.into(),
+            resources: cmd.resources.iter().cloned().collect(),
             token: *cmd.token,
             ttl_ms: cmd.ttl_ms,
+            counter: cmd.counter.map(Into::into),
+            fence_value: cmd.fence_value,
             until,
         });
         loop {
@@ -377,11 +383,46 @@ impl Redlock {
     /// random delay between them.
     ///
     /// Errors: the last round's error ([`Error::Conflict`], [`Error::NoQuorum`],
-    /// [`Error::ValiditySpent`]), or [`Error::Config`] for a ttl outside 1 ms ..= `i64::MAX` ms.
+    /// [`Error::ValiditySpent`]), or [`Error::Config`] for a ttl outside
+    /// [`Config::min_ttl`] ..= [`MAX_TTL`](crate::MAX_TTL).
     pub fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        self.with_retries(|| self.try_lock(resource, ttl))
+    }
+
+    /// One round of acquisition, no retries. On failure the lock is released on every node
+    /// (those that seemed to refuse or time out included: a reply may have been lost after
+    /// the key was set) before this returns.
+    ///
+    /// The ttl is taken in whole milliseconds (rounded down).
+    pub fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        self.acquire(smallvec::smallvec![Name::new(resource)], ttl)
+    }
+
+    /// Acquires every resource of `resources` for `ttl` as one lock, with retries as
+    /// [`lock`](Redlock::lock): each node sets all of their keys with one token, or none of
+    /// them if any is held. The lock is `unlock`ed and `extend`ed as any lock, on all of its
+    /// resources at once.
+    ///
+    /// Errors as `lock`; [`Error::Conflict`] names a resource a node found held. An empty
+    /// list, one over [`MAX_RESOURCES`](crate::MAX_RESOURCES), or a resource given twice is
+    /// [`Error::Config`].
+    pub fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
+        let names = crate::lock::names(resources)?;
+        self.with_retries(|| self.acquire(names.clone(), ttl))
+    }
+
+    /// One round of [`lock_many`](Redlock::lock_many), no retries.
+    pub fn try_lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
+        self.acquire(crate::lock::names(resources)?, ttl)
+    }
+
+    fn with_retries(
+        &self,
+        mut attempt: impl FnMut() -> Result<Lock, Error>,
+    ) -> Result<Lock, Error> {
         let mut retry = Retry::new(&self.config);
         loop {
-            match self.try_lock(resource, ttl) {
+            match attempt() {
                 Ok(lock) => return Ok(lock),
                 Err(e) => match retry.after(e) {
                     Next::Fail(e) => return Err(e),
@@ -391,31 +432,15 @@ impl Redlock {
         }
     }
 
-    /// One round of acquisition, no retries. On failure the lock is released on every node
-    /// (those that seemed to refuse or time out included: a reply may have been lost after
-    /// the key was set) before this returns.
-    ///
-    /// The ttl is taken in whole milliseconds (rounded down).
-    pub fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let (ttl_ms, ttl) = op::ttl_ms(&self.config, ttl)?;
-        let token = Token::generate();
-        let cmd = Command {
-            kind: OpKind::Acquire,
-            resource: resource.as_bytes(),
-            token: &token,
-            ttl_ms,
-        };
+    /// Runs the rounds of an acquisition (`ops::Acquisition` says which) to its end.
+    fn acquire(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
         let cfg = &self.config;
-        let release = Command {
-            kind: OpKind::Release,
-            ..cmd
-        };
-        let round = self.submit(cmd, cfg.until());
-        let result = op::acquisition(cfg, round, Instant::now(), resource, token, ttl);
-        if op::release_after(&result) {
-            let _ = self.submit(release, Until::AllIn);
+        let mut acq = Acquisition::new(cfg, names, ttl)?;
+        while let Some((cmd, until)) = acq.round(cfg) {
+            let round = self.submit(cmd, until);
+            acq.advance(cfg, round, Instant::now());
         }
-        result
+        acq.finish()
     }
 
     /// Releases the lock on every node, with the compare-and-delete script.
@@ -424,12 +449,7 @@ impl Redlock {
     /// it somewhere, [`Error::Expired`] if the keys were already gone, [`Error::NoQuorum`] if
     /// too few nodes answered.
     pub fn unlock(&self, lock: &Lock) -> Result<(), Error> {
-        let cmd = Command {
-            kind: OpKind::Release,
-            resource: lock.resource.as_bytes(),
-            token: &lock.token,
-            ttl_ms: 0,
-        };
+        let cmd = lock.release();
         let cfg = &self.config;
         let (round, _) = self.submit(cmd, cfg.until())?;
         op::confirmed(cfg, &round)
@@ -448,12 +468,7 @@ impl Redlock {
     /// more time than its keys have.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let (ttl_ms, ttl) = op::begin_extend(&self.config, lock, ttl, Instant::now())?;
-        let cmd = Command {
-            kind: OpKind::Extend,
-            resource: lock.resource.as_bytes(),
-            token: &lock.token,
-            ttl_ms,
-        };
+        let cmd = lock.extension(ttl_ms);
         let cfg = &self.config;
         let (round, t1) = self.submit(cmd, cfg.until())?;
         op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)

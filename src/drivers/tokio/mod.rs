@@ -17,13 +17,11 @@ use tokio::sync::{mpsc, oneshot};
 use self::driver::{Driver, Msg, OwnedCommand};
 pub use self::guard::{loss_margin, KeepAlive, LockGuard, Loss, DEFAULT_MAX_HOLD};
 use crate::config::{Builder, Config};
-use crate::core::command::OpKind;
-use crate::core::ops::{self as op, Next, Retry};
+use crate::core::ops::{self as op, Acquisition, Next, Retry};
 use crate::core::round::{Round, Until};
 use crate::error::{ConfigError, Error};
-use crate::lock::{Lock, Name};
+use crate::lock::{Lock, Name, Names};
 use crate::stats::Stats;
-use crate::Token;
 
 /// A Redlock client for async code on tokio.
 ///
@@ -124,9 +122,33 @@ impl AsyncRedlock {
     /// Acquires `resource` for `ttl`, retrying up to the configured number of tries with a
     /// random delay between them. Errors as [`Redlock::lock`](crate::Redlock::lock).
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        let names: Names = smallvec::smallvec![Name::new(resource)];
+        self.with_retries(&names, ttl).await
+    }
+
+    /// One round of acquisition, no retries; on failure the token is released on every node
+    /// before this returns. Errors as [`Redlock::try_lock`](crate::Redlock::try_lock).
+    pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        self.acquire(smallvec::smallvec![Name::new(resource)], ttl)
+            .await
+    }
+
+    /// Acquires every resource of `resources` as one lock, with retries. As
+    /// [`Redlock::lock_many`](crate::Redlock::lock_many).
+    pub async fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
+        let names = crate::lock::names(resources)?;
+        self.with_retries(&names, ttl).await
+    }
+
+    /// One round of [`lock_many`](Self::lock_many), no retries.
+    pub async fn try_lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
+        self.acquire(crate::lock::names(resources)?, ttl).await
+    }
+
+    async fn with_retries(&self, names: &Names, ttl: Duration) -> Result<Lock, Error> {
         let mut retry = Retry::new(&self.inner.config);
         loop {
-            match self.try_lock(resource, ttl).await {
+            match self.acquire(names.clone(), ttl).await {
                 Ok(lock) => return Ok(lock),
                 Err(e) => match retry.after(e) {
                     Next::Fail(e) => return Err(e),
@@ -136,45 +158,27 @@ impl AsyncRedlock {
         }
     }
 
-    /// One round of acquisition, no retries; on failure the token is released on every node
-    /// before this returns. Errors as [`Redlock::try_lock`](crate::Redlock::try_lock).
-    pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let (ttl_ms, ttl) = op::ttl_ms(&self.inner.config, ttl)?;
-        let cmd = OwnedCommand {
-            kind: OpKind::Acquire,
-            resource: Name::new(resource),
-            token: Token::generate(),
-            ttl_ms,
-        };
-        let release = OwnedCommand {
-            kind: OpKind::Release,
-            ..cmd.clone()
-        };
+    /// Runs the rounds of an acquisition (`ops::Acquisition` says which) to its end.
+    async fn acquire(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
         let cfg = &self.inner.config;
+        let mut acq = Acquisition::new(cfg, names, ttl)?;
         // From here until the outcome is known, dropping this future releases the token.
         let mut guard = ReleaseOnDrop {
             inner: &self.inner,
-            cmd: Some(release.clone()),
+            cmd: Some(OwnedCommand::new(&acq.release())),
         };
-        let token = cmd.token;
-        let round = self.round(cmd, cfg.until()).await;
-        let result = op::acquisition(cfg, round, Instant::now(), resource, token, ttl);
-        if op::release_after(&result) {
+        while let Some((cmd, until)) = acq.round(cfg) {
             // (A driver that is gone answers at once: the keys then expire.)
-            let _ = self.round(release, Until::AllIn).await;
+            let round = self.round(OwnedCommand::new(&cmd), until).await;
+            acq.advance(cfg, round, Instant::now());
         }
         guard.cmd = None;
-        result
+        acq.finish()
     }
 
     /// Releases the lock on every node. Errors as [`Redlock::unlock`](crate::Redlock::unlock).
     pub async fn unlock(&self, lock: &Lock) -> Result<(), Error> {
-        let cmd = OwnedCommand {
-            kind: OpKind::Release,
-            resource: lock.resource.clone(),
-            token: lock.token,
-            ttl_ms: 0,
-        };
+        let cmd = OwnedCommand::new(&lock.release());
         let cfg = &self.inner.config;
         let (round, _) = self.round(cmd, cfg.until()).await?;
         op::confirmed(cfg, &round)
@@ -186,12 +190,7 @@ impl AsyncRedlock {
     /// gives, whether the round succeeds, fails, or is abandoned by dropping the future.
     pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let (ttl_ms, ttl) = op::begin_extend(&self.inner.config, lock, ttl, Instant::now())?;
-        let cmd = OwnedCommand {
-            kind: OpKind::Extend,
-            resource: lock.resource.clone(),
-            token: lock.token,
-            ttl_ms,
-        };
+        let cmd = OwnedCommand::new(&lock.extension(ttl_ms));
         let cfg = &self.inner.config;
         let (round, t1) = self.round(cmd, cfg.until()).await?;
         op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)
@@ -273,11 +272,6 @@ impl Drop for ReleaseOnDrop<'_> {
 
 /// Releases `lock` on every node without waiting (for a dropped guard).
 fn fire_release(inner: &Inner, lock: &Lock) {
-    let cmd = OwnedCommand {
-        kind: OpKind::Release,
-        resource: lock.resource.clone(),
-        token: lock.token,
-        ttl_ms: 0,
-    };
+    let cmd = OwnedCommand::new(&lock.release());
     let _ = inner.tx.send(Msg::Fire { cmd });
 }
