@@ -1,10 +1,11 @@
 //! The soak: contended locking through fault-injecting proxies, with a fault schedule drawn
 //! from a seed, watched by the mutual-exclusion checker. Prints acquisitions, faults injected
-//! by kind, overlaps (must be 0), work past validity, and acquire latency; exits 1 on any
-//! overlap.
+//! by kind, overlaps (must be 0), fenced acquisitions and token decreases (must be 0), work
+//! past validity, and acquire latency; exits 1 on any overlap or decrease.
 //!
 //! Run: `cargo run --release --example soak -- --seconds 60 --seed 7 [--threads 4] [--tasks 4]
-//! [--ttl-ms 500] [--node-timeout-ms 50] [--stall-chance 0.01] [--no-faults]`
+//! [--ttl-ms 500] [--node-timeout-ms 50] [--stall-chance 0.01] [--no-faults] [--fencing]
+//! [--resources 1]`
 
 use testkit::soak;
 
@@ -34,10 +35,12 @@ fn main() {
         node_timeout: Duration::from_millis(arg("--node-timeout-ms", 50)),
         faults: !std::env::args().any(|a| a == "--no-faults"),
         stall_chance: arg("--stall-chance", 0.01),
+        fencing: std::env::args().any(|a| a == "--fencing"),
+        resources: arg("--resources", 1usize).max(1),
     };
     println!(
-        "soak: {:?}, seed {}, {} threads + {} tasks on one resource, ttl {:?}, node timeout {:?}",
-        cfg.duration, cfg.seed, cfg.threads, cfg.tasks, cfg.ttl, cfg.node_timeout
+        "soak: {:?}, seed {}, {} threads + {} tasks on {} resource(s), ttl {:?}, node timeout {:?}, fencing {}",
+        cfg.duration, cfg.seed, cfg.threads, cfg.tasks, cfg.resources, cfg.ttl, cfg.node_timeout, cfg.fencing
     );
     let report = soak::run(&cfg);
     println!("{report}");
@@ -45,6 +48,13 @@ fn main() {
         eprintln!(
             "soak: MUTUAL EXCLUSION VIOLATED ({} overlaps)",
             report.overlaps
+        );
+        std::process::exit(1);
+    }
+    if report.token_decreases > 0 {
+        eprintln!(
+            "soak: FENCING VIOLATED ({} token decreases)",
+            report.token_decreases
         );
         std::process::exit(1);
     }

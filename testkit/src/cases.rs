@@ -24,6 +24,11 @@ macro_rules! for_each_case {
             absurd_durations_are_refused_or_survived_never_a_panic,
             a_failed_extension_never_leaves_more_validity_than_the_keys,
             auth_and_select,
+            fenced_tokens_increase_from_holder_to_holder,
+            fencing_write_back_outlives_the_master_with_the_highest_counter,
+            lock_many_takes_every_resource_or_none,
+            lock_many_extends_and_releases_only_what_it_holds,
+            lock_many_refuses_bad_lists_and_the_counter_key,
         );
     };
 }
@@ -615,4 +620,214 @@ pub fn auth_and_select<F: Flavor>() {
         assert_eq!(String::from_utf8_lossy(&got), want, "on {addr}");
     }
     client.unlock(&lock).unwrap();
+}
+
+/// The fencing counter's value on a node (0 when it has none).
+fn counter(addr: &str) -> u64 {
+    get(addr, redlock_mux::DEFAULT_FENCING_KEY).map_or(0, |v| v.parse().expect("a number"))
+}
+
+pub fn fenced_tokens_increase_from_holder_to_holder<F: Flavor>() {
+    let c = cluster(5);
+    let addrs = c.addrs();
+    let fenced = F::build(builder(&c).fencing(true)).unwrap();
+    let other = F::build(builder(&c).fencing(true)).unwrap();
+    let plain = F::build(builder(&c)).unwrap();
+    let key = resource("fenced");
+    let mut last = 0;
+    for (i, client) in [&fenced, &other, &fenced, &other].into_iter().enumerate() {
+        let mut lock = client.lock(&key, TTL).unwrap();
+        let token = lock.fencing_token().expect("a fenced lock has a token");
+        assert!(token > last, "holder {i}: token {token} after {last}");
+        last = token;
+        // The write-back reached a quorum before the lock was returned.
+        let raised = addrs.iter().filter(|a| counter(a) >= token).count();
+        assert!(raised >= 3, "counter >= {token} on {raised} of 5 nodes");
+        // Extension and release leave the counter alone.
+        let before: Vec<u64> = addrs.iter().map(|a| counter(a)).collect();
+        client.extend(&mut lock, TTL).unwrap();
+        assert_eq!(
+            lock.fencing_token(),
+            Some(token),
+            "extension keeps the token"
+        );
+        client.unlock(&lock).unwrap();
+        gone_everywhere(client, &addrs, &key);
+        let after: Vec<u64> = addrs.iter().map(|a| counter(a)).collect();
+        assert_eq!(before, after, "extend and unlock touched the counter");
+    }
+    // One counter for every resource: another resource's token is greater still.
+    let lock = fenced.lock(&resource("fenced-other"), TTL).unwrap();
+    assert!(lock.fencing_token().unwrap() > last);
+    fenced.unlock(&lock).unwrap();
+    // An unfenced client hands out no token and leaves the counter alone.
+    let before: Vec<u64> = addrs.iter().map(|a| counter(a)).collect();
+    let lock = plain.lock(&key, TTL).unwrap();
+    assert_eq!(lock.fencing_token(), None);
+    plain.unlock(&lock).unwrap();
+    let after: Vec<u64> = addrs.iter().map(|a| counter(a)).collect();
+    assert_eq!(before, after);
+}
+
+/// The second phase is what makes tokens increase: node 0's counter is far ahead of the
+/// others' (it saw acquisitions they did not), the first holder's token comes from it, and
+/// node 0 then fails. The next holder's quorum is nodes 1-4, whose counters the first holder's
+/// write-back raised: its token is greater. (`tests/safety.rs` runs the same events with the
+/// write-back switched off, and the token goes down.)
+pub fn fencing_write_back_outlives_the_master_with_the_highest_counter<F: Flavor>() {
+    let mut c = cluster(5);
+    let addrs = c.addrs();
+    let client = F::build(builder(&c).fencing(true)).unwrap();
+    let key = resource("fence-back");
+    redis(
+        &addrs[0],
+        &["SET", redlock_mux::DEFAULT_FENCING_KEY, "1000"],
+    );
+    let first = client.lock(&key, TTL).unwrap();
+    let t1 = first.fencing_token().unwrap();
+    client.unlock(&first).unwrap();
+    gone_everywhere(&client, &addrs, &key);
+    c.server(0).stop();
+    let second = client.lock(&key, TTL).unwrap();
+    let t2 = second.fencing_token().unwrap();
+    assert!(
+        t2 > t1,
+        "token {t2} after {t1}: the write-back did not reach the other nodes"
+    );
+    client.unlock(&second).unwrap();
+}
+
+pub fn lock_many_takes_every_resource_or_none<F: Flavor>() {
+    let c = cluster(5);
+    let addrs = c.addrs();
+    let client = F::build(builder(&c).retry(1, Duration::ZERO)).unwrap();
+    let other = F::build(builder(&c).retry(1, Duration::ZERO)).unwrap();
+    let (a, b, cc, d) = (
+        resource("many-a"),
+        resource("many-b"),
+        resource("many-c"),
+        resource("many-d"),
+    );
+    // Given in any order; the lock keeps the order given.
+    let lock = client.lock_many(&[&cc, &a, &b], TTL).unwrap();
+    assert_eq!(lock.resources().collect::<Vec<_>>(), [&cc, &a, &b]);
+    assert_eq!(lock.resource(), cc);
+    for key in [&a, &b, &cc] {
+        held_everywhere(&client, &addrs, key, lock.token());
+    }
+    // A set that overlaps it in one resource is refused, names it, and sets nothing.
+    match other.try_lock_many(&[&d, &b], TTL) {
+        Err(Error::Conflict { held, nodes }) => {
+            assert_eq!(held.as_deref(), Some(b.as_str()), "{nodes}");
+        }
+        other => panic!("expected a conflict on {b}, got {other:?}"),
+    }
+    gone_everywhere(&other, &addrs, &d);
+    // A single lock on one of them too.
+    match other.try_lock(&a, TTL) {
+        Err(Error::Conflict { held, .. }) => assert_eq!(held.as_deref(), Some(a.as_str())),
+        other => panic!("expected a conflict on {a}, got {other:?}"),
+    }
+    client.unlock(&lock).unwrap();
+    for key in [&a, &b, &cc] {
+        gone_everywhere(&client, &addrs, key);
+    }
+    // Free again: the other client takes the overlapping set.
+    let lock = other.try_lock_many(&[&d, &b], TTL).unwrap();
+    other.unlock(&lock).unwrap();
+    // Fenced sets have one token for the set, above the counter's earlier values.
+    let fenced = F::build(builder(&c).fencing(true)).unwrap();
+    let set = fenced.lock_many(&[&a, &b], TTL).unwrap();
+    let t1 = set.fencing_token().unwrap();
+    fenced.unlock(&set).unwrap();
+    let single = fenced.lock(&a, TTL).unwrap();
+    assert!(single.fencing_token().unwrap() > t1);
+    fenced.unlock(&single).unwrap();
+}
+
+pub fn lock_many_extends_and_releases_only_what_it_holds<F: Flavor>() {
+    let c = cluster(5);
+    let addrs = c.addrs();
+    let client = F::build(builder(&c)).unwrap();
+    let (a, b) = (resource("own-a"), resource("own-b"));
+    let mut lock = client.lock_many(&[&a, &b], Duration::from_secs(5)).unwrap();
+    for key in [&a, &b] {
+        held_everywhere(&client, &addrs, key, lock.token());
+    }
+    // On node 0, `b` now belongs to someone else.
+    redis(&addrs[0], &["SET", &b, "foreign", "PX", "60000"]);
+    client.extend(&mut lock, Duration::from_secs(60)).unwrap();
+    // Extended where both keys are ours; node 0 changed nothing, `a` included.
+    for addr in &addrs[1..] {
+        for key in [&a, &b] {
+            let left = pttl(addr, key);
+            assert!(left > 10_000, "{key} on {addr}: pttl {left}");
+        }
+    }
+    assert!(
+        pttl(&addrs[0], &a) <= 5_000,
+        "node 0 extended a key of a set it does not hold whole"
+    );
+    client.unlock(&lock).unwrap();
+    // Released everywhere it was ours; the foreign `b` on node 0 stays.
+    gone_everywhere(&client, &addrs, &a);
+    wait_serving(&client, IN_FLIGHT, "b released on 1-4", || {
+        addrs[1..].iter().all(|n| get(n, &b).is_none())
+    });
+    assert_eq!(get(&addrs[0], &b).as_deref(), Some("foreign"));
+}
+
+pub fn lock_many_refuses_bad_lists_and_the_counter_key<F: Flavor>() {
+    use redlock_mux::ConfigError;
+    let c = cluster(3);
+    let client = F::build(builder(&c).fencing(true).fencing_key("my:fence")).unwrap();
+    let a = resource("bad");
+    for (list, why) in [
+        (vec![], "empty"),
+        (vec![a.as_str(), "x", a.as_str()], "duplicate"),
+        (vec!["my:fence"], "the counter"),
+        (vec!["x", "my:fence"], "the counter in a set"),
+    ] {
+        match client.try_lock_many(&list, TTL) {
+            Err(Error::Config(
+                ConfigError::Resources { .. }
+                | ConfigError::DuplicateResource(_)
+                | ConfigError::FencingKey(_),
+            )) => {}
+            other => panic!("{why}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        client.try_lock("my:fence", TTL),
+        Err(Error::Config(ConfigError::FencingKey(_)))
+    ));
+    let too_many: Vec<String> = (0..=redlock_mux::MAX_RESOURCES)
+        .map(|i| format!("k{i}"))
+        .collect();
+    let too_many: Vec<&str> = too_many.iter().map(String::as_str).collect();
+    assert!(matches!(
+        client.try_lock_many(&too_many, TTL),
+        Err(Error::Config(ConfigError::Resources { count, .. })) if count == too_many.len()
+    ));
+    // Nothing was sent for any of them.
+    for addr in c.addrs() {
+        assert!(get(&addr, "my:fence").is_none());
+    }
+    // The configured key is the one counted.
+    let lock = client.lock(&a, TTL).unwrap();
+    let token = lock.fencing_token().unwrap();
+    let on_nodes = c
+        .addrs()
+        .iter()
+        .filter(|n| get(n, "my:fence") == Some(token.to_string()))
+        .count();
+    assert!(on_nodes >= 2, "token {token} on {on_nodes} nodes");
+    assert!(matches!(
+        redlock_mux::Redlock::builder()
+            .nodes(c.addrs())
+            .fencing(true)
+            .fencing_key("")
+            .build(),
+        Err(Error::Config(ConfigError::FencingKey(_)))
+    ));
 }

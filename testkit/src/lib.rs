@@ -29,6 +29,8 @@ use redlock_mux::{Builder, Error, Lock};
 pub trait LockClient {
     fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error>;
     fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error>;
+    fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error>;
+    fn try_lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error>;
     fn unlock(&self, lock: &Lock) -> Result<(), Error>;
     fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error>;
     /// Lets the client serve what it still owes (late replies, a late `NOSCRIPT`'s `EVAL`)
@@ -48,6 +50,12 @@ impl LockClient for redlock_mux::Redlock {
     }
     fn try_lock(&self, r: &str, ttl: Duration) -> Result<Lock, Error> {
         redlock_mux::Redlock::try_lock(self, r, ttl)
+    }
+    fn lock_many(&self, r: &[&str], ttl: Duration) -> Result<Lock, Error> {
+        redlock_mux::Redlock::lock_many(self, r, ttl)
+    }
+    fn try_lock_many(&self, r: &[&str], ttl: Duration) -> Result<Lock, Error> {
+        redlock_mux::Redlock::try_lock_many(self, r, ttl)
     }
     fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         redlock_mux::Redlock::unlock(self, lock)
@@ -228,6 +236,12 @@ impl LockClient for AsyncClient {
     }
     fn try_lock(&self, r: &str, ttl: Duration) -> Result<Lock, Error> {
         self.rt.block_on(self.client.try_lock(r, ttl))
+    }
+    fn lock_many(&self, r: &[&str], ttl: Duration) -> Result<Lock, Error> {
+        self.rt.block_on(self.client.lock_many(r, ttl))
+    }
+    fn try_lock_many(&self, r: &[&str], ttl: Duration) -> Result<Lock, Error> {
+        self.rt.block_on(self.client.try_lock_many(r, ttl))
     }
     fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         self.rt.block_on(self.client.unlock(lock))

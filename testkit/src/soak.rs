@@ -29,6 +29,13 @@ pub struct SoakConfig {
     pub faults: bool,
     /// Chance that a holder stalls past its validity inside its critical section.
     pub stall_chance: f64,
+    /// Whether every client is fenced: the checker then also asserts that tokens strictly
+    /// increase, and the masters keep their data (`appendfsync always`) as the fencing
+    /// guarantee requires.
+    pub fencing: bool,
+    /// How many resources the holders spread over (holder `k` contends for resource
+    /// `k % resources`): more acquisitions per second for a long fenced soak.
+    pub resources: usize,
 }
 
 impl Default for SoakConfig {
@@ -42,6 +49,8 @@ impl Default for SoakConfig {
             node_timeout: Duration::from_millis(50),
             faults: true,
             stall_chance: 0.01,
+            fencing: false,
+            resources: 1,
         }
     }
 }
@@ -52,6 +61,9 @@ pub struct Report {
     pub failed_attempts: u64,
     pub faults: BTreeMap<&'static str, u64>,
     pub overlaps: usize,
+    /// Fenced acquisitions checked, and the fenced windows whose token did not increase.
+    pub fenced: usize,
+    pub token_decreases: usize,
     pub detector_hits: u64,
     pub past_validity: u64,
     pub acquire_p50: Duration,
@@ -63,6 +75,11 @@ impl std::fmt::Display for Report {
         writeln!(f, "acquisitions          {}", self.acquisitions)?;
         writeln!(f, "failed attempts       {}", self.failed_attempts)?;
         writeln!(f, "overlaps              {}", self.overlaps)?;
+        writeln!(
+            f,
+            "fenced acquisitions   {} ({} token decreases)",
+            self.fenced, self.token_decreases
+        )?;
         writeln!(f, "work past validity    {}", self.past_validity)?;
         writeln!(
             f,
@@ -84,7 +101,10 @@ impl std::fmt::Display for Report {
     }
 }
 
-const RESOURCE: &str = "soak:resource";
+/// The key of resource `k`.
+fn resource(k: usize) -> String {
+    format!("soak:resource:{k}")
+}
 
 fn quantile(v: &mut [u64], q: f64) -> Duration {
     if v.is_empty() {
@@ -96,7 +116,14 @@ fn quantile(v: &mut [u64], q: f64) -> Duration {
 }
 
 pub fn run(cfg: &SoakConfig) -> Report {
-    let mut cluster = LocalCluster::start(5).expect("start redis-server (scripts/install-deps)");
+    // Fencing needs masters that keep the counter across a crash; the keys are kept too.
+    let persistence: &[&str] = if cfg.fencing {
+        &["--appendonly", "yes", "--appendfsync", "always"]
+    } else {
+        &[]
+    };
+    let mut cluster = LocalCluster::start_with(5, persistence)
+        .expect("start redis-server (scripts/install-deps)");
     let proxies: Vec<Proxy> = cluster
         .servers()
         .iter()
@@ -111,7 +138,8 @@ pub fn run(cfg: &SoakConfig) -> Report {
     let builder = redlock_mux::Redlock::builder()
         .nodes(&addrs)
         .node_timeout(cfg.node_timeout)
-        .retry(3, Duration::from_millis(10));
+        .retry(3, Duration::from_millis(10))
+        .fencing(cfg.fencing);
 
     let mut handles = Vec::new();
     // Threads share clients two by two, so that rounds carrying two callers' commands (the
@@ -130,15 +158,22 @@ pub fn run(cfg: &SoakConfig) -> Report {
         );
         let (ttl, stall_chance) = (cfg.ttl, cfg.stall_chance);
         let seed = cfg.seed.wrapping_mul(1000).wrapping_add(t as u64);
+        let which = t % cfg.resources.max(1);
+        let key = resource(which);
         handles.push(std::thread::spawn(move || {
             let mut rng = StdRng::seed_from_u64(seed);
             let mut lat = Vec::new();
             while !stop.load(Ordering::SeqCst) {
                 let start = Instant::now();
-                match client.lock(RESOURCE, ttl) {
+                match client.lock(&key, ttl) {
                     Ok(lock) => {
                         lat.push(start.elapsed().as_nanos() as u64);
-                        let section = checker.enter(t, lock.valid_until());
+                        let section = checker.enter_fenced(
+                            t,
+                            which,
+                            lock.valid_until(),
+                            lock.fencing_token(),
+                        );
                         // The holder's work, and now and then a stall (a GC pause, a swap)
                         // that outlasts the validity.
                         if rng.random_bool(stall_chance) {
@@ -168,6 +203,7 @@ pub fn run(cfg: &SoakConfig) -> Report {
         );
         let (tasks, ttl, threads, seed) = (cfg.tasks, cfg.ttl, cfg.threads, cfg.seed);
         let stall_chance = cfg.stall_chance;
+        let resources = cfg.resources.max(1);
         let builder = builder.clone();
         handles.push(std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -189,15 +225,22 @@ pub fn run(cfg: &SoakConfig) -> Report {
                         stalls.clone(),
                     );
                     let seed = seed.wrapping_mul(1000).wrapping_add(holder as u64);
+                    let which = holder % resources;
+                    let key = resource(which);
                     joins.push(tokio::spawn(async move {
                         let mut rng = StdRng::seed_from_u64(seed);
                         let mut lat = Vec::new();
                         while !stop.load(Ordering::SeqCst) {
                             let start = Instant::now();
-                            match client.lock(RESOURCE, ttl).await {
+                            match client.lock(&key, ttl).await {
                                 Ok(lock) => {
                                     lat.push(start.elapsed().as_nanos() as u64);
-                                    let section = checker.enter(holder, lock.valid_until());
+                                    let section = checker.enter_fenced(
+                                        holder,
+                                        which,
+                                        lock.valid_until(),
+                                        lock.fencing_token(),
+                                    );
                                     let work = if rng.random_bool(stall_chance) {
                                         stalls.fetch_add(1, Ordering::SeqCst);
                                         ttl + Duration::from_millis(20)
@@ -293,11 +336,17 @@ pub fn run(cfg: &SoakConfig) -> Report {
     for o in overlaps.iter().take(5) {
         eprintln!("OVERLAP: {o:?}");
     }
+    let decreases = checker.token_decreases();
+    for d in decreases.iter().take(5) {
+        eprintln!("TOKEN DECREASE: {d:?}");
+    }
     Report {
         acquisitions: checker.acquisitions(),
         failed_attempts: failed.load(Ordering::SeqCst),
         faults,
         overlaps: overlaps.len(),
+        fenced: checker.fenced(),
+        token_decreases: decreases.len(),
         detector_hits: checker.detector_hits(),
         past_validity: checker.past_validity(),
         acquire_p50: quantile(&mut lat, 0.5),
