@@ -37,6 +37,14 @@ pub struct Global {
     /// The upper bound of the random delay between rounds (drawn from [delay/2, delay]).
     #[arg(long, default_value = "200ms", value_parser = duration, global = true)]
     pub retry_delay: Duration,
+    /// Fenced locks: each lock gets a fencing token, a number greater than every earlier
+    /// holder's (printed by `lock`, given to `run`'s command as REDLOCK_FENCING_TOKEN). Every
+    /// client of a resource must agree on this and on --fencing-key.
+    #[arg(long, env = "REDLOCK_FENCING", global = true)]
+    pub fencing: bool,
+    /// The key of the fencing counter on every master.
+    #[arg(long, default_value = redlock_mux::DEFAULT_FENCING_KEY, global = true)]
+    pub fencing_key: String,
 }
 
 /// What to do.
@@ -52,8 +60,10 @@ pub enum Command {
     /// 76. Every catchable terminating signal sent to redlock (INT, TERM, HUP, QUIT, USR1, ...)
     /// is forwarded to the group. If redlock is killed with SIGKILL, CMD gets SIGKILL too;
     /// processes CMD started do not, and once the ttl runs out they run without the lock. A
-    /// redlock stopped with SIGSTOP cannot keep the lock alive. CMD sees REDLOCK_RESOURCE and
-    /// REDLOCK_TOKEN in its environment. As CMD is not in the terminal's foreground group, a
+    /// redlock stopped with SIGSTOP cannot keep the lock alive. CMD sees REDLOCK_RESOURCE (the
+    /// first --resource), REDLOCK_RESOURCES (all of them, one per line), REDLOCK_TOKEN and,
+    /// with --fencing, REDLOCK_FENCING_TOKEN in its environment. Several --resource lock them
+    /// all, as one lock. As CMD is not in the terminal's foreground group, a
     /// CMD that reads the terminal is stopped (SIGTTIN): give it input another way.
     Run(RunArgs),
     /// Take a lock and print its token and validity; it lives until its ttl runs out or
@@ -73,9 +83,9 @@ pub enum Command {
 /// `redlock run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The name of the lock.
-    #[arg(long)]
-    pub resource: String,
+    /// The name of the lock; give it several times to lock a set of resources at once.
+    #[arg(long = "resource", required = true)]
+    pub resources: Vec<String>,
     /// Keep trying to acquire for this long (instead of --retries rounds).
     #[arg(long, value_parser = duration)]
     pub wait: Option<Duration>,
@@ -94,9 +104,9 @@ pub struct RunArgs {
 /// `redlock lock`.
 #[derive(Debug, Args)]
 pub struct LockArgs {
-    /// The name of the lock.
-    #[arg(long)]
-    pub resource: String,
+    /// The name of the lock; give it several times to lock a set of resources at once.
+    #[arg(long = "resource", required = true)]
+    pub resources: Vec<String>,
     /// Print one JSON object instead of `key=value` lines.
     #[arg(long)]
     pub json: bool,
@@ -105,9 +115,9 @@ pub struct LockArgs {
 /// `redlock unlock`.
 #[derive(Debug, Args)]
 pub struct UnlockArgs {
-    /// The name of the lock.
-    #[arg(long)]
-    pub resource: String,
+    /// The name of the lock; every --resource that `redlock lock` was given.
+    #[arg(long = "resource", required = true)]
+    pub resources: Vec<String>,
     /// The token `redlock lock` printed.
     #[arg(long)]
     pub token: String,
@@ -271,7 +281,9 @@ impl Global {
         Ok(Redlock::builder()
             .nodes(nodes)
             .node_timeout(self.node_timeout)
-            .retry(self.retries.saturating_add(1), self.retry_delay))
+            .retry(self.retries.saturating_add(1), self.retry_delay)
+            .fencing(self.fencing)
+            .fencing_key(self.fencing_key.clone()))
     }
 
     /// The configured nodes, with empty entries (a stray comma, an empty variable) dropped.
@@ -314,6 +326,20 @@ pub fn nodes_or_local(global: &Global) -> Result<(Vec<String>, Option<LocalClust
     let cluster = LocalCluster::start(5)
         .map_err(|e| Failure::new(exit::UNAVAILABLE, format!("starting local masters: {e}")))?;
     Ok((cluster.addrs(), Some(cluster)))
+}
+
+/// The `--resource` values as a list of names.
+pub fn names(resources: &[String]) -> Vec<&str> {
+    resources.iter().map(String::as_str).collect()
+}
+
+/// How the resources are named in messages: `"a"`, or `"a", "b"`.
+pub fn describe(resources: &[String]) -> String {
+    resources
+        .iter()
+        .map(|r| format!("{r:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

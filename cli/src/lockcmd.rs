@@ -3,25 +3,33 @@
 
 use redlock_mux::{Lock, Token};
 
-use crate::args::{Global, LockArgs, UnlockArgs};
+use crate::args::{describe, names, Global, LockArgs, UnlockArgs};
 use crate::exit::{self, Failure};
 
 /// Takes the lock (with the configured retries) and prints its token and validity.
 pub fn lock(global: &Global, a: &LockArgs) -> Result<u8, Failure> {
     let redlock = global.blocking(&global.node_list())?;
     let lock = redlock
-        .lock(&a.resource, global.ttl)
-        .map_err(|e| Failure::lock(&format!("lock {:?}", a.resource), &e))?;
+        .lock_many(&names(&a.resources), global.ttl)
+        .map_err(|e| Failure::lock(&format!("lock {}", describe(&a.resources)), &e))?;
     let validity_ms = lock.validity().as_millis();
+    let fencing = lock
+        .fencing_token()
+        .map_or_else(|| "null".to_string(), |t| t.to_string());
     if a.json {
+        let all: Vec<String> = a.resources.iter().map(|r| json_string(r)).collect();
         println!(
-            "{{\"resource\":{},\"token\":\"{}\",\"validity_ms\":{validity_ms},\"ttl_ms\":{}}}",
-            json_string(&a.resource),
+            "{{\"resource\":{},\"resources\":[{}],\"token\":\"{}\",\"fencing_token\":{fencing},\"validity_ms\":{validity_ms},\"ttl_ms\":{}}}",
+            json_string(lock.resource()),
+            all.join(","),
             lock.token(),
             lock.ttl().as_millis()
         );
     } else {
         println!("token={}\nvalidity_ms={validity_ms}", lock.token());
+        if let Some(t) = lock.fencing_token() {
+            println!("fencing_token={t}");
+        }
     }
     Ok(0)
 }
@@ -37,10 +45,13 @@ pub fn unlock(global: &Global, a: &UnlockArgs) -> Result<u8, Failure> {
             ),
         )
     })?;
+    let what = || format!("unlock {}", describe(&a.resources));
+    let lock = Lock::from_token_many(&names(&a.resources), token)
+        .map_err(|e| Failure::lock(&what(), &e))?;
     let redlock = global.blocking(&global.node_list())?;
     redlock
-        .unlock(&Lock::from_token(&a.resource, token))
-        .map_err(|e| Failure::lock(&format!("unlock {:?}", a.resource), &e))?;
+        .unlock(&lock)
+        .map_err(|e| Failure::lock(&what(), &e))?;
     Ok(0)
 }
 

@@ -31,7 +31,7 @@ use tokio::process::Command;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::{sleep, sleep_until, Instant};
 
-use crate::args::{Global, RunArgs};
+use crate::args::{describe, names, Global, RunArgs};
 use crate::exit::{self, Failure};
 
 /// Runs `redlock run`; returns the exit code.
@@ -48,19 +48,21 @@ pub fn run(global: &Global, a: &RunArgs) -> Result<u8, Failure> {
             Signals::new().map_err(|e| Failure::os("installing signal handlers", e))?;
         become_subreaper();
         let redlock = global.async_client(&nodes)?;
+        let resources = names(&a.resources);
         let acquired = tokio::select! {
-            r = acquire(&redlock, &a.resource, global.ttl, a.wait) => r,
+            r = acquire(&redlock, &resources, global.ttl, a.wait) => r,
             sig = signals.recv() => {
-                eprintln!("redlock: signal {sig} while acquiring {:?}; giving up", a.resource);
+                eprintln!("redlock: signal {sig} while acquiring {}; giving up", describe(&a.resources));
                 // Dropping the acquisition queued a release of whatever it had taken; the
                 // driver writes in order, so once one more round on the same nodes has been
                 // answered, that release has gone out too.
-                let nobody = Lock::from_token(&a.resource, Token::generate());
+                let nobody = Lock::from_token(&a.resources[0], Token::generate());
                 let _ = redlock.unlock(&nobody).await;
                 return Ok(128 + sig as u8);
             }
         };
-        let guard = acquired.map_err(|e| Failure::lock(&format!("lock {:?}", a.resource), &e))?;
+        let guard = acquired
+            .map_err(|e| Failure::lock(&format!("lock {}", describe(&a.resources)), &e))?;
         supervise(guard, &mut signals, a).await
     });
     // Everything that matters has been answered (the release included); what is left (idle
@@ -74,18 +76,18 @@ pub fn run(global: &Global, a: &RunArgs) -> Result<u8, Failure> {
 /// The lock is kept alive without limit: a command may run for hours.
 async fn acquire(
     redlock: &AsyncRedlock,
-    resource: &str,
+    resources: &[&str],
     ttl: Duration,
     wait: Option<Duration>,
 ) -> Result<LockGuard, Error> {
     let policy = KeepAlive::default().unlimited();
     let Some(wait) = wait else {
-        return redlock.lock_guarded_with(resource, ttl, policy).await;
+        return redlock.lock_many_guarded_with(resources, ttl, policy).await;
     };
     let start = Instant::now();
     let delay = redlock.config().retry_delay();
     loop {
-        match redlock.try_lock(resource, ttl).await {
+        match redlock.try_lock_many(resources, ttl).await {
             Ok(lock) => return Ok(redlock.keep_alive(lock, policy)),
             Err(
                 e @ (Error::Conflict { .. } | Error::NoQuorum { .. } | Error::ValiditySpent { .. }),
@@ -115,9 +117,16 @@ async fn supervise(guard: LockGuard, signals: &mut Signals, a: &RunArgs) -> Resu
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("REDLOCK_RESOURCE", lock.resource())
+        .env(
+            "REDLOCK_RESOURCES",
+            lock.resources().collect::<Vec<_>>().join("\n"),
+        )
         .env("REDLOCK_TOKEN", lock.token().as_str())
         // Its own process group: a signal for the command reaches what it starts, too.
         .process_group(0);
+    if let Some(t) = lock.fencing_token() {
+        cmd.env("REDLOCK_FENCING_TOKEN", t.to_string());
+    }
     die_with_parent(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(child) => child,
@@ -149,8 +158,8 @@ async fn supervise(guard: LockGuard, signals: &mut Signals, a: &RunArgs) -> Resu
             loss = guard.lost(), if !lost => {
                 lost = true;
                 eprintln!(
-                    "redlock: lock {:?} lost ({loss}); sending signal {} to {program:?}",
-                    a.resource, a.loss_signal
+                    "redlock: lock {} lost ({loss}); sending signal {} to {program:?}",
+                    describe(&a.resources), a.loss_signal
                 );
                 signal_group(group, a.loss_signal);
                 kill_at = Some(kill_deadline(&guard, a.kill_after));
@@ -176,8 +185,8 @@ async fn supervise(guard: LockGuard, signals: &mut Signals, a: &RunArgs) -> Resu
     if let Err(e) = guard.release().await {
         // The command has finished its work under the lock; the lock runs out by itself.
         eprintln!(
-            "redlock: warning: release of {:?} failed ({e}); it expires with its ttl",
-            a.resource
+            "redlock: warning: release of {} failed ({e}); it expires with its ttl",
+            describe(&a.resources)
         );
     }
     Ok(exit::status_code(status))

@@ -289,6 +289,110 @@ fn lock_prints_a_token_that_unlock_takes() {
 }
 
 #[test]
+fn fencing_and_several_resources_from_the_command_line() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let (a, b) = (resource("cli-set-a"), resource("cli-set-b"));
+    // `lock --fencing --json` over two resources: one token for both, and a fencing token.
+    let mut cmd = redlock(&nodes);
+    cmd.args([
+        "--fencing",
+        "lock",
+        "--json",
+        "--resource",
+        &a,
+        "--resource",
+        &b,
+    ]);
+    let o = output(cmd, "fenced lock of a set");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let json = stdout(&o);
+    let field = |name: &str| -> String {
+        let start = json
+            .find(&format!("\"{name}\":"))
+            .unwrap_or_else(|| panic!("{name} in {json}"));
+        json[start + name.len() + 3..]
+            .split([',', '}'])
+            .next()
+            .unwrap()
+            .trim_matches('"')
+            .to_string()
+    };
+    let token = field("token");
+    let first: u64 = field("fencing_token").parse().expect("a number");
+    assert!(
+        json.contains(&format!("\"resources\":[\"{a}\",\"{b}\"]")),
+        "{json}"
+    );
+    for key in [&a, &b] {
+        assert_eq!(holders(&c, key), 3, "{key}");
+        assert!(nodes
+            .iter()
+            .all(|n| get(n, key).as_deref() == Some(token.as_str())));
+    }
+    // Either resource alone is refused while the set is held.
+    let mut cmd = redlock(&nodes);
+    cmd.args(["--retries", "0", "lock", "--resource", &b]);
+    assert_fails(
+        &output(cmd, "lock of a member"),
+        75,
+        "held by another client",
+    );
+    // `unlock` takes the set.
+    let mut cmd = redlock(&nodes);
+    cmd.args([
+        "unlock",
+        "--resource",
+        &a,
+        "--resource",
+        &b,
+        "--token",
+        &token,
+    ]);
+    let o = output(cmd, "unlock of the set");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(holders(&c, &a) + holders(&c, &b), 0);
+    // A duplicate is a bad argument, and nothing is locked.
+    let mut cmd = redlock(&nodes);
+    cmd.args(["lock", "--resource", &a, "--resource", &a]);
+    assert_fails(&output(cmd, "duplicate"), 2, "given twice");
+    // `run --fencing` over the set: the command sees the next token, above the first, and
+    // every resource.
+    let mut cmd = redlock(&nodes);
+    cmd.args(["--fencing", "run", "--resource", &a, "--resource", &b, "--"])
+        .args([
+            "sh",
+            "-c",
+            "echo \"$REDLOCK_FENCING_TOKEN\"; echo \"$REDLOCK_RESOURCES\"",
+        ]);
+    let o = output(cmd, "fenced run of a set");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let mut lines = out.lines();
+    let second: u64 = lines
+        .next()
+        .unwrap()
+        .parse()
+        .expect("REDLOCK_FENCING_TOKEN");
+    assert!(second > first, "token {second} after {first}");
+    assert_eq!(lines.collect::<Vec<_>>(), [a.as_str(), b.as_str()]);
+    assert_eq!(holders(&c, &a) + holders(&c, &b), 0, "released");
+    // Unfenced, the variable is not set.
+    let mut cmd = redlock(&nodes);
+    cmd.args([
+        "run",
+        "--resource",
+        &a,
+        "--",
+        "sh",
+        "-c",
+        "echo \"[${REDLOCK_FENCING_TOKEN-unset}]\"",
+    ]);
+    let o = output(cmd, "unfenced run");
+    assert_eq!(stdout(&o).trim(), "[unset]", "{}", stderr(&o));
+}
+
+#[test]
 fn run_exits_with_the_commands_status_and_releases() {
     let c = cluster(3);
     let nodes = c.addrs();

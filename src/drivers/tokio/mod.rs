@@ -214,6 +214,27 @@ impl AsyncRedlock {
         ttl: Duration,
         keep_alive: KeepAlive,
     ) -> Result<LockGuard, Error> {
+        self.check_keep_alive(ttl)?;
+        let lock = self.lock(resource, ttl).await?;
+        Ok(self.keep_alive(lock, keep_alive))
+    }
+
+    /// [`lock_many`](Self::lock_many), kept alive with the given policy as
+    /// [`lock_guarded_with`](Self::lock_guarded_with) keeps a single lock.
+    pub async fn lock_many_guarded_with(
+        &self,
+        resources: &[&str],
+        ttl: Duration,
+        keep_alive: KeepAlive,
+    ) -> Result<LockGuard, Error> {
+        self.check_keep_alive(ttl)?;
+        let lock = self.lock_many(resources, ttl).await?;
+        Ok(self.keep_alive(lock, keep_alive))
+    }
+
+    /// Whether keep-alive can keep a lock of `ttl`: its validity must hold an extension round
+    /// and the loss margin.
+    fn check_keep_alive(&self, ttl: Duration) -> Result<(), Error> {
         let cfg = &self.inner.config;
         let (_, ttl) = op::ttl_ms(cfg, ttl)?;
         let best_validity = ttl.saturating_sub(crate::core::rules::drift(ttl, cfg.drift_factor));
@@ -224,8 +245,7 @@ impl AsyncRedlock {
             }
             .into());
         }
-        let lock = self.lock(resource, ttl).await?;
-        Ok(self.keep_alive(lock, keep_alive))
+        Ok(())
     }
 
     /// Keeps a lock taken earlier (by [`try_lock`](Self::try_lock), say, in a retry loop of the
