@@ -26,9 +26,12 @@
 //!   allowance and masters keep their keys.
 //! - A master that restarts without its keys can grant a held lock again. Run masters with
 //!   `appendfsync always`, or keep a restarted master out for longer than the largest ttl.
-//! - Redlock gives no fencing token: a holder paused past its validity may act after another
-//!   client took the lock. Check [`Lock::validity`] before acting, and protect the resource
-//!   itself where that matters.
+//! - A holder paused past its validity may act after another client took the lock. Check
+//!   [`Lock::validity`] before acting; where that is not enough, build the client with
+//!   [`Builder::fencing`]: each lock then carries a [`Lock::fencing_token`] that is strictly
+//!   greater than every earlier holder's, for the resource to check (masters must keep their
+//!   data across restarts for this).
+//! - [`Redlock::lock_many`] takes several resources as one lock: all of them or none.
 //! - A lock's validity never claims more than its keys have: an extension caps it at the new
 //!   ttl before it is sent, whatever its outcome.
 //!
