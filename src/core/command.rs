@@ -76,9 +76,9 @@ pub(crate) enum Extra {
     HeldKey(u32),
 }
 
-/// The parts of a script command kept on the stack: verb, script, key count, a resource and the
-/// counter, token and two arguments, with room for a few more resources.
-const MAX_PARTS: usize = 12;
+/// The parts of a script command kept on the stack: verb, script, key count, up to 12
+/// resources and the counter, token and two arguments.
+const MAX_PARTS: usize = 20;
 
 impl Command<'_> {
     /// Writes the command: `SET`, or a script call in the given form (`EVALSHA` as first

@@ -25,13 +25,15 @@
 //! or not the operation's round is still waiting for that node. The digests are constants; a
 //! test checks them against what `SCRIPT LOAD` returns from a real server.
 
-/// Acquire several keys, or acquire fenced: if any of `KEYS[1..=n]` exists, return `-i` for the
-/// first such key `i`; else `SET` each to `ARGV[1]` with `PX ARGV[2]`, and return `INCR` of
-/// `KEYS[n+1]` when it is given (fenced), `0` when not. `ARGV[3]` is `n`.
+/// Acquire several keys, or acquire fenced: `SET` each of `KEYS[1..=n]` to `ARGV[1]` with `NX PX
+/// ARGV[2]`; at the first key `i` that exists, delete the ones this call set and return `-i`
+/// (all or nothing, atomically); else return `INCR` of `KEYS[n+1]` when it is given (fenced),
+/// `0` when not. `ARGV[3]` is `n`. (One `SET NX` per key, rather than checking every key
+/// first and then setting it: half the calls on the path that succeeds.)
 pub const ACQUIRE: &str = include_str!("scripts/acquire.lua");
 
 /// SHA-1 of [`ACQUIRE`], in lowercase hex, as `EVALSHA` takes it.
-pub const ACQUIRE_SHA1: &str = "4639d77144bb2321e8ebc3fc559368fac25f7faf";
+pub const ACQUIRE_SHA1: &str = "fc1f70ab657ed9339b8f3a9f2484c8bf19d328ae";
 
 /// Compare-and-delete: `DEL` every key that holds `ARGV[1]`.
 pub const RELEASE: &str = include_str!("scripts/release.lua");

@@ -1,0 +1,225 @@
+//! What fencing and locks over several resources cost, against the plain lock, in one run on
+//! five local masters: sequential lock + unlock pairs on the blocking client, each variant in
+//! turns interleaved with the others so that the machine's swings fall on all of them alike.
+//!
+//! Targets (issue 12): a fenced lock's p50 at most the plain lock's p50 plus 1.2 single-node
+//! round trips; a lock over 10 resources at most 1.5x the single-resource lock, p50 and
+//! pairs/s. The single-node round trip is the lock p50 of the same client on one master (the
+//! same code path, one node); a plain socket's `SET` round trip is printed beside it.
+//!
+//! Run: `cargo run --release --manifest-path benches/Cargo.toml --bin features -- [--seconds 2]
+//! [--turns 3]`
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use redlock_mux::Redlock;
+use testkit::local::LocalCluster;
+
+fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[derive(Default)]
+struct Samples {
+    lock: Vec<u64>,
+    pair: Vec<u64>,
+    pairs: u64,
+    busy: Duration,
+    /// CPU time the five servers spent during this variant's turns, in clock ticks.
+    server_ticks: u64,
+}
+
+/// User + system CPU time of the processes, in clock ticks (`/proc/<pid>/stat`).
+fn cpu_ticks(pids: &[u32]) -> u64 {
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command name (which ends with the last ')'): utime is the 12th
+            // of them, stime the 13th.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        })
+        .sum()
+}
+
+impl Samples {
+    fn q(v: &mut [u64], q: f64) -> f64 {
+        v.sort_unstable();
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+        v[rank - 1] as f64 / 1000.0
+    }
+    fn pps(&self) -> f64 {
+        self.pairs as f64 / self.busy.as_secs_f64()
+    }
+}
+
+/// One variant: how it locks.
+struct Variant {
+    name: &'static str,
+    client: Redlock,
+    resources: Vec<String>,
+}
+
+impl Variant {
+    fn turn(&self, slice: Duration, s: &mut Samples) {
+        let names: Vec<&str> = self.resources.iter().map(String::as_str).collect();
+        let start = Instant::now();
+        while start.elapsed() < slice {
+            let t0 = Instant::now();
+            let lock = if names.len() == 1 {
+                self.client.try_lock(names[0], Duration::from_secs(10))
+            } else {
+                self.client.try_lock_many(&names, Duration::from_secs(10))
+            }
+            .expect("uncontended lock");
+            let t1 = Instant::now();
+            self.client.unlock(&lock).expect("unlock");
+            s.lock.push((t1 - t0).as_nanos() as u64);
+            s.pair.push(t0.elapsed().as_nanos() as u64);
+            s.pairs += 1;
+        }
+        s.busy += start.elapsed();
+    }
+}
+
+/// Round trips of `SET` on one node over a plain blocking socket: the unit the fencing target
+/// is stated in.
+fn single_node_rtt(addr: &str, slice: Duration, out: &mut Vec<u64>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    let cmd = b"*3\r\n$3\r\nSET\r\n$9\r\nbench:rtt\r\n$1\r\nx\r\n";
+    let mut buf = [0u8; 64];
+    let start = Instant::now();
+    while start.elapsed() < slice {
+        let t0 = Instant::now();
+        s.write_all(cmd).unwrap();
+        let mut got = 0;
+        while got < 5 {
+            got += s.read(&mut buf[got..]).unwrap();
+        }
+        out.push(t0.elapsed().as_nanos() as u64);
+    }
+}
+
+fn main() {
+    let seconds: f64 = arg("--seconds", 2.0);
+    let turns: usize = arg("--turns", 3);
+    let slice = Duration::from_secs_f64(seconds);
+    let cluster = LocalCluster::start(5).expect("five redis-server (scripts/install-deps)");
+    let nodes = cluster.addrs();
+    let pids: Vec<u32> = cluster.servers().iter().filter_map(|s| s.pid()).collect();
+    // Clock ticks per second (USER_HZ): 100 on Linux.
+    let tick_us = 10_000.0;
+    let build_on = |nodes: &[String], fencing: bool| {
+        Redlock::builder()
+            .nodes(nodes)
+            .node_timeout(Duration::from_millis(200))
+            .fencing(fencing)
+            .build()
+            .unwrap()
+    };
+    let build = |fencing: bool| build_on(&nodes, fencing);
+    let ten: Vec<String> = (0..10).map(|i| format!("bench:set:{i}")).collect();
+    let variants = [
+        Variant {
+            name: "plain lock",
+            client: build(false),
+            resources: vec!["bench:one".into()],
+        },
+        Variant {
+            name: "fenced lock",
+            client: build(true),
+            resources: vec!["bench:fenced".into()],
+        },
+        Variant {
+            name: "lock_many, 10 resources",
+            client: build(false),
+            resources: ten.clone(),
+        },
+        Variant {
+            name: "lock_many, 10 resources, fenced",
+            client: build(true),
+            resources: ten.iter().map(|r| format!("{r}:f")).collect(),
+        },
+        // One node: its lock is one round trip to one master through the same client.
+        Variant {
+            name: "plain lock on one node (the single-node round trip)",
+            client: build_on(&nodes[..1], false),
+            resources: vec!["bench:single".into()],
+        },
+    ];
+    // Warm-up: connections, script caches.
+    for v in &variants {
+        v.turn(Duration::from_millis(300), &mut Samples::default());
+    }
+    let mut samples: Vec<Samples> = variants.iter().map(|_| Samples::default()).collect();
+    let mut rtt = Vec::new();
+    for _ in 0..turns {
+        single_node_rtt(&nodes[0], slice / 2, &mut rtt);
+        for (v, s) in variants.iter().zip(samples.iter_mut()) {
+            let before = cpu_ticks(&pids);
+            v.turn(slice, s);
+            s.server_ticks += cpu_ticks(&pids) - before;
+        }
+    }
+    let raw_p50 = Samples::q(&mut rtt, 0.5);
+    let rtt_p50 = Samples::q(&mut samples[4].lock.clone(), 0.5);
+    println!(
+        "Five local masters, blocking client, sequential try_lock + unlock pairs; {turns} turns of {seconds} s per variant, interleaved. Latencies in µs."
+    );
+    println!();
+    println!(
+        "| variant | pairs/s | lock p50 | lock p99 | pair p50 | pair p99 | servers' CPU per pair |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let mut p50 = Vec::new();
+    let mut pps = Vec::new();
+    for (v, s) in variants.iter().zip(samples.iter_mut()) {
+        let (l50, l99) = (Samples::q(&mut s.lock, 0.5), Samples::q(&mut s.lock, 0.99));
+        let (p_50, p_99) = (Samples::q(&mut s.pair, 0.5), Samples::q(&mut s.pair, 0.99));
+        println!(
+            "| {} | {:.0} | {l50:.1} | {l99:.1} | {p_50:.1} | {p_99:.1} | {:.1} |",
+            v.name,
+            s.pps(),
+            s.server_ticks as f64 * tick_us / s.pairs.max(1) as f64
+        );
+        p50.push((l50, p_50));
+        pps.push(s.pps());
+    }
+    println!(
+        "| `SET` on one node, plain blocking socket | – | {raw_p50:.1} | {:.1} | – | – | – |",
+        Samples::q(&mut rtt, 0.99)
+    );
+    println!();
+    let extra = p50[1].0 - p50[0].0;
+    let bound = p50[0].0 + 1.2 * rtt_p50;
+    println!(
+        "fenced lock p50 {:.1} µs vs plain {:.1} µs: +{extra:.1} µs = {:.2} single-node round trips (target <= 1.2: p50 <= {bound:.1} µs) -> {}",
+        p50[1].0,
+        p50[0].0,
+        extra / rtt_p50,
+        if p50[1].0 <= bound { "met" } else { "MISSED" }
+    );
+    let lock_ratio = p50[2].0 / p50[0].0;
+    let pair_ratio = p50[2].1 / p50[0].1;
+    let pps_ratio = pps[0] / pps[2];
+    println!(
+        "10 resources vs 1: lock p50 {lock_ratio:.2}x, pair p50 {pair_ratio:.2}x, pairs/s {pps_ratio:.2}x fewer (target <= 1.5x each) -> {}",
+        if lock_ratio <= 1.5 && pair_ratio <= 1.5 && pps_ratio <= 1.5 {
+            "met"
+        } else {
+            "MISSED"
+        }
+    );
+}
