@@ -323,3 +323,125 @@ impl Retry {
         Next::Wait(wait)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Builder;
+    use crate::core::command::Extra;
+    use crate::lock::Name;
+
+    fn cfg(fencing: bool) -> Config {
+        Builder::<crate::Redlock>::default()
+            .nodes((1..=5).map(|p| format!("127.0.0.1:{p}")))
+            .fencing(fencing)
+            .config()
+            .unwrap()
+    }
+
+    /// A decided round: `votes[i]` for node i, with its extra.
+    fn round(votes: &[(NodeOutcome, Extra)]) -> Round {
+        let mut r = Round::new(5, 3, Until::Decided);
+        for (i, (o, e)) in votes.iter().enumerate() {
+            r.record_with(i, o.clone(), *e);
+        }
+        r.close(|_| NodeOutcome::Undecided);
+        r
+    }
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn names(v: &[&str]) -> Names {
+        v.iter().map(|s| Name::new(s)).collect()
+    }
+
+    #[test]
+    fn a_fenced_acquisition_writes_back_the_highest_counter_and_counts_validity_from_phase_one() {
+        let cfg = cfg(true);
+        let mut acq = Acquisition::new(&cfg, names(&["r"]), TTL).unwrap();
+        let (cmd, _) = acq.round(&cfg).unwrap();
+        assert_eq!(
+            (cmd.kind, cmd.counter),
+            (OpKind::Acquire, Some(&b"redlock-mux:fencing-counter"[..]))
+        );
+        let t1 = Instant::now();
+        let ok = |c| (NodeOutcome::Ok, Extra::Counter(c));
+        acq.advance(&cfg, Ok((round(&[ok(7), ok(42), ok(9)]), t1)), t1);
+        let (cmd, until) = acq.round(&cfg).unwrap();
+        assert_eq!(
+            (cmd.kind, cmd.fence_value, until),
+            (OpKind::Fence, 42, Until::Decided)
+        );
+        // Phase 2 took 3 s: the validity counts them, from before phase 1.
+        let now = t1 + Duration::from_secs(3);
+        let yes = (NodeOutcome::Ok, Extra::None);
+        acq.advance(
+            &cfg,
+            Ok((round(&[yes.clone(), yes.clone(), yes]), now)),
+            now,
+        );
+        assert!(acq.round(&cfg).is_none());
+        let lock = acq.finish().unwrap();
+        assert_eq!(lock.fencing_token(), Some(42));
+        let validity = lock.valid_until() - t1;
+        assert!(
+            validity < Duration::from_secs(7) && validity > Duration::from_secs(6),
+            "{validity:?}"
+        );
+    }
+
+    #[test]
+    fn a_lost_write_back_releases_before_it_fails() {
+        let cfg = cfg(true);
+        let mut acq = Acquisition::new(&cfg, names(&["a", "b"]), TTL).unwrap();
+        let t1 = Instant::now();
+        let ok = (NodeOutcome::Ok, Extra::Counter(1));
+        acq.advance(&cfg, Ok((round(&[ok.clone(), ok.clone(), ok]), t1)), t1);
+        let gone = (NodeOutcome::Gone, Extra::None);
+        acq.advance(
+            &cfg,
+            Ok((round(&[gone.clone(), gone.clone(), gone]), t1)),
+            t1,
+        );
+        let (cmd, until) = acq.round(&cfg).unwrap();
+        assert_eq!(
+            (cmd.kind, until, cmd.resources.len()),
+            (OpKind::Release, Until::AllIn, 2)
+        );
+        acq.advance(&cfg, Ok((round(&[]), t1)), t1);
+        assert!(matches!(acq.finish(), Err(Error::NoQuorum { .. })));
+    }
+
+    #[test]
+    fn a_conflict_names_the_held_resource_and_releases() {
+        let cfg = cfg(false);
+        let mut acq = Acquisition::new(&cfg, names(&["a", "b", "c"]), TTL).unwrap();
+        let t1 = Instant::now();
+        let held = |k| (NodeOutcome::Held, Extra::HeldKey(k));
+        acq.advance(&cfg, Ok((round(&[held(2), held(1), held(2)]), t1)), t1);
+        assert_eq!(acq.round(&cfg).unwrap().0.kind, OpKind::Release);
+        acq.advance(&cfg, Ok((round(&[]), t1)), t1);
+        match acq.finish() {
+            Err(Error::Conflict { held, .. }) => assert_eq!(held.as_deref(), Some("b")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unfenced_single_lock_is_one_round_and_no_token() {
+        let cfg = cfg(false);
+        let mut acq = Acquisition::new(&cfg, names(&["r"]), TTL).unwrap();
+        assert_eq!(acq.round(&cfg).unwrap().0.counter, None);
+        let t1 = Instant::now();
+        let yes = (NodeOutcome::Ok, Extra::None);
+        acq.advance(&cfg, Ok((round(&[yes.clone(), yes.clone(), yes]), t1)), t1);
+        assert!(acq.round(&cfg).is_none());
+        assert_eq!(acq.finish().unwrap().fencing_token(), None);
+        // The counter key is never a resource.
+        let fenced = self::cfg(true);
+        assert!(matches!(
+            Acquisition::new(&fenced, names(&["x", "redlock-mux:fencing-counter"]), TTL),
+            Err(Error::Config(ConfigError::FencingKey(_)))
+        ));
+    }
+}
