@@ -3,6 +3,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::ConfigError;
@@ -21,15 +22,26 @@ pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 86_400);
 /// [`ConfigError`] rather than left to overflow a deadline.
 pub const MAX_OPTION_DURATION: Duration = Duration::from_secs(86_400);
 
+/// Where a master listens.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// A TCP address, resolved when the configuration was built.
+    Tcp(SocketAddr),
+    /// A Unix domain socket's path.
+    Unix(PathBuf),
+}
+
 /// One master: where it listens and how to log in.
 ///
 /// Parsed from `redis://[user[:password]@]host[:port][/db]` or plain `host[:port]`; IPv6 hosts
-/// go in brackets (`[::1]:7000`). User and password may be percent-encoded.
+/// go in brackets (`[::1]:7000`). User and password may be percent-encoded. A Unix domain
+/// socket is `unix:///path/to/redis.sock` (or `redis+unix:///path`), with the database, user and
+/// password as query parameters: `unix:///run/redis.sock?db=2&user=app&password=secret`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct NodeAddr {
-    /// The host as written (name or IP literal, without brackets).
+    /// The host as written (name or IP literal, without brackets); for a Unix socket, its path.
     pub host: String,
-    /// The port.
+    /// The port (0 for a Unix socket).
     pub port: u16,
     /// The ACL user, if any.
     pub user: Option<String>,
@@ -37,8 +49,8 @@ pub struct NodeAddr {
     pub password: Option<String>,
     /// The database to `SELECT`, if not 0.
     pub db: u32,
-    /// The resolved socket address.
-    pub(crate) socket: SocketAddr,
+    /// Where connections go.
+    pub(crate) endpoint: Endpoint,
 }
 
 impl fmt::Debug for NodeAddr {
@@ -50,6 +62,13 @@ impl fmt::Debug for NodeAddr {
 impl fmt::Display for NodeAddr {
     /// The address without its password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Endpoint::Unix(path) = &self.endpoint {
+            write!(f, "unix://{}", path.display())?;
+            if self.db != 0 {
+                write!(f, "?db={}", self.db)?;
+            }
+            return Ok(());
+        }
         if self.host.contains(':') {
             write!(f, "[{}]:{}", self.host, self.port)?;
         } else {
@@ -81,10 +100,18 @@ impl NodeAddr {
             reason,
         };
         let input = input.trim();
+        if let Some(r) = input
+            .strip_prefix("unix://")
+            .or_else(|| input.strip_prefix("redis+unix://"))
+        {
+            return NodeAddr::parse_unix(input, r);
+        }
         let rest = if let Some(r) = input.strip_prefix("redis://") {
             r
         } else if input.contains("://") {
-            return Err(bad("only redis:// URLs are supported"));
+            return Err(bad(
+                "only redis://, unix:// and redis+unix:// URLs are supported",
+            ));
         } else {
             input
         };
@@ -167,13 +194,70 @@ impl NodeAddr {
             user,
             password,
             db,
-            socket,
+            endpoint: Endpoint::Tcp(socket),
         })
     }
 
-    /// The resolved socket address connections go to.
-    pub fn socket_addr(&self) -> SocketAddr {
-        self.socket
+    /// `unix://[user[:password]@]/path?db=N&user=U&password=P`, `rest` after the scheme.
+    fn parse_unix(input: &str, rest: &str) -> Result<NodeAddr, ConfigError> {
+        let bad = |reason| ConfigError::InvalidAddress {
+            addr: redact(input),
+            reason,
+        };
+        let (userinfo, rest) = match rest.split_once('@') {
+            Some((u, r)) if !u.contains('/') => (Some(u), r),
+            _ => (None, rest),
+        };
+        let (path, query) = match rest.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (rest, None),
+        };
+        if !path.starts_with('/') {
+            return Err(bad(
+                "a Unix socket path must be absolute: unix:///path/to/redis.sock",
+            ));
+        }
+        let path = percent_decode(path).ok_or(bad("bad percent-encoding"))?;
+        let (mut user, mut password) = match userinfo {
+            None => (None, None),
+            Some(u) => match u.split_once(':') {
+                Some((user, pass)) => (
+                    Some(percent_decode(user).ok_or(bad("bad percent-encoding"))?)
+                        .filter(|u| !u.is_empty()),
+                    Some(percent_decode(pass).ok_or(bad("bad percent-encoding"))?),
+                ),
+                None => (
+                    None,
+                    Some(percent_decode(u).ok_or(bad("bad percent-encoding"))?),
+                ),
+            },
+        };
+        let mut db = 0;
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or(bad("query parameters are key=value"))?;
+            let v = percent_decode(v).ok_or(bad("bad percent-encoding"))?;
+            match k {
+                "db" => db = v.parse().map_err(|_| bad("database is not a number"))?,
+                "user" => user = Some(v),
+                "password" | "pass" => password = Some(v),
+                _ => return Err(bad("unknown query parameter (db, user, password)")),
+            }
+        }
+        Ok(NodeAddr {
+            host: path.clone(),
+            port: 0,
+            user,
+            password,
+            db,
+            endpoint: Endpoint::Unix(PathBuf::from(path)),
+        })
+    }
+
+    /// Where connections go: a resolved TCP address, or a Unix socket's path.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 }
 
@@ -181,7 +265,11 @@ impl NodeAddr {
 /// `Debug`: `redis://app:***@host:port`.
 pub(crate) fn redact(input: &str) -> String {
     let start = input.find("://").map_or(0, |s| s + 3);
-    match input.rfind('@') {
+    let (input, query) = match input.split_once('?') {
+        Some((i, q)) => (i, Some(q)),
+        None => (input, None),
+    };
+    let mut out = match input.rfind('@') {
         Some(at) if at >= start => {
             let userinfo = &input[start..at];
             let user = match userinfo.split_once(':') {
@@ -192,7 +280,22 @@ pub(crate) fn redact(input: &str) -> String {
             format!("{}{user}***{}", &input[..start], &input[at..])
         }
         _ => input.to_string(),
+    };
+    if let Some(q) = query {
+        // `unix:///path?password=secret`: the password's value blanked.
+        let q: Vec<String> = q
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some(("password" | "pass", _)) => {
+                    format!("{}=***", pair.split('=').next().unwrap_or_default())
+                }
+                _ => pair.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&q.join("&"));
     }
+    out
 }
 
 fn percent_decode(s: &str) -> Option<String> {
@@ -539,7 +642,7 @@ impl<C> Builder<C> {
         for (i, a) in nodes.iter().enumerate() {
             if nodes[..i]
                 .iter()
-                .any(|b| b.socket == a.socket && b.db == a.db)
+                .any(|b| b.endpoint == a.endpoint && b.db == a.db)
             {
                 return Err(ConfigError::DuplicateNode(a.to_string()));
             }
@@ -590,6 +693,58 @@ mod tests {
 
     fn builder() -> Builder {
         Builder::default()
+    }
+
+    #[test]
+    fn unix_socket_addresses_parse_and_print_without_the_password() {
+        let a = NodeAddr::parse("unix:///run/redis/redis.sock").unwrap();
+        assert_eq!(
+            a.endpoint(),
+            &Endpoint::Unix("/run/redis/redis.sock".into())
+        );
+        assert_eq!((a.port, a.db, a.user.as_deref()), (0, 0, None));
+        assert_eq!(a.to_string(), "unix:///run/redis/redis.sock");
+        let a = NodeAddr::parse("redis+unix:///tmp/r.sock?db=3&user=app&password=s%40c").unwrap();
+        assert_eq!(a.endpoint(), &Endpoint::Unix("/tmp/r.sock".into()));
+        assert_eq!(
+            (a.db, a.user.as_deref(), a.password.as_deref()),
+            (3, Some("app"), Some("s@c"))
+        );
+        assert_eq!(a.to_string(), "unix:///tmp/r.sock?db=3");
+        let a = NodeAddr::parse("unix://app:pw@/tmp/r.sock").unwrap();
+        assert_eq!(
+            (a.user.as_deref(), a.password.as_deref()),
+            (Some("app"), Some("pw"))
+        );
+        assert_eq!(
+            redact("unix:///tmp/r.sock?db=1&password=secret"),
+            "unix:///tmp/r.sock?db=1&password=***"
+        );
+        assert_eq!(
+            redact("unix://app:pw@/tmp/r.sock"),
+            "unix://app:***@/tmp/r.sock"
+        );
+        for bad in [
+            "unix://relative.sock",
+            "unix:///x?db=no",
+            "unix:///x?color=red",
+            "unix:///x?db",
+        ] {
+            assert!(
+                matches!(
+                    NodeAddr::parse(bad),
+                    Err(ConfigError::InvalidAddress { .. })
+                ),
+                "{bad}"
+            );
+        }
+        // The same socket twice is the same node.
+        assert!(matches!(
+            builder()
+                .nodes(["unix:///tmp/a.sock", "unix:///tmp/a.sock"])
+                .config(),
+            Err(ConfigError::DuplicateNode(_))
+        ));
     }
 
     #[test]

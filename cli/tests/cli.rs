@@ -393,6 +393,21 @@ fn fencing_and_several_resources_from_the_command_line() {
 }
 
 #[test]
+fn unix_socket_nodes_from_the_command_line() {
+    let c = cluster(3);
+    let key = resource("cli-unix");
+    let mut cmd = redlock(&c.unix_addrs());
+    cmd.args(["run", "--resource", &key, "--", "true"]);
+    let o = output(cmd, "run over unix sockets");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut cmd = redlock(&c.unix_addrs());
+    cmd.args(["lock", "--resource", &key]);
+    let o = output(cmd, "lock over unix sockets");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(holders(&c, &key), 3);
+}
+
+#[test]
 fn run_exits_with_the_commands_status_and_releases() {
     let c = cluster(3);
     let nodes = c.addrs();

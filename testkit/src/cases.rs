@@ -29,6 +29,7 @@ macro_rules! for_each_case {
             lock_many_takes_every_resource_or_none,
             lock_many_extends_and_releases_only_what_it_holds,
             lock_many_refuses_bad_lists_and_the_counter_key,
+            unix_sockets_alone_and_mixed_with_tcp,
         );
     };
 }
@@ -830,4 +831,53 @@ pub fn lock_many_refuses_bad_lists_and_the_counter_key<F: Flavor>() {
             .build(),
         Err(Error::Config(ConfigError::FencingKey(_)))
     ));
+}
+
+pub fn unix_sockets_alone_and_mixed_with_tcp<F: Flavor>() {
+    let mut c = cluster(3);
+    let unix = c.unix_addrs();
+    let tcp = c.addrs();
+    let client = F::build(builder(&c).nodes(&unix)).unwrap();
+    let key = resource("unix");
+    let mut lock = client.lock(&key, TTL).unwrap();
+    // The keys are on the same servers, whichever way they are reached.
+    held_everywhere(&client, &tcp, &key, lock.token());
+    client.extend(&mut lock, TTL).unwrap();
+    client.unlock(&lock).unwrap();
+    gone_everywhere(&client, &tcp, &key);
+    // A restarted server is reconnected through its socket.
+    c.server(1).restart().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "a lock through the restarted socket",
+        || {
+            client
+                .try_lock(&key, TTL)
+                .map(|l| client.unlock(&l).is_ok())
+                .unwrap_or(false)
+        },
+    );
+    // Mixed: node 0 over TCP, node 1 over its socket, node 2 a socket that does not exist.
+    let missing = "unix:///nonexistent/redlock-mux/redis.sock".to_string();
+    let mixed = [tcp[0].clone(), unix[1].clone(), missing];
+    let client = F::build(builder(&c).nodes(&mixed).fail_fast(false)).unwrap();
+    let lock = client.lock(&key, TTL).unwrap();
+    assert_eq!(get(&tcp[0], &key).as_deref(), Some(lock.token().as_str()));
+    assert_eq!(get(&tcp[1], &key).as_deref(), Some(lock.token().as_str()));
+    client.unlock(&lock).unwrap();
+    // The missing socket is a node failure, named: with only node 1 left, no quorum.
+    c.server(0).stop();
+    match client.try_lock(&key, TTL) {
+        Err(Error::NoQuorum { nodes }) => {
+            assert!(
+                matches!(nodes.0[2].outcome, NodeOutcome::Io(_) | NodeOutcome::Down),
+                "{nodes}"
+            );
+            assert!(
+                nodes.0[2].addr.starts_with("unix:///nonexistent"),
+                "{nodes}"
+            );
+        }
+        other => panic!("expected no quorum, got {other:?}"),
+    }
 }

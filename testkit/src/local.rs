@@ -1,8 +1,8 @@
 //! Throwaway local `redis-server` processes, for the demo, the examples, the tests and the
 //! benchmarks.
 //!
-//! Each server listens on 127.0.0.1 on a free port, keeps nothing on disk (`save ""`,
-//! `appendonly no`), and is killed when its [`LocalServer`] is dropped, also when a test
+//! Each server listens on 127.0.0.1 on a free port and on a Unix socket in its own directory,
+//! keeps nothing on disk (`save ""`, `appendonly no`, unless told otherwise), and is killed when its [`LocalServer`] is dropped, also when a test
 //! panics. Servers can be stopped, paused (`SIGSTOP`), resumed and restarted on the same port,
 //! for fault injection. Nothing here ever touches port 6379 or a server it did not start.
 //!
@@ -111,6 +111,9 @@ impl LocalServer {
         let mut cmd = Command::new(redis_server_path()?);
         cmd.args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
+            .arg("--unixsocket")
+            .arg(self.unix_path())
+            .args(["--unixsocketperm", "700"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
             .args(["--daemonize", "no"])
@@ -157,6 +160,16 @@ impl LocalServer {
     /// Its address, `127.0.0.1:port`.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The Unix domain socket it also listens on (in its own directory).
+    pub fn unix_path(&self) -> PathBuf {
+        self.dir.join("redis.sock")
+    }
+
+    /// Its Unix socket as a node address, `unix:///…/redis.sock`.
+    pub fn unix_addr(&self) -> String {
+        format!("unix://{}", self.unix_path().display())
     }
 
     /// The process id, while running.
@@ -255,6 +268,11 @@ impl LocalCluster {
             .map(|_| LocalServer::start_with(extra))
             .collect::<io::Result<Vec<_>>>()?;
         Ok(LocalCluster { servers })
+    }
+
+    /// Every server's Unix socket as a node address, in order.
+    pub fn unix_addrs(&self) -> Vec<String> {
+        self.servers.iter().map(LocalServer::unix_addr).collect()
     }
 
     /// The servers' addresses, `127.0.0.1:port`, in order.

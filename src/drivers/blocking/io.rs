@@ -1,4 +1,5 @@
-//! The blocking driver: one mio `Poll`, one non-blocking socket per node, and the engine.
+//! The blocking driver: one mio `Poll`, one non-blocking socket per node (TCP or Unix, see
+//! `stream.rs`), and the engine.
 //!
 //! It only moves bytes and waits: it opens and drops the sockets the engine asks for, writes
 //! what the engine has for each node, feeds it what the sockets read, and sleeps in `poll`
@@ -9,9 +10,9 @@
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token as MioToken};
 
+use super::stream::Stream;
 use crate::config::Config;
 use crate::core::command::Command;
 use crate::core::engine::{Engine, IoEvent};
@@ -22,7 +23,7 @@ pub(super) struct Driver {
     pub(super) engine: Engine<usize>,
     poll: Poll,
     events: Events,
-    socks: Vec<Option<TcpStream>>,
+    socks: Vec<Option<Stream>>,
     scratch: Box<[u8]>,
     /// The clock, read once after each wait (and before a round's first write).
     now: Instant,
@@ -147,15 +148,13 @@ impl Driver {
     }
 
     /// A non-blocking connect to node `i`, registered with the poller.
-    fn open(&self, i: usize) -> io::Result<TcpStream> {
-        let mut sock = TcpStream::connect(self.engine.addr(i).socket_addr())?;
+    fn open(&self, i: usize) -> io::Result<Stream> {
+        let mut sock = Stream::connect(self.engine.addr(i).endpoint())?;
         self.poll.registry().register(
             &mut sock,
             MioToken(i),
             Interest::READABLE | Interest::WRITABLE,
         )?;
-        // Best effort: a socket that refuses NODELAY still works, only slower.
-        let _ = sock.set_nodelay(true);
         Ok(sock)
     }
 
@@ -228,8 +227,8 @@ impl Driver {
                 Ok(Some(e)) | Err(e) => return self.closed(i, e.kind()),
                 Ok(None) => {}
             }
-            match sock.peer_addr() {
-                Ok(_) => self.engine.handle_connected(i),
+            match sock.connected() {
+                Ok(()) => self.engine.handle_connected(i),
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
                 Err(e) => return self.closed(i, e.kind()),
             }

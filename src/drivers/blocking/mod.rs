@@ -11,6 +11,7 @@
 //! bytes on mio.
 
 mod io;
+mod stream;
 
 #[cfg(test)]
 use std::sync::atomic::Ordering;

@@ -16,10 +16,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Sleep;
 
+use super::stream::{Connecting, Stream};
 use crate::config::Config;
 use crate::core::command::{Command, OpKind};
 use crate::core::engine::{Engine, IoEvent};
@@ -90,14 +90,12 @@ enum Reads {
     Owing,
 }
 
-type Connecting = Pin<Box<dyn Future<Output = std::io::Result<TcpStream>> + Send>>;
-
 /// The driver task's state.
 pub(crate) struct Driver {
     rx: mpsc::UnboundedReceiver<Msg>,
     closed: bool,
     engine: Engine<oneshot::Sender<Round>>,
-    socks: Vec<Option<TcpStream>>,
+    socks: Vec<Option<Stream>>,
     connecting: Vec<Option<Connecting>>,
     sleep: Pin<Box<Sleep>>,
     scratch: Box<[u8]>,
@@ -218,8 +216,7 @@ impl Driver {
                 }
                 IoEvent::Connect(i) => {
                     self.socks[i] = None;
-                    let addr = self.engine.addr(i).socket_addr();
-                    self.connecting[i] = Some(Box::pin(TcpStream::connect(addr)));
+                    self.connecting[i] = Some(Stream::connect(self.engine.addr(i).endpoint()));
                 }
             }
         }
@@ -233,8 +230,6 @@ impl Driver {
             match fut.as_mut().poll(cx) {
                 Poll::Pending => return,
                 Poll::Ready(Ok(sock)) => {
-                    // Best effort: a socket that refuses NODELAY still works, only slower.
-                    let _ = sock.set_nodelay(true);
                     self.socks[i] = Some(sock);
                     self.connecting[i] = None;
                     self.engine.handle_connected(i);

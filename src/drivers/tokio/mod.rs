@@ -8,6 +8,7 @@
 
 mod driver;
 mod guard;
+mod stream;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
