@@ -112,6 +112,46 @@ fn single_node_rtt(addr: &str, slice: Duration, out: &mut Vec<u64>) {
     }
 }
 
+/// Pairs per second of `callers` tasks sharing one async client on a multi-thread runtime.
+fn concurrent_pps(nodes: &[String], callers: usize, slice: Duration) -> f64 {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = redlock_mux::AsyncRedlock::builder()
+            .nodes(nodes)
+            .node_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..callers)
+            .map(|k| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let key = format!("bench:conc:{k}");
+                    let mut n = 0u64;
+                    while start.elapsed() < slice {
+                        let lock = client
+                            .try_lock(&key, Duration::from_secs(10))
+                            .await
+                            .unwrap();
+                        client.unlock(&lock).await.unwrap();
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap();
+        }
+        total as f64 / start.elapsed().as_secs_f64()
+    })
+}
+
 fn main() {
     let seconds: f64 = arg("--seconds", 2.0);
     let turns: usize = arg("--turns", 3);
@@ -152,6 +192,11 @@ fn main() {
             client: build(true),
             resources: ten.iter().map(|r| format!("{r}:f")).collect(),
         },
+        Variant {
+            name: "plain lock over Unix sockets",
+            client: build_on(&cluster.unix_addrs(), false),
+            resources: vec!["bench:unix".into()],
+        },
         // One node: its lock is one round trip to one master through the same client.
         Variant {
             name: "plain lock on one node (the single-node round trip)",
@@ -173,8 +218,14 @@ fn main() {
             s.server_ticks += cpu_ticks(&pids) - before;
         }
     }
+    // 64 callers sharing one async client, TCP and Unix sockets in alternating turns.
+    let (mut tcp64, mut unix64) = (0.0, 0.0);
+    for _ in 0..turns {
+        tcp64 += concurrent_pps(&nodes, 64, slice) / turns as f64;
+        unix64 += concurrent_pps(&cluster.unix_addrs(), 64, slice) / turns as f64;
+    }
     let raw_p50 = Samples::q(&mut rtt, 0.5);
-    let rtt_p50 = Samples::q(&mut samples[4].lock.clone(), 0.5);
+    let rtt_p50 = Samples::q(&mut samples[5].lock.clone(), 0.5);
     println!(
         "Five local masters, blocking client, sequential try_lock + unlock pairs; {turns} turns of {seconds} s per variant, interleaved. Latencies in µs."
     );
@@ -210,6 +261,13 @@ fn main() {
         p50[0].0,
         extra / rtt_p50,
         if p50[1].0 <= bound { "met" } else { "MISSED" }
+    );
+    println!(
+        "Unix sockets vs TCP: sequential pair p50 {:.1} vs {:.1} µs ({:.2}x), 64 async callers {unix64:.0} vs {tcp64:.0} pairs/s ({:.2}x)",
+        p50[4].1,
+        p50[0].1,
+        p50[4].1 / p50[0].1,
+        unix64 / tcp64
     );
     let lock_ratio = p50[2].0 / p50[0].0;
     let pair_ratio = p50[2].1 / p50[0].1;
