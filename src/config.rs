@@ -22,6 +22,24 @@ pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 86_400);
 /// [`ConfigError`] rather than left to overflow a deadline.
 pub const MAX_OPTION_DURATION: Duration = Duration::from_secs(86_400);
 
+/// How releases and extensions are sent ([`Builder::scripts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Scripts {
+    /// The server's native compare-and-delete and compare-and-set commands where it has them
+    /// (Valkey 9+: `DELIFEQ`; Redis 8.4+: `DELEX ... IFEQ`; both `SET ... IFEQ ... PX`), Lua
+    /// scripts by `EVALSHA` elsewhere. Decided per connection from the server's `HELLO`
+    /// reply, so a mixed set of masters works. The default.
+    #[default]
+    Auto,
+    /// Lua scripts by `EVALSHA`, with the `EVAL` fallback after `NOSCRIPT`, on every server.
+    Eval,
+    /// The native commands only: a node whose server has none answers with an error vote. For
+    /// users whose ACL denies `EVAL`/`EVALSHA`. Locks over several resources and fenced
+    /// acquisitions still need scripts.
+    Native,
+}
+
 /// Where a master listens.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Endpoint {
@@ -327,6 +345,8 @@ pub struct Config {
     pub(crate) quorum: usize,
     /// The fencing counter's key, when locks are fenced.
     pub(crate) fencing: Option<Box<[u8]>>,
+    /// How releases and extensions are sent.
+    pub(crate) scripts: Scripts,
     /// Test only: acquire fenced locks without the second phase (the negative control).
     #[cfg(feature = "fault-injection")]
     pub(crate) skip_fence_writeback: bool,
@@ -468,6 +488,7 @@ pub struct Builder<C = crate::Redlock> {
     quorum: Option<usize>,
     fencing: bool,
     fencing_key: String,
+    scripts: Scripts,
     #[cfg(feature = "fault-injection")]
     skip_fence_writeback: bool,
     client: PhantomData<fn() -> C>,
@@ -488,6 +509,7 @@ impl<C> Clone for Builder<C> {
             quorum: self.quorum,
             fencing: self.fencing,
             fencing_key: self.fencing_key.clone(),
+            scripts: self.scripts,
             #[cfg(feature = "fault-injection")]
             skip_fence_writeback: self.skip_fence_writeback,
             client: PhantomData,
@@ -508,6 +530,7 @@ impl<C> fmt::Debug for Builder<C> {
             .field("quorum", &self.quorum)
             .field("fencing", &self.fencing)
             .field("fencing_key", &self.fencing_key)
+            .field("scripts", &self.scripts)
             .finish()
     }
 }
@@ -524,6 +547,7 @@ impl<C> Default for Builder<C> {
             quorum: None,
             fencing: false,
             fencing_key: DEFAULT_FENCING_KEY.to_string(),
+            scripts: Scripts::Auto,
             #[cfg(feature = "fault-injection")]
             skip_fence_writeback: false,
             client: PhantomData,
@@ -545,6 +569,7 @@ impl<C> Builder<C> {
             quorum: self.quorum,
             fencing: self.fencing,
             fencing_key: self.fencing_key,
+            scripts: self.scripts,
             #[cfg(feature = "fault-injection")]
             skip_fence_writeback: self.skip_fence_writeback,
             client: PhantomData,
@@ -619,6 +644,13 @@ impl<C> Builder<C> {
         self
     }
 
+    /// How releases and extensions are sent: [`Scripts::Auto`] (the default) uses a server's
+    /// native commands where it has them and Lua scripts elsewhere.
+    pub fn scripts(mut self, scripts: Scripts) -> Self {
+        self.scripts = scripts;
+        self
+    }
+
     /// Test only (feature `fault-injection`): fenced acquisitions skip their second phase,
     /// which breaks the fencing guarantee. The safety suite's negative control uses it to
     /// show that the checker catches a decreasing token. Never enable it elsewhere.
@@ -681,6 +713,7 @@ impl<C> Builder<C> {
             fail_fast: self.fail_fast,
             quorum,
             fencing: self.fencing.then(|| self.fencing_key.as_bytes().into()),
+            scripts: self.scripts,
             #[cfg(feature = "fault-injection")]
             skip_fence_writeback: self.skip_fence_writeback,
         })

@@ -29,6 +29,10 @@ pub enum NodeOutcome {
     /// The round was decided (fail-fast) before this node's reply arrived; it will be read and
     /// dropped later.
     Undecided,
+    /// The key does not hold our token, and the node cannot say whether another token holds
+    /// it or it is gone: the answer of a server's native compare-and-delete (`DELIFEQ`,
+    /// `DELEX ... IFEQ`) or compare-and-set (`SET ... IFEQ`), which answer both cases alike.
+    NotOurs,
 }
 
 impl NodeOutcome {
@@ -36,7 +40,11 @@ impl NodeOutcome {
     pub fn is_failure(&self) -> bool {
         !matches!(
             self,
-            NodeOutcome::Ok | NodeOutcome::Held | NodeOutcome::Gone | NodeOutcome::Undecided
+            NodeOutcome::Ok
+                | NodeOutcome::Held
+                | NodeOutcome::Gone
+                | NodeOutcome::NotOurs
+                | NodeOutcome::Undecided
         )
     }
 }
@@ -53,6 +61,9 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::Server(msg) => write!(f, "server error: {msg}"),
             NodeOutcome::Down => f.write_str("down (reconnecting)"),
             NodeOutcome::Undecided => f.write_str("reply not awaited"),
+            NodeOutcome::NotOurs => {
+                f.write_str("not held by this token (held by another, or gone)")
+            }
         }
     }
 }

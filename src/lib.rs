@@ -66,8 +66,8 @@ mod lock;
 mod stats;
 
 pub use crate::config::{
-    Builder, Config, Endpoint, NodeAddr, DEFAULT_FENCING_KEY, DEFAULT_PORT, MAX_OPTION_DURATION,
-    MAX_TTL,
+    Builder, Config, Endpoint, NodeAddr, Scripts, DEFAULT_FENCING_KEY, DEFAULT_PORT,
+    MAX_OPTION_DURATION, MAX_TTL,
 };
 pub use crate::core::script;
 pub use crate::core::token::Token;

@@ -12,6 +12,10 @@ pub struct NodeStats {
     pub held: u64,
     /// Votes `no` because the key is gone (release and extension).
     pub gone: u64,
+    /// Votes `no` from a native command: the key is not ours, held by another or gone.
+    pub not_ours: u64,
+    /// Releases and extensions sent as the server's native commands rather than scripts.
+    pub native_commands: u64,
     /// Votes lost to the node timeout (a reply that came too late, or never).
     pub timeouts: u64,
     /// Votes lost to a failed connection (refused, reset, closed).
@@ -41,6 +45,7 @@ impl NodeStats {
             NodeOutcome::Ok => &mut self.ok,
             NodeOutcome::Held => &mut self.held,
             NodeOutcome::Gone => &mut self.gone,
+            NodeOutcome::NotOurs => &mut self.not_ours,
             NodeOutcome::Timeout => &mut self.timeouts,
             NodeOutcome::Io(_) => &mut self.io_errors,
             NodeOutcome::Protocol(_) => &mut self.protocol_errors,

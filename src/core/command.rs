@@ -14,6 +14,7 @@
 use bytes::BufMut;
 use resp::{Frame, IntBuf};
 
+use crate::core::conn::Native;
 use crate::core::script;
 use crate::error::NodeOutcome;
 use crate::lock::Name;
@@ -63,6 +64,9 @@ pub(crate) enum Expect {
     Acquired,
     /// Release, extend and fence: `1`, `0` (held) or `-1` (gone).
     Script,
+    /// A native release (`:1` deleted, `:0` not ours) or extension (`+OK`, or null: not
+    /// ours).
+    Native,
 }
 
 /// What a reply says beside its vote.
@@ -138,6 +142,30 @@ impl Command<'_> {
         Command { kind, ..self }
     }
 
+    /// Whether the command has a native form (`Scripts::Auto`/`Native`): a release or an
+    /// extension of a single resource.
+    pub(crate) fn has_native_form(&self) -> bool {
+        matches!(self.kind, OpKind::Release | OpKind::Extend) && self.resources.len() == 1
+    }
+
+    /// Writes the native form for a server of kind `native` (only for a command that
+    /// [`has_native_form`](Command::has_native_form)): `DELIFEQ key token` (Valkey) or `DELEX
+    /// key IFEQ token` (Redis) for a release, `SET key token IFEQ token PX ttl` for an
+    /// extension.
+    pub(crate) fn encode_native(&self, dst: &mut impl BufMut, native: Native) {
+        let key = self.resources.first().map_or(&b""[..], Name::as_bytes);
+        let token = self.token.as_bytes();
+        match (self.kind, native) {
+            (OpKind::Extend, _) => {
+                let mut ttl = IntBuf::new();
+                let ttl = ttl.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
+                resp::encode_command(dst, &[b"SET", key, token, b"IFEQ", token, b"PX", ttl]);
+            }
+            (_, Native::Valkey) => resp::encode_command(dst, &[b"DELIFEQ", key, token]),
+            (_, Native::Redis) => resp::encode_command(dst, &[b"DELEX", key, b"IFEQ", token]),
+        }
+    }
+
     /// What a reply to this command looks like.
     pub(crate) fn expect(&self) -> Expect {
         match self.kind {
@@ -168,6 +196,10 @@ impl Command<'_> {
             (Expect::Script, Frame::Integer(1)) => plain(NodeOutcome::Ok),
             (Expect::Script, Frame::Integer(0)) => plain(NodeOutcome::Held),
             (Expect::Script, Frame::Integer(-1)) => plain(NodeOutcome::Gone),
+            (Expect::Native, Frame::Integer(1)) => plain(NodeOutcome::Ok),
+            (Expect::Native, Frame::Simple(s)) if s.as_ref() == b"OK" => plain(NodeOutcome::Ok),
+            (Expect::Native, Frame::Integer(0)) => plain(NodeOutcome::NotOurs),
+            (Expect::Native, f) if f.is_null() => plain(NodeOutcome::NotOurs),
             (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(NodeOutcome::Server(
                 String::from_utf8_lossy(msg).into_owned(),
             )),

@@ -62,6 +62,10 @@ enum Owner<T> {
     /// A login command (`AUTH`, `SELECT`) sent when the connection opened: an error reply
     /// fails the connection.
     Handshake,
+    /// `HELLO` without a protocol version: the server says what it is (name and version),
+    /// which tells whether it has native compare-and-delete commands. An error (a server
+    /// older than `HELLO`) leaves it unknown.
+    Hello,
     /// A `SCRIPT LOAD` sent so that `EVALSHA` finds the scripts: an error reply is ignored
     /// (the `EVAL` fallback covers a script that is missing).
     Preload,
@@ -125,6 +129,50 @@ fn eval_form(evalsha: &[u8], out: &mut BytesMut) -> bool {
     true
 }
 
+/// A server's own commands for a lock's release and extension, without a script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Native {
+    /// Valkey 9.0 and later: `DELIFEQ key token`, `SET key token IFEQ token PX ttl`.
+    Valkey,
+    /// Redis 8.4 and later: `DELEX key IFEQ token`, `SET key token IFEQ token PX ttl`.
+    Redis,
+}
+
+impl Native {
+    /// What a `HELLO` reply (a RESP2 array of names and values, or a RESP3 map) says the
+    /// server has.
+    pub(crate) fn of_hello(reply: &Frame) -> Option<Native> {
+        fn text(f: &Frame) -> Option<&[u8]> {
+            match f {
+                Frame::Bulk(b) | Frame::Simple(b) => Some(b.as_ref()),
+                _ => None,
+            }
+        }
+        let field = |name: &[u8]| -> Option<&[u8]> {
+            match reply.without_attributes() {
+                Frame::Map(pairs) => pairs
+                    .iter()
+                    .find(|(k, _)| text(k) == Some(name))
+                    .and_then(|(_, v)| text(v)),
+                Frame::Array(items) => items
+                    .chunks(2)
+                    .find(|kv| kv.first().and_then(text) == Some(name))
+                    .and_then(|kv| kv.get(1).and_then(text)),
+                _ => None,
+            }
+        };
+        let server = field(b"server")?;
+        let version = std::str::from_utf8(field(b"version")?).ok()?;
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next()?, parts.next().unwrap_or(0));
+        match server {
+            b"valkey" if major >= 9 => Some(Native::Valkey),
+            b"redis" if (major, minor) >= (8, 4) => Some(Native::Redis),
+            _ => None,
+        }
+    }
+}
+
 /// One connection's buffers and bookkeeping.
 #[derive(Debug)]
 pub(crate) struct Conn<T> {
@@ -140,6 +188,10 @@ pub(crate) struct Conn<T> {
     max_owed: usize,
     backoff: Duration,
     retry_at: Option<Instant>,
+    /// What the server has instead of scripts, once it has said.
+    native: Option<Native>,
+    /// Whether the server has answered `HELLO` (with what it is, or an error).
+    identified: bool,
     /// `NOSCRIPT`s answered with the `EVAL` form, over the connection's whole life.
     noscript_fallbacks: u64,
 }
@@ -156,6 +208,8 @@ impl<T> Conn<T> {
             max_owed,
             backoff: Duration::ZERO,
             retry_at: None,
+            native: None,
+            identified: false,
             noscript_fallbacks: 0,
         }
     }
@@ -171,7 +225,9 @@ impl<T> Conn<T> {
     }
 
     /// Starts a fresh connection: clears all state and queues the login commands.
-    pub(crate) fn opened(&mut self, addr: &NodeAddr) {
+    pub(crate) fn opened(&mut self, addr: &NodeAddr, hello: bool) {
+        self.native = None;
+        self.identified = false;
         self.out.clear();
         self.inb.clear();
         self.owed.clear();
@@ -188,7 +244,22 @@ impl<T> Conn<T> {
             let mut db = resp::IntBuf::new();
             self.queue_handshake(&[b"SELECT", db.format(i64::from(addr.db))]);
         }
+        if hello {
+            encode_command(&mut self.out, &[b"HELLO"]);
+            self.owed.push_back(Owner::Hello);
+        }
         self.reload_scripts();
+    }
+
+    /// The native compare-and-delete commands of this connection's server, once it has said
+    /// what it is (`None` before, and for servers without them).
+    pub(crate) fn native(&self) -> Option<Native> {
+        self.native
+    }
+
+    /// Whether the server has answered `HELLO` on this connection.
+    pub(crate) fn identified(&self) -> bool {
+        self.identified
     }
 
     fn queue_handshake(&mut self, args: &[&[u8]]) {
@@ -268,6 +339,11 @@ impl<T> Conn<T> {
                     continue;
                 }
                 Owner::Preload => continue,
+                Owner::Hello => {
+                    self.native = Native::of_hello(&frame);
+                    self.identified = true;
+                    continue;
+                }
                 Owner::Op(tag, at, fallback) => {
                     // A healthy exchange: the next failure starts the backoff from the bottom.
                     self.backoff = Duration::ZERO;
@@ -365,7 +441,7 @@ mod tests {
 
     /// A connection opened with no login, its script preloads already answered.
     fn open(c: &mut Conn<u64>) {
-        c.opened(&addr("127.0.0.1:1"));
+        c.opened(&addr("127.0.0.1:1"), false);
         feed(c, &b"$3\r\nsha\r\n".repeat(crate::core::script::ALL.len()));
     }
 
@@ -388,7 +464,7 @@ mod tests {
     #[test]
     fn handshake_is_sent_first_and_its_errors_fail_the_connection() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
-        c.opened(&addr("redis://u:p@127.0.0.1:1/2"));
+        c.opened(&addr("redis://u:p@127.0.0.1:1/2"), false);
         assert!(c.out.starts_with(
             b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
         ));
@@ -400,7 +476,7 @@ mod tests {
         replies.extend(b":1\r\n");
         feed(&mut c, &replies);
         assert_eq!(c.next_reply().unwrap(), Some((9, Frame::Integer(1))));
-        c.opened(&addr("redis://:bad@127.0.0.1:1"));
+        c.opened(&addr("redis://:bad@127.0.0.1:1"), false);
         feed(&mut c, b"-WRONGPASS invalid password\r\n");
         assert_eq!(
             c.next_reply(),

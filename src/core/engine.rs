@@ -38,10 +38,11 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, BytesMut};
 use smallvec::SmallVec;
 
+use crate::config::Scripts;
 use crate::config::{Config, NodeAddr};
 use crate::core::command::{Command, Expect, Extra, Form};
-use crate::core::conn::OnNoscript;
 use crate::core::conn::{stale_after, Conn, CONNECT_TIMEOUT};
+use crate::core::conn::{Native, OnNoscript};
 use crate::core::round::{Decision, Round, Until};
 use crate::error::NodeOutcome;
 use crate::stats::{NodeStats, Stats};
@@ -63,11 +64,23 @@ pub(crate) struct OpId {
 struct Tag {
     slot: u32,
     gen: u32,
+    /// The command went out as the server's native command (its reply is judged as such).
+    native: bool,
+}
+
+impl Tag {
+    const fn of(slot: u32, gen: u32) -> Tag {
+        Tag {
+            slot,
+            gen,
+            native: false,
+        }
+    }
 }
 
 // Only the async client fires commands nobody waits for (a dropped acquisition's release).
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-const FIRE: Tag = Tag { slot: 0, gen: 0 };
+const FIRE: Tag = Tag::of(0, 0);
 
 /// A node's connection as the driver should have it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +141,7 @@ pub(crate) struct Completed<U> {
 pub(crate) struct Engine<U> {
     quorum: usize,
     node_timeout: Duration,
+    scripts: Scripts,
     stale: Duration,
     nodes: Vec<Node>,
     ops: Vec<Option<Op<U>>>,
@@ -141,6 +155,8 @@ pub(crate) struct Engine<U> {
     largest_batch: usize,
     /// The command being queued, encoded once for every node.
     wire: BytesMut,
+    /// Its native form, for the nodes that take it.
+    native_wire: BytesMut,
     /// How many nodes are connecting (their connect timeouts are then worth looking at).
     connecting: usize,
 }
@@ -151,6 +167,7 @@ impl<U> Engine<U> {
         Engine {
             quorum: cfg.quorum,
             node_timeout: cfg.node_timeout,
+            scripts: cfg.scripts,
             stale: stale_after(cfg.node_timeout),
             nodes: cfg
                 .nodes
@@ -171,6 +188,7 @@ impl<U> Engine<U> {
             completed: VecDeque::new(),
             largest_batch: 0,
             wire: BytesMut::with_capacity(512),
+            native_wire: BytesMut::with_capacity(128),
             connecting: 0,
         }
     }
@@ -213,19 +231,69 @@ impl<U> Engine<U> {
             slot,
             gen,
         )));
-        // Encoded once; every node gets a copy of the same bytes.
+        // Encoded once; every node gets a copy of the same bytes (or, where the server has
+        // them and the command can use them, its native command).
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
         cmd.encode(&mut wire, Form::Evalsha);
+        let may_go_native = self.scripts != Scripts::Eval && cmd.has_native_form();
         for i in 0..self.nodes.len() {
-            let queued =
-                self.queue_on(i, Tag { slot, gen }, cmd.expect(), &wire, Form::Evalsha, t1);
+            let tag = Tag::of(slot, gen);
+            let queued = match self.native_on(i, may_go_native) {
+                Ok(Some(native)) => self.queue_native(i, tag, cmd, native, t1),
+                Ok(None) => self.queue_on(i, tag, cmd.expect(), &wire, Form::Evalsha, t1),
+                Err(outcome) => Err(outcome),
+            };
             if let Err(outcome) = queued {
-                self.vote(Tag { slot, gen }, i, outcome);
+                self.vote(tag, i, outcome);
             }
         }
         self.wire = wire;
         OpId { slot, gen }
+    }
+
+    /// Whether node `i` gets the native form of a command that has one: `Ok(Some)` where its
+    /// server has the commands; `Ok(None)` (the script) where it has not, or has not said yet,
+    /// under [`Scripts::Auto`]; under [`Scripts::Native`], `Err` with the node's vote where its
+    /// server said it has none, and the script while it has not said.
+    fn native_on(&self, i: usize, may: bool) -> Result<Option<Native>, NodeOutcome> {
+        if !may {
+            return Ok(None);
+        }
+        let conn = &self.nodes[i].conn;
+        match (conn.native(), conn.identified(), self.scripts) {
+            (Some(n), _, _) => Ok(Some(n)),
+            (None, true, Scripts::Native) => Err(NodeOutcome::Server(
+                "the server has no native compare-and-delete (Scripts::Native needs Valkey 9+ or Redis 8.4+)"
+                    .into(),
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    /// Queues the native form of `cmd` on node `i` (whose connection is open: its server
+    /// said what it is).
+    fn queue_native(
+        &mut self,
+        i: usize,
+        tag: Tag,
+        cmd: &Command<'_>,
+        native: Native,
+        now: Instant,
+    ) -> Result<(), NodeOutcome> {
+        let mut wire = std::mem::take(&mut self.native_wire);
+        wire.clear();
+        cmd.encode_native(&mut wire, native);
+        let tag = Tag {
+            native: true,
+            ..tag
+        };
+        let queued = self.queue_on(i, tag, Expect::Native, &wire, Form::Eval, now);
+        self.native_wire = wire;
+        if queued.is_ok() {
+            self.nodes[i].stats.native_commands += 1;
+        }
+        queued
     }
 
     /// Sends `cmd` in its `EVAL` form to every node that can take it, for nobody: the release
@@ -272,7 +340,7 @@ impl<U> Engine<U> {
             }
             node.link = Link::Connecting(now);
             self.connecting += 1;
-            node.conn.opened(&node.addr);
+            node.conn.opened(&node.addr, self.scripts != Scripts::Eval);
             node.stats.connects += 1;
             self.io.push_back(IoEvent::Connect(i));
         }
@@ -343,6 +411,7 @@ impl<U> Engine<U> {
             match self.nodes[i].conn.next_reply() {
                 Ok(Some((tag, frame))) => {
                     let expect = match self.op(tag) {
+                        Some(op) if op.round.is_pending(i) && tag.native => Expect::Native,
                         Some(op) if op.round.is_pending(i) => op.expect,
                         // Late, or a reply to a fired command: read and dropped.
                         _ => {
@@ -386,7 +455,7 @@ impl<U> Engine<U> {
                 break;
             }
             self.deadlines.pop();
-            let tag = Tag { slot, gen };
+            let tag = Tag::of(slot, gen);
             if let Some(op) = self.op_mut(tag) {
                 let mut timed_out: SmallVec<[usize; 8]> = SmallVec::new();
                 for i in 0..op.round_len() {
@@ -416,7 +485,7 @@ impl<U> Engine<U> {
     /// flight (and stops growing, and allocating, in a steady state).
     fn prune_deadlines(&mut self) {
         while let Some(&Reverse((_, slot, gen))) = self.deadlines.peek() {
-            if self.op(Tag { slot, gen }).is_some() {
+            if self.op(Tag::of(slot, gen)).is_some() {
                 break;
             }
             self.deadlines.pop();

@@ -268,7 +268,8 @@ pub(crate) fn confirmed(cfg: &Config, round: &Round) -> Result<(), Error> {
 /// Why a release or extend round was not won.
 fn not_confirmed(cfg: &Config, round: &Round) -> Error {
     let nodes = || round.reports(&cfg.nodes);
-    if round.count(&NodeOutcome::Held) > 0 {
+    // A native command's "not ours" may be either: counted as held, the cautious reading.
+    if round.count(&NodeOutcome::Held) + round.count(&NodeOutcome::NotOurs) > 0 {
         Error::NotHeld { nodes: nodes() }
     } else if round.count(&NodeOutcome::Gone) > 0 && contention(cfg, round) {
         Error::Expired

@@ -63,11 +63,12 @@ fn code(outcome: &NodeOutcome) -> u8 {
         NodeOutcome::Timeout => 4,
         NodeOutcome::Down => 5,
         NodeOutcome::Undecided => 6,
+        NodeOutcome::NotOurs => 7,
         _ => DETAIL,
     }
 }
 
-const UNIT: [NodeOutcome; 7] = [
+const UNIT: [NodeOutcome; 8] = [
     NodeOutcome::Undecided,
     NodeOutcome::Ok,
     NodeOutcome::Held,
@@ -75,6 +76,7 @@ const UNIT: [NodeOutcome; 7] = [
     NodeOutcome::Timeout,
     NodeOutcome::Down,
     NodeOutcome::Undecided,
+    NodeOutcome::NotOurs,
 ];
 
 impl Round {

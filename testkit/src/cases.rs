@@ -30,6 +30,7 @@ macro_rules! for_each_case {
             lock_many_extends_and_releases_only_what_it_holds,
             lock_many_refuses_bad_lists_and_the_counter_key,
             unix_sockets_alone_and_mixed_with_tcp,
+            native_commands_where_the_server_has_them,
         );
     };
 }
@@ -879,5 +880,118 @@ pub fn unix_sockets_alone_and_mixed_with_tcp<F: Flavor>() {
             );
         }
         other => panic!("expected no quorum, got {other:?}"),
+    }
+}
+
+/// The server's name and version, from `INFO server`.
+pub fn server_version(addr: &str) -> (String, (u32, u32)) {
+    let info = match redis(addr, &["INFO", "server"]) {
+        Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("INFO server: {other:?}"),
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(str::trim)
+            .map(String::from)
+    };
+    // Valkey reports `valkey_version` (and a `redis_version` kept for compatibility).
+    let (name, version) = match field("valkey_version") {
+        Some(v) => ("valkey", v),
+        None => ("redis", field("redis_version").unwrap_or_default()),
+    };
+    let mut parts = version.split('.').map(|p| p.parse().unwrap_or(0));
+    (
+        name.to_string(),
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0)),
+    )
+}
+
+/// Whether the server has native compare-and-delete commands.
+pub fn has_native(addr: &str) -> bool {
+    match server_version(addr) {
+        (n, v) if n == "valkey" => v >= (9, 0),
+        (_, v) => v >= (8, 4),
+    }
+}
+
+/// How many times the server ran `command` (`INFO commandstats`).
+pub fn calls(addr: &str, command: &str) -> u64 {
+    let info = match redis(addr, &["INFO", "commandstats"]) {
+        Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("INFO commandstats: {other:?}"),
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+pub fn native_commands_where_the_server_has_them<F: Flavor>() {
+    use redlock_mux::Scripts;
+    let c = cluster(3);
+    let addrs = c.addrs();
+    let native = has_native(&addrs[0]);
+    let (name, version) = server_version(&addrs[0]);
+    let key = resource("native");
+    // Auto: native where the server has it, scripts elsewhere; the lock works the same.
+    // (Without fail-fast every node's reply to the first round is read, and its HELLO reply,
+    // which comes before it, with it: every later release knows the server. With fail-fast,
+    // a release may go out on a connection whose server has not said yet, as a script.)
+    let client = F::build(builder(&c).fail_fast(false)).unwrap();
+    let mut lock = client.lock(&key, TTL).unwrap();
+    client.extend(&mut lock, Duration::from_secs(30)).unwrap();
+    assert!(pttl(&addrs[0], &key) > 20_000, "extended");
+    client.unlock(&lock).unwrap();
+    gone_everywhere(&client, &addrs, &key);
+    let release = if name == "valkey" { "delifeq" } else { "delex" };
+    for a in &addrs {
+        if native {
+            assert!(
+                calls(a, release) >= 1,
+                "{name} {version:?}: no {release} on {a}"
+            );
+            assert_eq!(
+                calls(a, "evalsha"),
+                0,
+                "{name} {version:?}: scripts were used on {a}"
+            );
+        } else {
+            assert!(
+                calls(a, "evalsha") >= 2,
+                "{name} {version:?}: no EVALSHA on {a}"
+            );
+        }
+    }
+    // A release of a key that is not ours: refused either way (native cannot say which).
+    let mut lock = client.lock(&key, TTL).unwrap();
+    for a in &addrs {
+        redis(a, &["SET", &key, "foreign"]);
+    }
+    assert!(matches!(client.unlock(&lock), Err(Error::NotHeld { .. })));
+    assert!(matches!(
+        client.extend(&mut lock, TTL),
+        Err(Error::NotHeld { .. })
+    ));
+    for a in &addrs {
+        assert_eq!(
+            get(a, &key).as_deref(),
+            Some("foreign"),
+            "left alone on {a}"
+        );
+        redis(a, &["DEL", &key]);
+    }
+    // Native only: works where the server has the commands; elsewhere every node says why.
+    let client = F::build(builder(&c).fail_fast(false).scripts(Scripts::Native)).unwrap();
+    let lock = client.lock(&key, TTL).unwrap();
+    match client.unlock(&lock) {
+        Ok(()) => assert!(native, "{name} {version:?} has no native commands"),
+        Err(Error::NoQuorum { nodes }) => {
+            assert!(!native, "{name} {version:?}: {nodes}");
+            assert!(nodes.to_string().contains("native"), "{nodes}");
+            eprintln!("native commands skipped: {name} {version:?} has none ({nodes})");
+        }
+        Err(e) => panic!("{e}"),
     }
 }

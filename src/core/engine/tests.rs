@@ -16,7 +16,10 @@ use crate::Token;
 const TIMEOUT: Duration = Duration::from_millis(100);
 const OK: &[u8] = b"+OK\r\n";
 const NULL: &[u8] = b"$-1\r\n";
-/// The `SCRIPT LOAD`s a new connection sends first.
+/// A Redis 7.0 `HELLO` reply (RESP2), which has no native compare-and-delete.
+const HELLO_REDIS7: &[u8] =
+    b"*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n";
+/// The `SCRIPT LOAD`s a new connection sends first (after `HELLO`).
 const PRELOADS: usize = crate::core::script::ALL.len();
 
 /// An engine over `n` nodes, its clock, and what each node has been sent.
@@ -25,14 +28,21 @@ struct Sim {
     now: Instant,
     token: Token,
     res: [Name; 1],
+    /// What every node answers to `HELLO` (nothing is sent under `Scripts::Eval`).
+    hello: &'static [u8],
 }
 
 impl Sim {
     fn new(n: usize, fail_fast: bool) -> Sim {
+        Sim::with(n, fail_fast, crate::Scripts::Auto, HELLO_REDIS7)
+    }
+
+    fn with(n: usize, fail_fast: bool, scripts: crate::Scripts, hello: &'static [u8]) -> Sim {
         let cfg = Builder::<crate::Redlock>::default()
             .nodes((1..=n).map(|p| format!("127.0.0.1:{p}")))
             .node_timeout(TIMEOUT)
             .fail_fast(fail_fast)
+            .scripts(scripts)
             .config()
             .unwrap();
         Sim {
@@ -40,6 +50,11 @@ impl Sim {
             now: Instant::now(),
             token: Token::generate(),
             res: [Name::new("res")],
+            hello: if scripts == crate::Scripts::Eval {
+                b""
+            } else {
+                hello
+            },
         }
     }
 
@@ -79,7 +94,9 @@ impl Sim {
         while let Some(ev) = self.e.poll_io() {
             if let IoEvent::Connect(i) = ev {
                 self.e.handle_connected(i);
-                let loaded = b"$1\r\nx\r\n".repeat(PRELOADS);
+                // HELLO (a server without native commands), then the script preloads.
+                let mut loaded = self.hello.to_vec();
+                loaded.extend(b"$1\r\nx\r\n".repeat(PRELOADS));
                 self.e.handle_input(i, &loaded, self.now);
             }
             events.push(ev);
@@ -127,8 +144,8 @@ fn a_round_opens_every_connection_and_writes_once_per_node() {
     assert_eq!(events, (0..5).map(IoEvent::Connect).collect::<Vec<_>>());
     for i in 0..5 {
         let out = s.sent(i);
-        // The script preloads, then the SET.
-        assert_eq!(commands_in(&out), PRELOADS + 1, "node {i}");
+        // HELLO, the script preloads, then the SET.
+        assert_eq!(commands_in(&out), PRELOADS + 2, "node {i}");
         assert!(out.ends_with(b"$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n10000\r\n"));
         assert!(s.sent(i).is_empty(), "written once");
     }
@@ -276,8 +293,8 @@ fn a_reply_owed_past_the_stale_limit_replaces_the_connection() {
     let out = s.sent(2);
     assert_eq!(
         commands_in(&out),
-        PRELOADS + 1,
-        "preloads and the new SET only"
+        PRELOADS + 2,
+        "HELLO, preloads and the new SET only"
     );
 }
 
@@ -347,7 +364,7 @@ fn many_rounds_submitted_together_go_out_in_one_write_per_node() {
     for i in 0..5 {
         assert_eq!(
             commands_in(&s.sent(i)),
-            PRELOADS + 50,
+            PRELOADS + 51,
             "node {i}: preloads and 50 SETs"
         );
     }
@@ -424,7 +441,7 @@ fn every_operation_completes_exactly_once_whatever_the_order_of_events() {
             }
             for (i, owes) in owed.iter_mut().enumerate() {
                 // The two preloads of a fresh connection were answered by `io`.
-                let preloads = if fresh[i] { PRELOADS } else { 0 };
+                let preloads = if fresh[i] { PRELOADS + 1 } else { 0 };
                 *owes += commands_in(&s.sent(i)).saturating_sub(preloads);
             }
             for d in s.completed() {
@@ -443,4 +460,95 @@ fn every_operation_completes_exactly_once_whatever_the_order_of_events() {
             assert_eq!(seen.get(&u), Some(&1), "seed {seed}: op {u} completed once");
         }
     }
+}
+
+const HELLO_VALKEY9: &[u8] =
+    b"*4\r\n$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n9.1.2\r\n";
+
+#[test]
+fn servers_with_native_commands_get_them_and_others_get_scripts() {
+    use crate::core::conn::Native;
+    // Detection from HELLO, RESP2 and RESP3, and the versions that have the commands.
+    let hello = |bytes: &[u8]| {
+        let mut d = resp::Decoder::default();
+        Native::of_hello(
+            &d.decode(&mut bytes::BytesMut::from(bytes))
+                .unwrap()
+                .unwrap(),
+        )
+    };
+    assert_eq!(hello(HELLO_VALKEY9), Some(Native::Valkey));
+    assert_eq!(hello(HELLO_REDIS7), None);
+    assert_eq!(
+        hello(b"%2\r\n+server\r\n+redis\r\n+version\r\n+8.4.0\r\n"),
+        Some(Native::Redis)
+    );
+    assert_eq!(
+        hello(b"*4\r\n$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n8.1.0\r\n"),
+        None
+    );
+    assert_eq!(hello(b"-ERR unknown command 'HELLO'\r\n"), None);
+
+    let mut s = Sim::with(3, true, crate::Scripts::Auto, HELLO_VALKEY9);
+    s.submit(OpKind::Acquire, true, 1);
+    s.io();
+    for i in 0..3 {
+        assert!(String::from_utf8_lossy(&s.sent(i)).contains("HELLO"));
+        s.reply(i, OK);
+    }
+    s.completed();
+    s.submit(OpKind::Release, true, 2);
+    let out = String::from_utf8_lossy(&s.sent(0)).into_owned();
+    assert!(out.contains("DELIFEQ") && !out.contains("EVALSHA"), "{out}");
+    // `:0` from a native release: not ours, neither held nor gone for sure.
+    s.reply(0, b":0\r\n");
+    s.reply(1, b":1\r\n");
+    s.reply(2, b":1\r\n");
+    let round = s.completed().remove(0).round;
+    assert_eq!(round.count(&NodeOutcome::NotOurs), 1);
+    assert_eq!(round.decision(), Decision::Won);
+    s.submit(OpKind::Extend, true, 3);
+    let out = String::from_utf8_lossy(&s.sent(1)).into_owned();
+    assert!(out.contains("IFEQ") && out.contains("$5\r\n10000"), "{out}");
+    for i in 0..3 {
+        s.sent(i);
+        s.reply(i, if i == 0 { b"$-1\r\n" } else { OK });
+    }
+    let round = s.completed().remove(0).round;
+    assert_eq!(
+        (
+            round.count(&NodeOutcome::Ok),
+            round.count(&NodeOutcome::NotOurs)
+        ),
+        (2, 1)
+    );
+    assert_eq!(s.e.stats().nodes[0].native_commands, 2);
+
+    // Eval: no HELLO, scripts everywhere.
+    let mut s = Sim::with(3, true, crate::Scripts::Eval, HELLO_VALKEY9);
+    s.submit(OpKind::Release, true, 1);
+    s.io();
+    let out = String::from_utf8_lossy(&s.sent(0)).into_owned();
+    assert!(!out.contains("HELLO") && out.contains("EVALSHA"), "{out}");
+
+    // Native, on a server that said it has none: that node votes an error at once.
+    let mut s = Sim::with(3, true, crate::Scripts::Native, HELLO_REDIS7);
+    s.submit(OpKind::Acquire, true, 1);
+    s.io();
+    for i in 0..3 {
+        s.sent(i);
+        s.reply(i, OK);
+    }
+    s.completed();
+    s.submit(OpKind::Release, true, 2);
+    assert!(
+        s.sent(0).is_empty(),
+        "nothing sent to a server without the commands"
+    );
+    s.reply(1, b":1\r\n");
+    s.reply(2, b":1\r\n");
+    let round = s.completed().remove(0).round;
+    assert!(
+        matches!(round.reports_iter().next(), Some(NodeOutcome::Server(m)) if m.contains("native"))
+    );
 }
