@@ -89,9 +89,12 @@ impl NodeReports {
         self.0.iter().filter(|r| &r.outcome == outcome).count()
     }
 
-    /// The reports whose node refused because another token holds the key.
+    /// The reports whose node refused because another token holds the key, or (a native
+    /// command's answer, [`NodeOutcome::NotOurs`]) because the key is not ours.
     pub fn held(&self) -> impl Iterator<Item = &NodeReport> {
-        self.0.iter().filter(|r| r.outcome == NodeOutcome::Held)
+        self.0
+            .iter()
+            .filter(|r| matches!(r.outcome, NodeOutcome::Held | NodeOutcome::NotOurs))
     }
 }
 

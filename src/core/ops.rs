@@ -68,7 +68,7 @@ pub(crate) fn finish_extend(
     ttl: Duration,
 ) -> Result<(), Error> {
     lock.valid_until = lock.valid_until.min(extension_cap(cfg, t1, ttl));
-    confirmed(cfg, round)?;
+    confirmed(cfg, round, false)?;
     let validity = validity_after(cfg, t1, now, ttl)?;
     lock.valid_until = crate::core::time::later(t1, validity);
     lock.ttl = ttl;
@@ -257,21 +257,24 @@ pub(crate) fn acquired(
 }
 
 /// The rule for a release or extend round: confirmed by a quorum, or whose fault it was not.
-pub(crate) fn confirmed(cfg: &Config, round: &Round) -> Result<(), Error> {
+/// `expired` says whether the lock's validity had run out when the round ended: a native
+/// command's "not ours" (held by another, or gone: it cannot say) then reads as gone, and as
+/// held by another while the lock was still valid.
+pub(crate) fn confirmed(cfg: &Config, round: &Round, expired: bool) -> Result<(), Error> {
     if round.decision() == Decision::Won {
         Ok(())
     } else {
-        Err(not_confirmed(cfg, round))
+        Err(not_confirmed(cfg, round, expired))
     }
 }
 
 /// Why a release or extend round was not won.
-fn not_confirmed(cfg: &Config, round: &Round) -> Error {
+fn not_confirmed(cfg: &Config, round: &Round, expired: bool) -> Error {
     let nodes = || round.reports(&cfg.nodes);
-    // A native command's "not ours" may be either: counted as held, the cautious reading.
-    if round.count(&NodeOutcome::Held) + round.count(&NodeOutcome::NotOurs) > 0 {
+    let not_ours = round.count(&NodeOutcome::NotOurs);
+    if round.count(&NodeOutcome::Held) > 0 || (not_ours > 0 && !expired) {
         Error::NotHeld { nodes: nodes() }
-    } else if round.count(&NodeOutcome::Gone) > 0 && contention(cfg, round) {
+    } else if round.count(&NodeOutcome::Gone) + not_ours > 0 && contention(cfg, round) {
         Error::Expired
     } else {
         Error::NoQuorum { nodes: nodes() }

@@ -119,6 +119,9 @@ pub fn unlock_by_non_holder_deletes_nothing<F: Flavor>() {
     let impostor = Lock::from_token(&key, Token::generate());
     match client.unlock(&impostor) {
         Err(Error::NotHeld { nodes }) => assert!(nodes.held().count() >= 3, "{nodes}"),
+        // A server's native compare-and-delete cannot tell "held by another" from "gone";
+        // for a lock with no validity left (as `from_token` makes) that reads as expired.
+        Err(Error::Expired) if has_native(&c.addrs()[0]) => {}
         other => panic!("expected NotHeld, got {other:?}"),
     }
     held_everywhere(&client, &c.addrs(), &key, held.token());
@@ -364,7 +367,13 @@ pub fn unlock_and_extend_after_expiry<F: Flavor>() {
     for a in &addrs {
         redis(a, &["DEL", &key]);
     }
-    assert_eq!(client.extend(&mut lock, TTL), Err(Error::Expired));
+    match client.extend(&mut lock, TTL) {
+        Err(Error::Expired) => {}
+        // Native compare-and-set cannot tell gone from held by another: for a lock still valid
+        // by our clock that reads as held.
+        Err(Error::NotHeld { .. }) if has_native(&addrs[0]) => {}
+        other => panic!("expected Expired, got {other:?}"),
+    }
     gone_everywhere(&client, &addrs, &key);
 }
 

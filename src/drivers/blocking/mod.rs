@@ -453,7 +453,7 @@ impl Redlock {
         let cmd = lock.release();
         let cfg = &self.config;
         let (round, _) = self.submit(cmd, cfg.until())?;
-        op::confirmed(cfg, &round)
+        op::confirmed(cfg, &round, lock.is_expired())
     }
 
     /// Extends the lock to `ttl` from now, with the compare-and-pexpire script, and updates its

@@ -182,7 +182,7 @@ impl AsyncRedlock {
         let cmd = OwnedCommand::new(&lock.release());
         let cfg = &self.inner.config;
         let (round, _) = self.round(cmd, cfg.until()).await?;
-        op::confirmed(cfg, &round)
+        op::confirmed(cfg, &round, lock.is_expired())
     }
 
     /// Extends the lock to `ttl` from now. Errors as
