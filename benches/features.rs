@@ -8,7 +8,8 @@
 //! same code path, one node); a plain socket's `SET` round trip is printed beside it.
 //!
 //! Run: `cargo run --release --manifest-path benches/Cargo.toml --bin features -- [--seconds 2]
-//! [--turns 3]`
+//! [--turns 3]`; with `--scripts-compare` (and `REDLOCK_REDIS_SERVER` pointing at Valkey 9+),
+//! native commands against scripts instead.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -114,6 +115,15 @@ fn single_node_rtt(addr: &str, slice: Duration, out: &mut Vec<u64>) {
 
 /// Pairs per second of `callers` tasks sharing one async client on a multi-thread runtime.
 fn concurrent_pps(nodes: &[String], callers: usize, slice: Duration) -> f64 {
+    concurrent_pps_with(nodes, callers, slice, redlock_mux::Scripts::Auto)
+}
+
+fn concurrent_pps_with(
+    nodes: &[String],
+    callers: usize,
+    slice: Duration,
+    scripts: redlock_mux::Scripts,
+) -> f64 {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -123,8 +133,16 @@ fn concurrent_pps(nodes: &[String], callers: usize, slice: Duration) -> f64 {
         let client = redlock_mux::AsyncRedlock::builder()
             .nodes(nodes)
             .node_timeout(Duration::from_millis(500))
+            .fail_fast(false)
+            .scripts(scripts)
             .build()
             .unwrap();
+        // Every connection open, and every server identified, before the clock starts.
+        let warm = client
+            .try_lock("bench:warm", Duration::from_secs(10))
+            .await
+            .unwrap();
+        client.unlock(&warm).await.unwrap();
         let start = Instant::now();
         let tasks: Vec<_> = (0..callers)
             .map(|k| {
@@ -152,12 +170,64 @@ fn concurrent_pps(nodes: &[String], callers: usize, slice: Duration) -> f64 {
     })
 }
 
+/// The servers' CPU time in µs, from their own `INFO cpu`.
+fn info_cpu_us(nodes: &[String]) -> f64 {
+    nodes
+        .iter()
+        .map(|n| match testkit::redis(n, &["INFO", "cpu"]) {
+            redlock_mux::resp::Frame::Bulk(b) => String::from_utf8_lossy(&b)
+                .lines()
+                .filter_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    matches!(k, "used_cpu_sys" | "used_cpu_user")
+                        .then(|| v.trim().parse::<f64>().ok())
+                        .flatten()
+                })
+                .sum::<f64>(),
+            _ => 0.0,
+        })
+        .sum::<f64>()
+        * 1e6
+}
+
+/// Native commands against scripts on the same servers (which must have the native
+/// commands: run with `REDLOCK_REDIS_SERVER` pointing at Valkey 9+): pairs/s of 64 and 256
+/// async callers, and the servers' CPU per pair from `INFO cpu`.
+fn scripts_compare(nodes: &[String], slice: Duration, turns: usize) {
+    println!("| callers | scripts | pairs/s | servers' CPU per pair (µs) |");
+    println!("|---|---|---|---|");
+    for callers in [64, 256] {
+        let mut rows = Vec::new();
+        for mode in [redlock_mux::Scripts::Eval, redlock_mux::Scripts::Native] {
+            let (mut pps, mut cpu, mut pairs) = (0.0, 0.0, 0.0);
+            for _ in 0..turns {
+                let before = info_cpu_us(nodes);
+                let p = concurrent_pps_with(nodes, callers, slice, mode);
+                cpu += info_cpu_us(nodes) - before;
+                pairs += p * slice.as_secs_f64();
+                pps += p / turns as f64;
+            }
+            println!("| {callers} | {mode:?} | {pps:.0} | {:.1} |", cpu / pairs);
+            rows.push((pps, cpu / pairs));
+        }
+        println!(
+            "| {callers} | Native / Eval | {:.2}x | {:.2}x |",
+            rows[1].0 / rows[0].0,
+            rows[1].1 / rows[0].1
+        );
+    }
+}
+
 fn main() {
     let seconds: f64 = arg("--seconds", 2.0);
     let turns: usize = arg("--turns", 3);
     let slice = Duration::from_secs_f64(seconds);
     let cluster = LocalCluster::start(5).expect("five redis-server (scripts/install-deps)");
     let nodes = cluster.addrs();
+    if std::env::args().any(|a| a == "--scripts-compare") {
+        scripts_compare(&nodes, slice, turns);
+        return;
+    }
     let pids: Vec<u32> = cluster.servers().iter().filter_map(|s| s.pid()).collect();
     // Clock ticks per second (USER_HZ): 100 on Linux.
     let tick_us = 10_000.0;
