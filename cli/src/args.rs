@@ -45,6 +45,32 @@ pub struct Global {
     /// The key of the fencing counter on every master.
     #[arg(long, default_value = redlock_mux::DEFAULT_FENCING_KEY, global = true)]
     pub fencing_key: String,
+    /// How releases and extensions are sent: `auto` (native commands where the server has
+    /// them, Lua scripts elsewhere), `eval` (scripts everywhere), `native` (native only: for
+    /// users whose ACL denies EVAL).
+    #[arg(long, value_enum, default_value_t = ScriptsArg::Auto, global = true)]
+    pub scripts: ScriptsArg,
+}
+
+/// `--scripts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScriptsArg {
+    /// Native commands where the server has them, scripts elsewhere.
+    Auto,
+    /// Lua scripts by EVALSHA everywhere.
+    Eval,
+    /// Native commands only.
+    Native,
+}
+
+impl From<ScriptsArg> for redlock_mux::Scripts {
+    fn from(a: ScriptsArg) -> Self {
+        match a {
+            ScriptsArg::Auto => redlock_mux::Scripts::Auto,
+            ScriptsArg::Eval => redlock_mux::Scripts::Eval,
+            ScriptsArg::Native => redlock_mux::Scripts::Native,
+        }
+    }
 }
 
 /// What to do.
@@ -283,7 +309,8 @@ impl Global {
             .node_timeout(self.node_timeout)
             .retry(self.retries.saturating_add(1), self.retry_delay)
             .fencing(self.fencing)
-            .fencing_key(self.fencing_key.clone()))
+            .fencing_key(self.fencing_key.clone())
+            .scripts(self.scripts.into()))
     }
 
     /// The configured nodes, with empty entries (a stray comma, an empty variable) dropped.

@@ -405,6 +405,15 @@ fn unix_socket_nodes_from_the_command_line() {
     let o = output(cmd, "lock over unix sockets");
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(holders(&c, &key), 3);
+    // `--scripts eval` works on every server.
+    let key = resource("cli-eval");
+    let mut cmd = redlock(&c.unix_addrs());
+    cmd.args(["--scripts", "eval", "run", "--resource", &key, "--", "true"]);
+    let o = output(cmd, "run with --scripts eval");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut cmd = redlock(&c.addrs());
+    cmd.args(["--scripts", "lua", "lock", "--resource", &key]);
+    assert_fails(&output(cmd, "bad --scripts"), 2, "lua");
 }
 
 #[test]
