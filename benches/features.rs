@@ -18,14 +18,8 @@ use std::time::{Duration, Instant};
 use redlock_mux::Redlock;
 use testkit::local::LocalCluster;
 
-fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod common;
+use common::arg;
 
 #[derive(Default)]
 struct Samples {

@@ -479,6 +479,13 @@ impl Config {
 /// # Ok::<(), redlock_mux::Error>(())
 /// ```
 pub struct Builder<C = crate::Redlock> {
+    opts: Options,
+    client: PhantomData<fn() -> C>,
+}
+
+/// The options a [`Builder`] collects, whichever client it builds.
+#[derive(Clone)]
+struct Options {
     nodes: Vec<String>,
     node_timeout: Duration,
     tries: u32,
@@ -491,7 +498,6 @@ pub struct Builder<C = crate::Redlock> {
     scripts: Scripts,
     #[cfg(feature = "fault-injection")]
     skip_fence_writeback: bool,
-    client: PhantomData<fn() -> C>,
 }
 
 /// The fencing counter's key unless [`Builder::fencing_key`] sets another.
@@ -500,18 +506,7 @@ pub const DEFAULT_FENCING_KEY: &str = "redlock-mux:fencing-counter";
 impl<C> Clone for Builder<C> {
     fn clone(&self) -> Self {
         Builder {
-            nodes: self.nodes.clone(),
-            node_timeout: self.node_timeout,
-            tries: self.tries,
-            retry_delay: self.retry_delay,
-            drift_factor: self.drift_factor,
-            fail_fast: self.fail_fast,
-            quorum: self.quorum,
-            fencing: self.fencing,
-            fencing_key: self.fencing_key.clone(),
-            scripts: self.scripts,
-            #[cfg(feature = "fault-injection")]
-            skip_fence_writeback: self.skip_fence_writeback,
+            opts: self.opts.clone(),
             client: PhantomData,
         }
     }
@@ -519,18 +514,18 @@ impl<C> Clone for Builder<C> {
 
 impl<C> fmt::Debug for Builder<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let nodes: Vec<String> = self.nodes.iter().map(|n| redact(n)).collect();
+        let nodes: Vec<String> = self.opts.nodes.iter().map(|n| redact(n)).collect();
         f.debug_struct("Builder")
             .field("nodes", &nodes)
-            .field("node_timeout", &self.node_timeout)
-            .field("tries", &self.tries)
-            .field("retry_delay", &self.retry_delay)
-            .field("drift_factor", &self.drift_factor)
-            .field("fail_fast", &self.fail_fast)
-            .field("quorum", &self.quorum)
-            .field("fencing", &self.fencing)
-            .field("fencing_key", &self.fencing_key)
-            .field("scripts", &self.scripts)
+            .field("node_timeout", &self.opts.node_timeout)
+            .field("tries", &self.opts.tries)
+            .field("retry_delay", &self.opts.retry_delay)
+            .field("drift_factor", &self.opts.drift_factor)
+            .field("fail_fast", &self.opts.fail_fast)
+            .field("quorum", &self.opts.quorum)
+            .field("fencing", &self.opts.fencing)
+            .field("fencing_key", &self.opts.fencing_key)
+            .field("scripts", &self.opts.scripts)
             .finish()
     }
 }
@@ -538,18 +533,20 @@ impl<C> fmt::Debug for Builder<C> {
 impl<C> Default for Builder<C> {
     fn default() -> Self {
         Builder {
-            nodes: Vec::new(),
-            node_timeout: Duration::from_millis(50),
-            tries: 3,
-            retry_delay: Duration::from_millis(200),
-            drift_factor: 0.01,
-            fail_fast: true,
-            quorum: None,
-            fencing: false,
-            fencing_key: DEFAULT_FENCING_KEY.to_string(),
-            scripts: Scripts::Auto,
-            #[cfg(feature = "fault-injection")]
-            skip_fence_writeback: false,
+            opts: Options {
+                nodes: Vec::new(),
+                node_timeout: Duration::from_millis(50),
+                tries: 3,
+                retry_delay: Duration::from_millis(200),
+                drift_factor: 0.01,
+                fail_fast: true,
+                quorum: None,
+                fencing: false,
+                fencing_key: DEFAULT_FENCING_KEY.to_string(),
+                scripts: Scripts::Auto,
+                #[cfg(feature = "fault-injection")]
+                skip_fence_writeback: false,
+            },
             client: PhantomData,
         }
     }
@@ -560,18 +557,7 @@ impl<C> Builder<C> {
     /// `Builder<AsyncRedlock>`).
     pub fn for_client<D>(self) -> Builder<D> {
         Builder {
-            nodes: self.nodes,
-            node_timeout: self.node_timeout,
-            tries: self.tries,
-            retry_delay: self.retry_delay,
-            drift_factor: self.drift_factor,
-            fail_fast: self.fail_fast,
-            quorum: self.quorum,
-            fencing: self.fencing,
-            fencing_key: self.fencing_key,
-            scripts: self.scripts,
-            #[cfg(feature = "fault-injection")]
-            skip_fence_writeback: self.skip_fence_writeback,
+            opts: self.opts,
             client: PhantomData,
         }
     }
@@ -582,40 +568,40 @@ impl<C> Builder<C> {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
-        self.nodes = nodes.into_iter().map(|n| n.as_ref().to_string()).collect();
+        self.opts.nodes = nodes.into_iter().map(|n| n.as_ref().to_string()).collect();
         self
     }
 
     /// How long each node has to answer a command, from when it was written. Keep it small
     /// compared with the ttl (a dead node costs at most this much per round).
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = timeout;
+        self.opts.node_timeout = timeout;
         self
     }
 
     /// How many rounds `lock` tries, and the upper bound of the random delay between them
     /// (drawn uniformly from [delay/2, delay]).
     pub fn retry(mut self, tries: u32, delay: Duration) -> Self {
-        self.tries = tries;
-        self.retry_delay = delay;
+        self.opts.tries = tries;
+        self.opts.retry_delay = delay;
         self
     }
 
     /// The clock-drift factor: validity = ttl - elapsed - (ttl * factor + 2 ms).
     pub fn drift_factor(mut self, factor: f64) -> Self {
-        self.drift_factor = factor;
+        self.opts.drift_factor = factor;
         self
     }
 
     /// Whether a round stops waiting as soon as its outcome is certain (on by default).
     pub fn fail_fast(mut self, on: bool) -> Self {
-        self.fail_fast = on;
+        self.opts.fail_fast = on;
         self
     }
 
     /// Overrides the quorum; it must be a majority, in (N/2, N].
     pub fn quorum(mut self, quorum: usize) -> Self {
-        self.quorum = Some(quorum);
+        self.opts.quorum = Some(quorum);
         self
     }
 
@@ -631,7 +617,7 @@ impl<C> Builder<C> {
     /// next, across the resources of one counter, provided masters keep the counter across
     /// restarts (`appendfsync always`): see `docs/redlock.md` for the argument.
     pub fn fencing(mut self, on: bool) -> Self {
-        self.fencing = on;
+        self.opts.fencing = on;
         self
     }
 
@@ -640,14 +626,14 @@ impl<C> Builder<C> {
     /// ever be written by fenced acquisitions. Clients that fence the same resources must use
     /// the same key.
     pub fn fencing_key(mut self, key: impl Into<String>) -> Self {
-        self.fencing_key = key.into();
+        self.opts.fencing_key = key.into();
         self
     }
 
     /// How releases and extensions are sent: [`Scripts::Auto`] (the default) uses a server's
     /// native commands where it has them and Lua scripts elsewhere.
     pub fn scripts(mut self, scripts: Scripts) -> Self {
-        self.scripts = scripts;
+        self.opts.scripts = scripts;
         self
     }
 
@@ -657,16 +643,17 @@ impl<C> Builder<C> {
     #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub fn skip_fence_writeback_for_tests(mut self, on: bool) -> Self {
-        self.skip_fence_writeback = on;
+        self.opts.skip_fence_writeback = on;
         self
     }
 
     /// Validates everything and resolves the addresses.
     pub fn config(&self) -> Result<Config, ConfigError> {
-        if self.nodes.is_empty() {
+        if self.opts.nodes.is_empty() {
             return Err(ConfigError::NoNodes);
         }
         let nodes = self
+            .opts
             .nodes
             .iter()
             .map(|n| NodeAddr::parse(n))
@@ -681,7 +668,7 @@ impl<C> Builder<C> {
         }
         let n = nodes.len();
         let min = n / 2 + 1;
-        let quorum = self.quorum.unwrap_or(min);
+        let quorum = self.opts.quorum.unwrap_or(min);
         if quorum < min || quorum > n {
             return Err(ConfigError::Quorum {
                 quorum,
@@ -689,33 +676,36 @@ impl<C> Builder<C> {
                 min,
             });
         }
-        if !(self.drift_factor.is_finite() && (0.0..1.0).contains(&self.drift_factor)) {
-            return Err(ConfigError::DriftFactor(self.drift_factor));
+        if !(self.opts.drift_factor.is_finite() && (0.0..1.0).contains(&self.opts.drift_factor)) {
+            return Err(ConfigError::DriftFactor(self.opts.drift_factor));
         }
-        if self.node_timeout.is_zero() || self.node_timeout > MAX_OPTION_DURATION {
-            return Err(ConfigError::NodeTimeout(self.node_timeout));
+        if self.opts.node_timeout.is_zero() || self.opts.node_timeout > MAX_OPTION_DURATION {
+            return Err(ConfigError::NodeTimeout(self.opts.node_timeout));
         }
-        if self.retry_delay > MAX_OPTION_DURATION {
-            return Err(ConfigError::RetryDelay(self.retry_delay));
+        if self.opts.retry_delay > MAX_OPTION_DURATION {
+            return Err(ConfigError::RetryDelay(self.opts.retry_delay));
         }
-        if self.tries == 0 {
+        if self.opts.tries == 0 {
             return Err(ConfigError::Tries);
         }
-        if self.fencing && self.fencing_key.is_empty() {
+        if self.opts.fencing && self.opts.fencing_key.is_empty() {
             return Err(ConfigError::FencingKey(String::new()));
         }
         Ok(Config {
             nodes,
-            node_timeout: self.node_timeout,
-            tries: self.tries,
-            retry_delay: self.retry_delay,
-            drift_factor: self.drift_factor,
-            fail_fast: self.fail_fast,
+            node_timeout: self.opts.node_timeout,
+            tries: self.opts.tries,
+            retry_delay: self.opts.retry_delay,
+            drift_factor: self.opts.drift_factor,
+            fail_fast: self.opts.fail_fast,
             quorum,
-            fencing: self.fencing.then(|| self.fencing_key.as_bytes().into()),
-            scripts: self.scripts,
+            fencing: self
+                .opts
+                .fencing
+                .then(|| self.opts.fencing_key.as_bytes().into()),
+            scripts: self.opts.scripts,
             #[cfg(feature = "fault-injection")]
-            skip_fence_writeback: self.skip_fence_writeback,
+            skip_fence_writeback: self.opts.skip_fence_writeback,
         })
     }
 }

@@ -17,7 +17,7 @@ use resp::{Frame, IntBuf};
 use crate::core::conn::Native;
 use crate::core::script;
 use crate::error::NodeOutcome;
-use crate::lock::Name;
+use crate::lock::{Name, Names};
 use crate::Token;
 
 /// How a script command is written.
@@ -207,6 +207,43 @@ impl Command<'_> {
                 "unexpected reply {}",
                 describe(other)
             ))),
+        }
+    }
+}
+
+/// A command with owned arguments: what a queued request (blocking) or a message to the
+/// driver task (async) carries.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedCommand {
+    kind: OpKind,
+    resources: Names,
+    token: Token,
+    ttl_ms: u64,
+    counter: Option<Box<[u8]>>,
+    fence_value: u64,
+}
+
+impl OwnedCommand {
+    /// A copy of `cmd` that owns its arguments.
+    pub(crate) fn new(cmd: &Command<'_>) -> OwnedCommand {
+        OwnedCommand {
+            kind: cmd.kind,
+            resources: cmd.resources.iter().cloned().collect(),
+            token: *cmd.token,
+            ttl_ms: cmd.ttl_ms,
+            counter: cmd.counter.map(Into::into),
+            fence_value: cmd.fence_value,
+        }
+    }
+
+    pub(crate) fn borrow(&self) -> Command<'_> {
+        Command {
+            kind: self.kind,
+            resources: &self.resources,
+            token: &self.token,
+            ttl_ms: self.ttl_ms,
+            counter: self.counter.as_deref(),
+            fence_value: self.fence_value,
         }
     }
 }

@@ -20,13 +20,12 @@ use std::time::{Duration, Instant};
 
 use self::io::{Driver, Job};
 use crate::config::{Builder, Config};
-use crate::core::command::{Command, OpKind};
+use crate::core::command::{Command, OwnedCommand};
 use crate::core::ops::{self as op, Acquisition, Next, Retry};
 use crate::core::round::{Round, Until};
 use crate::error::{Error, NodeOutcome};
 use crate::lock::{Lock, Name, Names};
 use crate::stats::Stats;
-use crate::Token;
 
 /// The most operations one round carries: callers beyond wait for the next round.
 const MAX_BATCH: usize = 128;
@@ -121,26 +120,8 @@ struct Request {
     ticket: u64,
     /// Its caller, parked until the result is in or its turn to run a round comes.
     caller: std::thread::Thread,
-    kind: OpKind,
-    resources: Names,
-    token: Token,
-    ttl_ms: u64,
-    counter: Option<Box<[u8]>>,
-    fence_value: u64,
+    cmd: OwnedCommand,
     until: Until,
-}
-
-impl Request {
-    fn command(&self) -> Command<'_> {
-        Command {
-            kind: self.kind,
-            resources: &self.resources,
-            token: &self.token,
-            ttl_ms: self.ttl_ms,
-            counter: self.counter.as_deref(),
-            fence_value: self.fence_value,
-        }
-    }
 }
 
 impl std::fmt::Debug for Redlock {
@@ -239,13 +220,8 @@ impl Redlock {
         q.next_ticket += 1;
         q.waiting.push(Request {
             ticket,
-            kind: cmd.kind,
             caller: std::thread::current(),
-            resources: cmd.resources.iter().cloned().collect(),
-            token: *cmd.token,
-            ttl_ms: cmd.ttl_ms,
-            counter: cmd.counter.map(Into::into),
-            fence_value: cmd.fence_value,
+            cmd: OwnedCommand::new(&cmd),
             until,
         });
         loop {
@@ -323,7 +299,7 @@ impl Redlock {
             let mut jobs: Vec<Job<'_>> = own
                 .iter()
                 .map(|&(cmd, until)| Job::new(cmd, until))
-                .chain(requests.iter().map(|r| Job::new(r.command(), r.until)))
+                .chain(requests.iter().map(|r| Job::new(r.cmd.borrow(), r.until)))
                 .collect();
             let t1 = driver.run(&mut jobs);
             let mut rounds: Vec<Round> = jobs.into_iter().map(|j| self.round_of(j)).collect();
@@ -494,6 +470,7 @@ impl Drop for Redlock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Token;
     use std::sync::mpsc;
     use std::sync::Arc;
 

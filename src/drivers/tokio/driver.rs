@@ -21,48 +21,10 @@ use tokio::time::Sleep;
 
 use super::stream::{Connecting, Stream};
 use crate::config::Config;
-use crate::core::command::{Command, OpKind};
+use crate::core::command::OwnedCommand;
 use crate::core::engine::{Engine, IoEvent};
 use crate::core::round::{Round, Until};
-use crate::lock::Names;
 use crate::stats::Stats;
-use crate::Token;
-
-/// A command with owned arguments, as a message carries it.
-#[derive(Debug, Clone)]
-pub(crate) struct OwnedCommand {
-    kind: OpKind,
-    resources: Names,
-    token: Token,
-    ttl_ms: u64,
-    counter: Option<Box<[u8]>>,
-    fence_value: u64,
-}
-
-impl OwnedCommand {
-    /// A copy of `cmd` that owns its arguments.
-    pub(crate) fn new(cmd: &Command<'_>) -> OwnedCommand {
-        OwnedCommand {
-            kind: cmd.kind,
-            resources: cmd.resources.iter().cloned().collect(),
-            token: *cmd.token,
-            ttl_ms: cmd.ttl_ms,
-            counter: cmd.counter.map(Into::into),
-            fence_value: cmd.fence_value,
-        }
-    }
-
-    fn borrow(&self) -> Command<'_> {
-        Command {
-            kind: self.kind,
-            resources: &self.resources,
-            token: &self.token,
-            ttl_ms: self.ttl_ms,
-            counter: self.counter.as_deref(),
-            fence_value: self.fence_value,
-        }
-    }
-}
 
 /// What callers send the driver.
 pub(crate) enum Msg {

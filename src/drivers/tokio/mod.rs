@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use self::driver::{Driver, Msg, OwnedCommand};
+use self::driver::{Driver, Msg};
 pub use self::guard::{loss_margin, KeepAlive, LockGuard, Loss, DEFAULT_MAX_HOLD};
 use crate::config::{Builder, Config};
+use crate::core::command::OwnedCommand;
 use crate::core::ops::{self as op, Acquisition, Next, Retry};
 use crate::core::round::{Round, Until};
 use crate::error::{ConfigError, Error};
