@@ -38,6 +38,12 @@ pub enum Scripts {
     /// users whose ACL denies `EVAL`/`EVALSHA`. Locks over several resources and fenced
     /// acquisitions still need scripts.
     Native,
+    /// The same scripts as a function library (Redis 7+, Valkey), loaded with `FUNCTION LOAD`
+    /// where missing and called with `FCALL`: for users whose ACL denies `EVAL`/`EVALSHA`
+    /// but allows `FCALL` (and `FUNCTION LOAD`, or an operator who loaded
+    /// [`script::LIBRARY`](crate::script::LIBRARY) for them). Everything works in this mode,
+    /// sets of resources and fencing included.
+    Function,
 }
 
 /// Where a master listens.

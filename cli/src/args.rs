@@ -46,8 +46,9 @@ pub struct Global {
     #[arg(long, default_value = redlock_mux::DEFAULT_FENCING_KEY, global = true)]
     pub fencing_key: String,
     /// How releases and extensions are sent: `auto` (native commands where the server has
-    /// them, Lua scripts elsewhere), `eval` (scripts everywhere), `native` (native only: for
-    /// users whose ACL denies EVAL).
+    /// them, Lua scripts elsewhere), `eval` (scripts everywhere), `function` (the scripts as a
+    /// function library, FUNCTION LOAD + FCALL: for users whose ACL denies EVAL), `native`
+    /// (native commands only).
     #[arg(long, value_enum, default_value_t = ScriptsArg::Auto, global = true)]
     pub scripts: ScriptsArg,
 }
@@ -61,6 +62,8 @@ pub enum ScriptsArg {
     Eval,
     /// Native commands only.
     Native,
+    /// The function library, by FCALL.
+    Function,
 }
 
 impl From<ScriptsArg> for redlock_mux::Scripts {
@@ -69,6 +72,7 @@ impl From<ScriptsArg> for redlock_mux::Scripts {
             ScriptsArg::Auto => redlock_mux::Scripts::Auto,
             ScriptsArg::Eval => redlock_mux::Scripts::Eval,
             ScriptsArg::Native => redlock_mux::Scripts::Native,
+            ScriptsArg::Function => redlock_mux::Scripts::Function,
         }
     }
 }

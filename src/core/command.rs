@@ -28,6 +28,8 @@ pub(crate) enum Form {
     /// `EVAL <script>`: the fallback after `NOSCRIPT`, and what a command nobody waits for is
     /// sent as (nobody would be there to send the fallback).
     Eval,
+    /// `FCALL <function>`: `Scripts::Function`.
+    Fcall,
 }
 
 /// Which operation a command belongs to.
@@ -98,16 +100,16 @@ impl Command<'_> {
             resp::encode_command(dst, &[b"SET", key, token, b"NX", b"PX", ttl]);
             return;
         }
-        let (script, sha) = match self.kind {
-            OpKind::Acquire => (script::ACQUIRE, script::ACQUIRE_SHA1),
-            OpKind::Fence => (script::FENCE, script::FENCE_SHA1),
-            OpKind::Release => (script::RELEASE, script::RELEASE_SHA1),
-            OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1),
+        let (script, sha, function) = match self.kind {
+            OpKind::Acquire => (script::ACQUIRE, script::ACQUIRE_SHA1, script::FUNCTIONS[0]),
+            OpKind::Release => (script::RELEASE, script::RELEASE_SHA1, script::FUNCTIONS[1]),
+            OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1, script::FUNCTIONS[2]),
+            OpKind::Fence => (script::FENCE, script::FENCE_SHA1, script::FUNCTIONS[3]),
         };
-        let (verb, body): (&[u8], &[u8]) = if form == Form::Eval {
-            (b"EVAL", script.as_bytes())
-        } else {
-            (b"EVALSHA", sha.as_bytes())
+        let (verb, body): (&[u8], &[u8]) = match form {
+            Form::Eval => (b"EVAL", script.as_bytes()),
+            Form::Evalsha => (b"EVALSHA", sha.as_bytes()),
+            Form::Fcall => (b"FCALL", function.as_bytes()),
         };
         // The counter is a key of the scripts that touch it, after the resources.
         let counter = match self.kind {

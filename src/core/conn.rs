@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, BytesMut};
 use resp::{encode_command, Decoder, Frame, Limits};
 
-use crate::config::NodeAddr;
+use crate::config::{NodeAddr, Scripts};
 use crate::error::NodeOutcome;
 
 /// Bytes that may wait to be written before the connection is considered stuck.
@@ -52,6 +52,10 @@ pub(crate) enum OnNoscript {
     /// It is an `EVALSHA` of one of our scripts: send its `EVAL` form in its place, and keep
     /// the `NOSCRIPT` from the operation.
     SendEval,
+    /// It is an `FCALL` of one of our functions: an `ERR Function not found` (the library is
+    /// not loaded: a restarted server, a `FUNCTION FLUSH`) sends `FUNCTION LOAD` and the same
+    /// `FCALL` again in its place.
+    Reload,
     /// Hand the reply over like any other (not a script call, or already the `EVAL` form).
     Report,
 }
@@ -69,9 +73,9 @@ enum Owner<T> {
     /// A `SCRIPT LOAD` sent so that `EVALSHA` finds the scripts: an error reply is ignored
     /// (the `EVAL` fallback covers a script that is missing).
     Preload,
-    /// A driver's command, when it was queued, and the length of its copy at the head of
-    /// [`Conn::scripted`] if it is an `EVALSHA` (0: it is not).
-    Op(T, Instant, usize),
+    /// A driver's command, when it was queued, the length of its copy at the head of
+    /// [`Conn::scripted`] if it is an `EVALSHA` or `FCALL` (0: it is not), and which.
+    Op(T, Instant, usize, OnNoscript),
 }
 
 /// Why a connection must be dropped.
@@ -192,6 +196,10 @@ pub(crate) struct Conn<T> {
     native: Option<Native>,
     /// Whether the server has answered `HELLO` (with what it is, or an error).
     identified: bool,
+    /// Function mode: the library is loaded instead of the scripts.
+    functions: bool,
+    /// Why the last `SCRIPT LOAD` / `FUNCTION LOAD` failed, if one did.
+    load_error: Option<String>,
     /// `NOSCRIPT`s answered with the `EVAL` form, over the connection's whole life.
     noscript_fallbacks: u64,
 }
@@ -210,6 +218,8 @@ impl<T> Conn<T> {
             retry_at: None,
             native: None,
             identified: false,
+            functions: false,
+            load_error: None,
             noscript_fallbacks: 0,
         }
     }
@@ -225,7 +235,10 @@ impl<T> Conn<T> {
     }
 
     /// Starts a fresh connection: clears all state and queues the login commands.
-    pub(crate) fn opened(&mut self, addr: &NodeAddr, hello: bool) {
+    pub(crate) fn opened(&mut self, addr: &NodeAddr, scripts: Scripts) {
+        let hello = matches!(scripts, Scripts::Auto | Scripts::Native);
+        self.functions = scripts == Scripts::Function;
+        self.load_error = None;
         self.native = None;
         self.identified = false;
         self.out.clear();
@@ -267,9 +280,33 @@ impl<T> Conn<T> {
         self.owed.push_back(Owner::Handshake);
     }
 
-    /// Queues `SCRIPT LOAD` of every script: on every new connection (a restarted server has
-    /// lost them), and when a late `NOSCRIPT` shows a server's cache was flushed.
+    /// Queues `FUNCTION LOAD` of the function library (an error reply, "already exists"
+    /// among them, is kept for explanations and otherwise ignored).
+    fn load_functions(&mut self) {
+        encode_command(
+            &mut self.out,
+            &[
+                b"FUNCTION",
+                b"LOAD",
+                crate::core::script::LIBRARY.as_bytes(),
+            ],
+        );
+        self.owed.push_back(Owner::Preload);
+    }
+
+    /// Why loading our scripts or functions last failed on this connection, if it did (a
+    /// server error, such as an ACL's `NOPERM`).
+    pub(crate) fn load_error(&self) -> Option<&str> {
+        self.load_error.as_deref()
+    }
+
+    /// Queues `SCRIPT LOAD` of every script (or, in function mode, `FUNCTION LOAD` of the
+    /// library): on every new connection (a restarted server has lost them), and when a late
+    /// `NOSCRIPT` shows a server's cache was flushed.
     pub(crate) fn reload_scripts(&mut self) {
+        if self.functions {
+            return self.load_functions();
+        }
         for (_, script) in crate::core::script::ALL {
             encode_command(&mut self.out, &[b"SCRIPT", b"LOAD", script.as_bytes()]);
             self.owed.push_back(Owner::Preload);
@@ -294,13 +331,13 @@ impl<T> Conn<T> {
         }
         let before = self.out.len();
         write(&mut self.out);
-        let len = if on_noscript == OnNoscript::SendEval {
+        let len = if on_noscript == OnNoscript::Report {
+            0
+        } else {
             self.scripted.extend_from_slice(&self.out[before..]);
             self.out.len() - before
-        } else {
-            0
         };
-        self.owed.push_back(Owner::Op(tag, now, len));
+        self.owed.push_back(Owner::Op(tag, now, len, on_noscript));
         Ok(())
     }
 
@@ -338,26 +375,48 @@ impl<T> Conn<T> {
                     }
                     continue;
                 }
-                Owner::Preload => continue,
+                Owner::Preload => {
+                    if let Frame::Error(msg) | Frame::BulkError(msg) = frame.without_attributes() {
+                        // Kept to explain a missing script or function later.
+                        self.load_error = Some(String::from_utf8_lossy(msg).into_owned());
+                    }
+                    continue;
+                }
                 Owner::Hello => {
                     self.native = Native::of_hello(&frame);
                     self.identified = true;
                     continue;
                 }
-                Owner::Op(tag, at, fallback) => {
+                Owner::Op(tag, at, fallback, on_noscript) => {
                     // A healthy exchange: the next failure starts the backoff from the bottom.
                     self.backoff = Duration::ZERO;
                     if fallback > 0 {
                         let len = fallback.min(self.scripted.len());
-                        // The server lost its scripts (SCRIPT FLUSH): send the command again
-                        // as EVAL (which caches the script again), and load both scripts.
-                        let resent = crate::core::script::is_noscript_reply(&frame)
-                            && eval_form(&self.scripted[..len], &mut self.out);
+                        let resent = match on_noscript {
+                            // The server lost its scripts (SCRIPT FLUSH): send the command
+                            // again as EVAL (which caches the script again), and load every
+                            // script.
+                            OnNoscript::SendEval => {
+                                crate::core::script::is_noscript_reply(&frame)
+                                    && eval_form(&self.scripted[..len], &mut self.out)
+                            }
+                            // The server lost our functions (FUNCTION FLUSH, a restart): load
+                            // the library, then the same FCALL again.
+                            OnNoscript::Reload if crate::core::script::is_no_function(&frame) => {
+                                self.load_functions();
+                                self.out.extend_from_slice(&self.scripted[..len]);
+                                true
+                            }
+                            _ => false,
+                        };
                         bytes::Buf::advance(&mut self.scripted, len);
                         if resent {
                             self.noscript_fallbacks += 1;
-                            self.owed.push_back(Owner::Op(tag, at, 0));
-                            self.reload_scripts();
+                            self.owed
+                                .push_back(Owner::Op(tag, at, 0, OnNoscript::Report));
+                            if on_noscript == OnNoscript::SendEval {
+                                self.reload_scripts();
+                            }
                             continue;
                         }
                     }
@@ -396,7 +455,7 @@ impl<T> Conn<T> {
         self.owed
             .iter()
             .find_map(|o| match o {
-                Owner::Op(_, at, _) => Some(*at),
+                Owner::Op(_, at, ..) => Some(*at),
                 _ => None,
             })
             .is_some_and(|at| now.saturating_duration_since(at) > limit)
@@ -441,7 +500,7 @@ mod tests {
 
     /// A connection opened with no login, its script preloads already answered.
     fn open(c: &mut Conn<u64>) {
-        c.opened(&addr("127.0.0.1:1"), false);
+        c.opened(&addr("127.0.0.1:1"), Scripts::Eval);
         feed(c, &b"$3\r\nsha\r\n".repeat(crate::core::script::ALL.len()));
     }
 
@@ -464,7 +523,7 @@ mod tests {
     #[test]
     fn handshake_is_sent_first_and_its_errors_fail_the_connection() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
-        c.opened(&addr("redis://u:p@127.0.0.1:1/2"), false);
+        c.opened(&addr("redis://u:p@127.0.0.1:1/2"), Scripts::Eval);
         assert!(c.out.starts_with(
             b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
         ));
@@ -476,7 +535,7 @@ mod tests {
         replies.extend(b":1\r\n");
         feed(&mut c, &replies);
         assert_eq!(c.next_reply().unwrap(), Some((9, Frame::Integer(1))));
-        c.opened(&addr("redis://:bad@127.0.0.1:1"), false);
+        c.opened(&addr("redis://:bad@127.0.0.1:1"), Scripts::Eval);
         feed(&mut c, b"-WRONGPASS invalid password\r\n");
         assert_eq!(
             c.next_reply(),

@@ -235,13 +235,15 @@ impl<U> Engine<U> {
         // them and the command can use them, its native command).
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
-        cmd.encode(&mut wire, Form::Evalsha);
-        let may_go_native = self.scripts != Scripts::Eval && cmd.has_native_form();
+        let form = self.script_form();
+        cmd.encode(&mut wire, form);
+        let may_go_native =
+            matches!(self.scripts, Scripts::Auto | Scripts::Native) && cmd.has_native_form();
         for i in 0..self.nodes.len() {
             let tag = Tag::of(slot, gen);
             let queued = match self.native_on(i, may_go_native) {
                 Ok(Some(native)) => self.queue_native(i, tag, cmd, native, t1),
-                Ok(None) => self.queue_on(i, tag, cmd.expect(), &wire, Form::Evalsha, t1),
+                Ok(None) => self.queue_on(i, tag, cmd.expect(), &wire, form, t1),
                 Err(outcome) => Err(outcome),
             };
             if let Err(outcome) = queued {
@@ -250,6 +252,15 @@ impl<U> Engine<U> {
         }
         self.wire = wire;
         OpId { slot, gen }
+    }
+
+    /// How scripts are called: `FCALL` in function mode, `EVALSHA` otherwise.
+    fn script_form(&self) -> Form {
+        if self.scripts == Scripts::Function {
+            Form::Fcall
+        } else {
+            Form::Evalsha
+        }
     }
 
     /// Whether node `i` gets the native form of a command that has one: `Ok(Some)` where its
@@ -302,11 +313,17 @@ impl<U> Engine<U> {
     pub(crate) fn fire(&mut self, cmd: &Command<'_>, now: Instant) {
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
-        cmd.encode(&mut wire, Form::Eval);
+        // Functions are called as always (their connection reloads a missing library itself);
+        // scripts go as EVAL, which needs no fallback.
+        let form = match self.script_form() {
+            Form::Fcall => Form::Fcall,
+            _ => Form::Eval,
+        };
+        cmd.encode(&mut wire, form);
         for i in 0..self.nodes.len() {
             // Best effort: a node that cannot take it has lost the key's connection anyway;
             // the key expires with its ttl.
-            let _ = self.queue_on(i, FIRE, cmd.expect(), &wire, Form::Eval, now);
+            let _ = self.queue_on(i, FIRE, cmd.expect(), &wire, form, now);
         }
         self.wire = wire;
     }
@@ -340,14 +357,15 @@ impl<U> Engine<U> {
             }
             node.link = Link::Connecting(now);
             self.connecting += 1;
-            node.conn.opened(&node.addr, self.scripts != Scripts::Eval);
+            node.conn.opened(&node.addr, self.scripts);
             node.stats.connects += 1;
             self.io.push_back(IoEvent::Connect(i));
         }
-        let on_noscript = if form == Form::Evalsha && expect != Expect::Set {
-            OnNoscript::SendEval
-        } else {
-            OnNoscript::Report
+        let on_noscript = match form {
+            _ if expect == Expect::Set || expect == Expect::Native => OnNoscript::Report,
+            Form::Evalsha => OnNoscript::SendEval,
+            Form::Fcall => OnNoscript::Reload,
+            Form::Eval => OnNoscript::Report,
         };
         match node
             .conn
@@ -419,7 +437,18 @@ impl<U> Engine<U> {
                             continue;
                         }
                     };
-                    let (outcome, extra) = Command::judge(expect, &frame);
+                    let (mut outcome, extra) = Command::judge(expect, &frame);
+                    if let (NodeOutcome::Server(msg), Some(why)) =
+                        (&mut outcome, self.nodes[i].conn.load_error())
+                    {
+                        // A missing function or script whose loading failed: say why (an
+                        // ACL's NOPERM names the command it denies).
+                        if msg.starts_with("ERR Function not found") || msg.starts_with("NOSCRIPT")
+                        {
+                            msg.push_str("; loading it failed: ");
+                            msg.push_str(why);
+                        }
+                    }
                     self.vote_with(tag, i, outcome, extra);
                 }
                 Ok(None) => return,

@@ -56,6 +56,35 @@ pub const FENCE: &str = include_str!("scripts/fence.lua");
 /// SHA-1 of [`FENCE`], in lowercase hex, as `EVALSHA` takes it.
 pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
 
+/// The four scripts as a function library (`FUNCTION LOAD`, Redis 7+ and Valkey), for
+/// `Scripts::Function`: servers whose ACL denies `EVAL`/`EVALSHA` to the client's user. Each
+/// function's parameters are named `KEYS` and `ARGV`, so that the bodies are the scripts'
+/// own. The version in the names changes whenever a script does, so that clients of
+/// different versions never call each other's functions.
+pub const LIBRARY: &str = concat!(
+    "#!lua name=redlock_mux_v1\n",
+    "redis.register_function('redlock_mux_v1_acquire', function(KEYS, ARGV)\n",
+    include_str!("scripts/acquire.lua"),
+    "end)\n",
+    "redis.register_function('redlock_mux_v1_release', function(KEYS, ARGV)\n",
+    include_str!("scripts/release.lua"),
+    "end)\n",
+    "redis.register_function('redlock_mux_v1_extend', function(KEYS, ARGV)\n",
+    include_str!("scripts/extend.lua"),
+    "end)\n",
+    "redis.register_function('redlock_mux_v1_fence', function(KEYS, ARGV)\n",
+    include_str!("scripts/fence.lua"),
+    "end)\n",
+);
+
+/// The names of [`LIBRARY`]'s functions: acquire, release, extend, fence.
+pub const FUNCTIONS: [&str; 4] = [
+    "redlock_mux_v1_acquire",
+    "redlock_mux_v1_release",
+    "redlock_mux_v1_extend",
+    "redlock_mux_v1_fence",
+];
+
 /// Every script with its digest.
 pub const ALL: [(&str, &str); 4] = [
     (ACQUIRE_SHA1, ACQUIRE),
@@ -74,6 +103,11 @@ pub(crate) fn by_digest(sha: &[u8]) -> Option<&'static str> {
 /// Whether an error reply is the server saying it does not have the script cached.
 pub(crate) fn is_noscript(msg: &[u8]) -> bool {
     msg.starts_with(b"NOSCRIPT")
+}
+
+/// Whether a reply is the error of an `FCALL` whose function is not loaded.
+pub(crate) fn is_no_function(reply: &resp::Frame) -> bool {
+    matches!(reply.without_attributes(), resp::Frame::Error(m) if m.starts_with(b"ERR Function not found"))
 }
 
 /// Whether a reply is a `NOSCRIPT` error.

@@ -31,6 +31,7 @@ macro_rules! for_each_case {
             lock_many_refuses_bad_lists_and_the_counter_key,
             unix_sockets_alone_and_mixed_with_tcp,
             native_commands_where_the_server_has_them,
+            acl_users_without_eval_use_functions,
         );
     };
 }
@@ -40,6 +41,7 @@ use std::time::{Duration, Instant};
 use redlock_mux::resp::Frame;
 use redlock_mux::{Error, Lock, NodeOutcome, Token};
 
+use crate::local::LocalCluster;
 use crate::*;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -1003,4 +1005,109 @@ pub fn native_commands_where_the_server_has_them<F: Flavor>() {
         }
         Err(e) => panic!("{e}"),
     }
+}
+
+/// An ACL user that may not run `EVAL`, `EVALSHA` or `SCRIPT` (and, `no_functions`, not
+/// `FUNCTION` either), but anything else, on every server of `c`.
+fn user_without_eval(c: &LocalCluster, name: &str, no_functions: bool) {
+    for a in c.addrs() {
+        let mut rules = vec![
+            "SETUSER", name, "on", ">pw", "~*", "+@all", "-eval", "-evalsha", "-script",
+        ];
+        if no_functions {
+            rules.push("-function");
+        }
+        let mut args = vec!["ACL"];
+        args.extend(rules);
+        assert_eq!(redis(&a, &args), Frame::Simple("OK".into()), "ACL on {a}");
+    }
+}
+
+pub fn acl_users_without_eval_use_functions<F: Flavor>() {
+    use redlock_mux::Scripts;
+    let c = cluster(3);
+    let addrs = c.addrs();
+    let (name, version) = server_version(&addrs[0]);
+    if name == "redis" && version < (7, 0) {
+        eprintln!("functions skipped: {name} {version:?} has no FUNCTION/FCALL (Redis 7+)");
+        return;
+    }
+    user_without_eval(&c, "app", false);
+    user_without_eval(&c, "nofn", true);
+    let as_user = |user: &str| -> Vec<String> {
+        c.servers()
+            .iter()
+            .map(|s| format!("redis://{user}:pw@127.0.0.1:{}", s.port()))
+            .collect()
+    };
+    let key = resource("acl");
+    // Scripts denied: a release by EVALSHA is refused on every node, naming the command.
+    let eval = F::build(builder(&c).nodes(as_user("app")).scripts(Scripts::Eval)).unwrap();
+    let lock = eval.lock(&key, TTL).unwrap();
+    match eval.unlock(&lock) {
+        Err(Error::NoQuorum { nodes }) => {
+            assert!(nodes.to_string().contains("NOPERM"), "{nodes}")
+        }
+        other => panic!("expected NOPERM from every node, got {other:?}"),
+    }
+    for a in &addrs {
+        redis(a, &["DEL", &key]);
+    }
+    // Functions: everything works, sets and fencing included, and a FUNCTION FLUSH in the
+    // middle is survived.
+    let fcall = F::build(
+        builder(&c)
+            .nodes(as_user("app"))
+            .scripts(Scripts::Function)
+            .fencing(true),
+    )
+    .unwrap();
+    let mut lock = fcall.lock(&key, TTL).unwrap();
+    assert!(lock.fencing_token().is_some());
+    fcall.extend(&mut lock, Duration::from_secs(30)).unwrap();
+    for a in &addrs {
+        assert_eq!(redis(a, &["FUNCTION", "FLUSH"]), Frame::Simple("OK".into()));
+    }
+    fcall.unlock(&lock).unwrap();
+    gone_everywhere(&fcall, &addrs, &key);
+    let set = fcall.lock_many(&[&key, &resource("acl-b")], TTL).unwrap();
+    fcall.unlock(&set).unwrap();
+    for a in &addrs {
+        assert!(calls(a, "fcall") >= 4, "FCALL on {a}");
+        assert_eq!(
+            calls(a, "evalsha") + calls(a, "eval"),
+            0,
+            "a script ran on {a}"
+        );
+    }
+    // A user who may not load functions either, on servers without the library: the error
+    // says what is missing and which permission.
+    for a in &addrs {
+        redis(a, &["FUNCTION", "FLUSH"]);
+    }
+    let nofn = F::build(
+        builder(&c)
+            .nodes(as_user("nofn"))
+            .scripts(Scripts::Function)
+            .fencing(true)
+            .retry(1, Duration::ZERO),
+    )
+    .unwrap();
+    match nofn.try_lock(&key, TTL) {
+        Err(Error::NoQuorum { nodes }) => {
+            let text = nodes.to_string();
+            assert!(text.contains("Function not found"), "{text}");
+            assert!(
+                text.contains("NOPERM") && text.contains("function|load"),
+                "{text}"
+            );
+        }
+        other => panic!("expected the missing permission named, got {other:?}"),
+    }
+    // An operator loads the library for them: then they lock.
+    for a in &addrs {
+        redis(a, &["FUNCTION", "LOAD", redlock_mux::script::LIBRARY]);
+    }
+    let lock = nofn.lock(&key, TTL).unwrap();
+    nofn.unlock(&lock).unwrap();
 }
