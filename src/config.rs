@@ -73,6 +73,8 @@ pub struct NodeAddr {
     pub password: Option<String>,
     /// The database to `SELECT`, if not 0.
     pub db: u32,
+    /// Whether connections use TLS (`rediss://`; feature `tls`).
+    pub tls: bool,
     /// Where connections go.
     pub(crate) endpoint: Endpoint,
 }
@@ -92,6 +94,9 @@ impl fmt::Display for NodeAddr {
                 write!(f, "?db={}", self.db)?;
             }
             return Ok(());
+        }
+        if self.tls {
+            f.write_str("rediss://")?;
         }
         if self.host.contains(':') {
             write!(f, "[{}]:{}", self.host, self.port)?;
@@ -130,11 +135,18 @@ impl NodeAddr {
         {
             return NodeAddr::parse_unix(input, r);
         }
+        let mut tls = false;
         let rest = if let Some(r) = input.strip_prefix("redis://") {
+            r
+        } else if let Some(r) = input.strip_prefix("rediss://") {
+            if !cfg!(feature = "tls") {
+                return Err(bad("rediss:// needs the crate's `tls` feature"));
+            }
+            tls = true;
             r
         } else if input.contains("://") {
             return Err(bad(
-                "only redis://, unix:// and redis+unix:// URLs are supported",
+                "only redis://, rediss://, unix:// and redis+unix:// URLs are supported",
             ));
         } else {
             input
@@ -218,6 +230,7 @@ impl NodeAddr {
             user,
             password,
             db,
+            tls,
             endpoint: Endpoint::Tcp(socket),
         })
     }
@@ -275,6 +288,7 @@ impl NodeAddr {
             user,
             password,
             db,
+            tls: false,
             endpoint: Endpoint::Unix(PathBuf::from(path)),
         })
     }
@@ -353,6 +367,9 @@ pub struct Config {
     pub(crate) fencing: Option<Box<[u8]>>,
     /// How releases and extensions are sent.
     pub(crate) scripts: Scripts,
+    /// The TLS client settings, when some node is `rediss://`.
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<std::sync::Arc<crate::drivers::tls::TlsSetup>>,
     /// Test only: acquire fenced locks without the second phase (the negative control).
     #[cfg(feature = "fault-injection")]
     pub(crate) skip_fence_writeback: bool,
@@ -502,6 +519,8 @@ struct Options {
     fencing: bool,
     fencing_key: String,
     scripts: Scripts,
+    #[cfg(feature = "tls")]
+    tls: crate::drivers::tls::TlsOptions,
     #[cfg(feature = "fault-injection")]
     skip_fence_writeback: bool,
 }
@@ -550,6 +569,8 @@ impl<C> Default for Builder<C> {
                 fencing: false,
                 fencing_key: DEFAULT_FENCING_KEY.to_string(),
                 scripts: Scripts::Auto,
+                #[cfg(feature = "tls")]
+                tls: Default::default(),
                 #[cfg(feature = "fault-injection")]
                 skip_fence_writeback: false,
             },
@@ -643,6 +664,42 @@ impl<C> Builder<C> {
         self
     }
 
+    /// TLS (feature `tls`): trust the CA certificates in this PEM file for `rediss://` nodes,
+    /// instead of the system's roots.
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.opts.tls.ca_file = Some(path.into());
+        self
+    }
+
+    /// TLS (feature `tls`): trust the system's root certificates too (they are used by default
+    /// only when no CA file is given).
+    #[cfg(feature = "tls")]
+    pub fn tls_system_roots(mut self, on: bool) -> Self {
+        self.opts.tls.system_roots = on;
+        self
+    }
+
+    /// TLS (feature `tls`): the name to check the servers' certificates against, in place of
+    /// each node's host (for servers reached by an address their certificate does not name).
+    #[cfg(feature = "tls")]
+    pub fn tls_server_name(mut self, name: impl Into<String>) -> Self {
+        self.opts.tls.server_name = Some(name.into());
+        self
+    }
+
+    /// TLS (feature `tls`): present this client certificate chain and key (PEM files) to
+    /// servers that ask for one (mutual TLS, `tls-auth-clients yes`).
+    #[cfg(feature = "tls")]
+    pub fn tls_client_auth(
+        mut self,
+        cert_file: impl Into<std::path::PathBuf>,
+        key_file: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.opts.tls.client_auth = Some((cert_file.into(), key_file.into()));
+        self
+    }
+
     /// Test only (feature `fault-injection`): fenced acquisitions skip their second phase,
     /// which breaks the fencing guarantee. The safety suite's negative control uses it to
     /// show that the checker catches a decreasing token. Never enable it elsewhere.
@@ -697,6 +754,14 @@ impl<C> Builder<C> {
         if self.opts.fencing && self.opts.fencing_key.is_empty() {
             return Err(ConfigError::FencingKey(String::new()));
         }
+        #[cfg(feature = "tls")]
+        let tls = if nodes.iter().any(|n| n.tls) {
+            Some(std::sync::Arc::new(crate::drivers::tls::TlsSetup::new(
+                &self.opts.tls,
+            )?))
+        } else {
+            None
+        };
         Ok(Config {
             nodes,
             node_timeout: self.opts.node_timeout,
@@ -710,6 +775,8 @@ impl<C> Builder<C> {
                 .fencing
                 .then(|| self.opts.fencing_key.as_bytes().into()),
             scripts: self.opts.scripts,
+            #[cfg(feature = "tls")]
+            tls,
             #[cfg(feature = "fault-injection")]
             skip_fence_writeback: self.opts.skip_fence_writeback,
         })

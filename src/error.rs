@@ -26,6 +26,9 @@ pub enum NodeOutcome {
     Server(String),
     /// The node was not connected and is waiting out its reconnect backoff: it was not asked.
     Down,
+    /// The TLS session failed (a certificate the configured roots do not trust, a name that
+    /// does not match, a handshake or record error): rustls's description.
+    Tls(String),
     /// The round was decided (fail-fast) before this node's reply arrived; it will be read and
     /// dropped later.
     Undecided,
@@ -60,6 +63,7 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::Protocol(k) => write!(f, "protocol error: {k}"),
             NodeOutcome::Server(msg) => write!(f, "server error: {msg}"),
             NodeOutcome::Down => f.write_str("down (reconnecting)"),
+            NodeOutcome::Tls(msg) => write!(f, "TLS: {msg}"),
             NodeOutcome::Undecided => f.write_str("reply not awaited"),
             NodeOutcome::NotOurs => {
                 f.write_str("not held by this token (held by another, or gone)")
@@ -178,6 +182,10 @@ pub enum ConfigError {
     /// The same resource given twice to one lock.
     #[error("resource {0:?} is given twice")]
     DuplicateResource(String),
+    /// A TLS setting that cannot be used: a CA, certificate or key file that cannot be read or
+    /// parsed, or a server name that is not valid.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A fencing counter key that is empty, or is also one of the lock's resources.
     #[error("fencing counter key {0:?} is empty or names a locked resource")]
     FencingKey(String),

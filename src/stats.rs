@@ -47,7 +47,7 @@ impl NodeStats {
             NodeOutcome::Gone => &mut self.gone,
             NodeOutcome::NotOurs => &mut self.not_ours,
             NodeOutcome::Timeout => &mut self.timeouts,
-            NodeOutcome::Io(_) => &mut self.io_errors,
+            NodeOutcome::Io(_) | NodeOutcome::Tls(_) => &mut self.io_errors,
             NodeOutcome::Protocol(_) => &mut self.protocol_errors,
             NodeOutcome::Server(_) => &mut self.server_errors,
             NodeOutcome::Down => &mut self.down,

@@ -460,11 +460,12 @@ impl<U> Engine<U> {
         }
     }
 
-    /// Node `i`'s socket failed or was closed by the peer (`kind` says how); it is already
-    /// gone on the driver's side.
-    pub(crate) fn handle_closed(&mut self, i: usize, kind: io::ErrorKind, now: Instant) {
+    /// Node `i`'s socket failed or was closed by the peer; it is already gone on the driver's
+    /// side. `outcome` says how, and is the node's vote in every round waiting on it:
+    /// `NodeOutcome::Io(kind)`, or `NodeOutcome::Tls` for a TLS failure.
+    pub(crate) fn handle_closed(&mut self, i: usize, outcome: NodeOutcome, now: Instant) {
         if i < self.nodes.len() && self.nodes[i].link != Link::Closed {
-            self.fail_node(i, &NodeOutcome::Io(kind), now, Socket::Gone);
+            self.fail_node(i, &outcome, now, Socket::Gone);
         }
     }
 

@@ -4,5 +4,32 @@
 //! where it would shadow the crate of that name.)
 
 pub(crate) mod blocking;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
 #[cfg(feature = "tokio")]
 pub(crate) mod tokio;
+
+/// What a failed socket operation means for its node's vote (a TLS failure keeps its
+/// description).
+pub(crate) fn outcome_of(e: &std::io::Error) -> crate::error::NodeOutcome {
+    #[cfg(feature = "tls")]
+    {
+        tls::outcome(e)
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        crate::error::NodeOutcome::Io(e.kind())
+    }
+}
+
+/// The TLS session a connection to node `addr` needs, if it is a `rediss://` node.
+#[cfg(feature = "tls")]
+pub(crate) fn tls_for(
+    cfg: &Option<std::sync::Arc<tls::TlsSetup>>,
+    addr: &crate::config::NodeAddr,
+) -> std::io::Result<Option<tls::Tls>> {
+    match (addr.tls, cfg) {
+        (true, Some(setup)) => setup.session(&addr.host).map(Some),
+        _ => Ok(None),
+    }
+}

@@ -15,6 +15,7 @@ pub mod hostile;
 pub mod local;
 pub mod proxy;
 pub mod soak;
+pub mod tls;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -62,6 +62,9 @@ pub struct LocalServer {
     paused: bool,
     dir: PathBuf,
     extra: Vec<String>,
+    /// TLS: the certificates, whether clients must present one, and the TLS port.
+    tls: Option<(crate::tls::TlsFiles, bool)>,
+    tls_port: u16,
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -79,8 +82,22 @@ impl LocalServer {
         Self::start_with(&[])
     }
 
+    /// Starts a server that also serves TLS (on [`tls_port`](LocalServer::tls_port)) with
+    /// `files`; clients must present a certificate when `auth_clients`. Fails if the binary
+    /// was built without TLS.
+    pub fn start_tls(files: &crate::tls::TlsFiles, auth_clients: bool) -> io::Result<LocalServer> {
+        Self::start_inner(&[], Some((files.clone(), auth_clients)))
+    }
+
     /// Starts a server with extra `redis-server` arguments (such as `["--requirepass", "x"]`).
     pub fn start_with(extra: &[&str]) -> io::Result<LocalServer> {
+        Self::start_inner(extra, None)
+    }
+
+    fn start_inner(
+        extra: &[&str],
+        tls: Option<(crate::tls::TlsFiles, bool)>,
+    ) -> io::Result<LocalServer> {
         let dir = std::env::temp_dir().join(format!(
             "redlock-mux-{}-{}",
             std::process::id(),
@@ -93,12 +110,17 @@ impl LocalServer {
             paused: false,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls,
+            tls_port: 0,
         };
         // A port found free can be taken by someone else before the server binds it: retry
         // with another.
         let mut last = None;
         for _ in 0..8 {
             server.port = free_port()?;
+            if server.tls.is_some() {
+                server.tls_port = free_port()?;
+            }
             match server.spawn() {
                 Ok(()) => return Ok(server),
                 Err(e) => last = Some(e),
@@ -123,6 +145,12 @@ impl LocalServer {
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra)
+            .args(
+                self.tls
+                    .as_ref()
+                    .map(|(files, auth)| files.server_args(self.tls_port, *auth))
+                    .unwrap_or_default(),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -170,6 +198,16 @@ impl LocalServer {
     /// Its Unix socket as a node address, `unix:///…/redis.sock`.
     pub fn unix_addr(&self) -> String {
         format!("unix://{}", self.unix_path().display())
+    }
+
+    /// The TLS port (0 unless started with [`start_tls`](LocalServer::start_tls)).
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port
+    }
+
+    /// Its TLS port as a node address, `rediss://127.0.0.1:port`.
+    pub fn tls_addr(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.tls_port)
     }
 
     /// The process id, while running.
@@ -268,6 +306,23 @@ impl LocalCluster {
             .map(|_| LocalServer::start_with(extra))
             .collect::<io::Result<Vec<_>>>()?;
         Ok(LocalCluster { servers })
+    }
+
+    /// Starts `n` servers that also serve TLS (see [`LocalServer::start_tls`]).
+    pub fn start_tls(
+        n: usize,
+        files: &crate::tls::TlsFiles,
+        auth_clients: bool,
+    ) -> io::Result<LocalCluster> {
+        let servers = (0..n)
+            .map(|_| LocalServer::start_tls(files, auth_clients))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(LocalCluster { servers })
+    }
+
+    /// Every server's TLS address, in order.
+    pub fn tls_addrs(&self) -> Vec<String> {
+        self.servers.iter().map(LocalServer::tls_addr).collect()
     }
 
     /// Every server's Unix socket as a node address, in order.

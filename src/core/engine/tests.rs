@@ -238,7 +238,7 @@ fn a_failed_connection_votes_in_every_round_waiting_on_it_and_backs_off() {
     s.submit(OpKind::Acquire, false, 1);
     s.submit(OpKind::Acquire, false, 2);
     s.io();
-    s.e.handle_closed(2, io::ErrorKind::ConnectionReset, s.now);
+    s.e.handle_closed(2, NodeOutcome::Io(io::ErrorKind::ConnectionReset), s.now);
     s.reply(0, b"+OK\r\n+OK\r\n");
     s.reply(1, b"+OK\r\n+OK\r\n");
     let done = s.completed();
@@ -252,7 +252,7 @@ fn a_failed_connection_votes_in_every_round_waiting_on_it_and_backs_off() {
     // The first reconnect is at once; a second failure in a row waits out the backoff.
     s.submit(OpKind::Acquire, true, 3);
     assert_eq!(s.io(), vec![IoEvent::Connect(2)]);
-    s.e.handle_closed(2, io::ErrorKind::ConnectionRefused, s.now);
+    s.e.handle_closed(2, NodeOutcome::Io(io::ErrorKind::ConnectionRefused), s.now);
     s.reply(0, OK);
     s.reply(1, OK);
     s.completed();
@@ -426,7 +426,7 @@ fn every_operation_completes_exactly_once_whatever_the_order_of_events() {
                 }
                 7 => {
                     let i = rng.random_range(0..5);
-                    s.e.handle_closed(i, io::ErrorKind::ConnectionReset, s.now);
+                    s.e.handle_closed(i, NodeOutcome::Io(io::ErrorKind::ConnectionReset), s.now);
                     owed[i] = 0;
                 }
                 _ => s.advance(Duration::from_millis(rng.random_range(0..60))),

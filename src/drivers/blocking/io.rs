@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::core::command::Command;
 use crate::core::engine::{Engine, IoEvent};
 use crate::core::round::{Round, Until};
+use crate::drivers::outcome_of;
 
 /// The poller and every node's socket; everything else is the engine's.
 pub(super) struct Driver {
@@ -27,6 +28,9 @@ pub(super) struct Driver {
     scratch: Box<[u8]>,
     /// The clock, read once after each wait (and before a round's first write).
     now: Instant,
+    /// TLS client settings, for `rediss://` nodes.
+    #[cfg(feature = "tls")]
+    tls: Option<std::sync::Arc<crate::drivers::tls::TlsSetup>>,
 }
 
 /// One operation of a batch: its command, and its round once decided.
@@ -55,6 +59,8 @@ impl Driver {
             socks: config.nodes.iter().map(|_| None).collect(),
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
             now: Instant::now(),
+            #[cfg(feature = "tls")]
+            tls: config.tls.clone(),
         })
     }
 
@@ -140,7 +146,7 @@ impl Driver {
                     self.socks[i] = None;
                     match self.open(i) {
                         Ok(sock) => self.socks[i] = Some(sock),
-                        Err(e) => self.engine.handle_closed(i, e.kind(), self.now),
+                        Err(e) => self.engine.handle_closed(i, outcome_of(&e), self.now),
                     }
                 }
             }
@@ -149,7 +155,11 @@ impl Driver {
 
     /// A non-blocking connect to node `i`, registered with the poller.
     fn open(&self, i: usize) -> io::Result<Stream> {
-        let mut sock = Stream::connect(self.engine.addr(i).endpoint())?;
+        #[cfg(feature = "tls")]
+        let tls = crate::drivers::tls_for(&self.tls, self.engine.addr(i))?;
+        #[cfg(not(feature = "tls"))]
+        let tls = None;
+        let mut sock = Stream::connect(self.engine.addr(i).endpoint(), tls)?;
         self.poll.registry().register(
             &mut sock,
             MioToken(i),
@@ -158,8 +168,14 @@ impl Driver {
         Ok(sock)
     }
 
-    /// Writes as much of node `i`'s pending output as its socket takes.
+    /// Writes as much of node `i`'s pending output as its socket takes (first what a TLS
+    /// session still holds).
     fn flush(&mut self, i: usize) {
+        if let Some(sock) = self.socks[i].as_mut() {
+            if let Err(e) = sock.flush() {
+                return self.closed(i, e);
+            }
+        }
         loop {
             let out = self.engine.transmit(i);
             if out.is_empty() {
@@ -169,19 +185,19 @@ impl Driver {
                 return;
             };
             match sock.write(out) {
-                Ok(0) => return self.closed(i, io::ErrorKind::WriteZero),
+                Ok(0) => return self.closed(i, io::ErrorKind::WriteZero.into()),
                 Ok(n) => self.engine.handle_written(i, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.closed(i, e.kind()),
+                Err(e) => return self.closed(i, e),
             }
         }
     }
 
     /// Node `i`'s socket failed: dropped, and the engine told.
-    fn closed(&mut self, i: usize, kind: io::ErrorKind) {
+    fn closed(&mut self, i: usize, e: io::Error) {
         self.socks[i] = None;
-        self.engine.handle_closed(i, kind, self.now);
+        self.engine.handle_closed(i, outcome_of(&e), self.now);
     }
 
     /// Waits up to `timeout` for readiness and hands the engine what it brings.
@@ -196,7 +212,7 @@ impl Driver {
                 // rather than spin; their rounds get the error as those nodes' votes.
                 for i in 0..self.socks.len() {
                     if self.socks[i].is_some() {
-                        self.closed(i, e.kind());
+                        self.closed(i, io::Error::new(e.kind(), e.to_string()));
                     }
                 }
                 return;
@@ -224,13 +240,13 @@ impl Driver {
                 return;
             }
             match sock.take_error() {
-                Ok(Some(e)) | Err(e) => return self.closed(i, e.kind()),
+                Ok(Some(e)) | Err(e) => return self.closed(i, e),
                 Ok(None) => {}
             }
             match sock.connected() {
                 Ok(()) => self.engine.handle_connected(i),
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
-                Err(e) => return self.closed(i, e.kind()),
+                Err(e) => return self.closed(i, e),
             }
             self.flush(i);
         } else if writable {
@@ -244,7 +260,7 @@ impl Driver {
                 return;
             };
             match sock.read(&mut self.scratch) {
-                Ok(0) => return self.closed(i, io::ErrorKind::UnexpectedEof),
+                Ok(0) => return self.closed(i, io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => {
                     self.engine.handle_input(i, &self.scratch[..n], self.now);
                     // The input may have asked for the socket to go (a protocol error), or for
@@ -256,13 +272,16 @@ impl Driver {
                     // A short read emptied the socket's receive queue: bytes that arrive
                     // later raise a new edge, so the read that would only say WouldBlock is
                     // skipped. Not when the peer is closing: the end of stream is read now.
-                    if n < self.scratch.len() && !closing {
+                    let drained = self.socks[i]
+                        .as_ref()
+                        .is_some_and(Stream::short_read_drains);
+                    if n < self.scratch.len() && !closing && drained {
                         return;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.closed(i, e.kind()),
+                Err(e) => return self.closed(i, e),
             }
         }
     }

@@ -1,4 +1,5 @@
-//! A node's socket for the mio driver: TCP or a Unix domain socket, behind one type.
+//! A node's socket for the mio driver: TCP, a Unix domain socket, or TLS over TCP (the
+//! session is `drivers::tls`, shared with the async driver), behind one type.
 
 use std::io::{self, Read, Write};
 
@@ -8,25 +9,50 @@ use mio::{Interest, Registry, Token};
 
 use crate::config::Endpoint;
 
+/// A TLS session for a new connection (none without the `tls` feature).
+#[cfg(feature = "tls")]
+pub(super) type Tls = crate::drivers::tls::Tls;
+/// A TLS session for a new connection (none without the `tls` feature).
+#[cfg(not(feature = "tls"))]
+pub(super) type Tls = std::convert::Infallible;
+
 /// A non-blocking stream to one node.
 #[derive(Debug)]
 pub(super) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    #[cfg(feature = "tls")]
+    Tls(TcpStream, Box<crate::drivers::tls::Tls>),
 }
 
 impl Stream {
-    /// Starts a non-blocking connect to `endpoint`.
-    pub(super) fn connect(endpoint: &Endpoint) -> io::Result<Stream> {
+    /// Starts a non-blocking connect to `endpoint`, with TLS over it when `tls` is given (the
+    /// handshake runs as the first bytes are written and read).
+    pub(super) fn connect(endpoint: &Endpoint, tls: Option<Tls>) -> io::Result<Stream> {
         Ok(match endpoint {
             Endpoint::Tcp(addr) => {
                 let sock = TcpStream::connect(*addr)?;
                 // Best effort: a socket that refuses NODELAY still works, only slower.
                 let _ = sock.set_nodelay(true);
-                Stream::Tcp(sock)
+                match tls {
+                    #[cfg(feature = "tls")]
+                    Some(session) => Stream::Tls(sock, Box::new(session)),
+                    _ => Stream::Tcp(sock),
+                }
             }
             Endpoint::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
         })
+    }
+
+    /// Whether a read shorter than the buffer means the socket is drained (so that the read
+    /// that would only say `WouldBlock` can be skipped under edge-triggered readiness). Not
+    /// over TLS: the session reads the socket a record at a time.
+    pub(super) fn short_read_drains(&self) -> bool {
+        match self {
+            #[cfg(feature = "tls")]
+            Stream::Tls(..) => false,
+            _ => true,
+        }
     }
 
     /// The error a failed connect left on the socket, if any.
@@ -34,6 +60,8 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.take_error(),
             Stream::Unix(s) => s.take_error(),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s, _) => s.take_error(),
         }
     }
 
@@ -42,6 +70,8 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.peer_addr().map(drop),
             Stream::Unix(s) => s.peer_addr().map(drop),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s, _) => s.peer_addr().map(drop),
         }
     }
 }
@@ -51,6 +81,8 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s, tls) => tls.read(s, buf),
         }
     }
 }
@@ -60,11 +92,18 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s, tls) => tls.write(s, buf),
         }
     }
 
+    /// Writes the ciphertext a TLS session still holds (nothing to do on a plain socket).
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            #[cfg(feature = "tls")]
+            Stream::Tls(s, tls) => tls.flush(s),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -73,6 +112,8 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.register(r, t, i),
             Stream::Unix(s) => s.register(r, t, i),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s, _) => s.register(r, t, i),
         }
     }
 
@@ -80,6 +121,8 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.reregister(r, t, i),
             Stream::Unix(s) => s.reregister(r, t, i),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s, _) => s.reregister(r, t, i),
         }
     }
 
@@ -87,6 +130,8 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.deregister(r),
             Stream::Unix(s) => s.deregister(r),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s, _) => s.deregister(r),
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::config::Config;
 use crate::core::command::OwnedCommand;
 use crate::core::engine::{Engine, IoEvent};
 use crate::core::round::{Round, Until};
+use crate::drivers::outcome_of;
 use crate::stats::Stats;
 
 /// What callers send the driver.
@@ -67,6 +68,9 @@ pub(crate) struct Driver {
     batch: usize,
     /// The clock, read once per pass.
     now: Instant,
+    /// TLS client settings, for `rediss://` nodes.
+    #[cfg(feature = "tls")]
+    tls: Option<std::sync::Arc<crate::drivers::tls::TlsSetup>>,
 }
 
 impl Driver {
@@ -82,6 +86,8 @@ impl Driver {
             deferred: false,
             batch: 0,
             now: Instant::now(),
+            #[cfg(feature = "tls")]
+            tls: config.tls.clone(),
         }
     }
 
@@ -178,7 +184,18 @@ impl Driver {
                 }
                 IoEvent::Connect(i) => {
                     self.socks[i] = None;
-                    self.connecting[i] = Some(Stream::connect(self.engine.addr(i).endpoint()));
+                    #[cfg(feature = "tls")]
+                    let tls = match crate::drivers::tls_for(&self.tls, self.engine.addr(i)) {
+                        Ok(tls) => tls,
+                        Err(e) => {
+                            self.engine.handle_closed(i, outcome_of(&e), self.now);
+                            continue;
+                        }
+                    };
+                    #[cfg(not(feature = "tls"))]
+                    let tls = None;
+                    let endpoint = self.engine.addr(i).endpoint();
+                    self.connecting[i] = Some(Stream::connect(endpoint, tls));
                 }
             }
         }
@@ -198,65 +215,73 @@ impl Driver {
                 }
                 Poll::Ready(Err(e)) => {
                     self.connecting[i] = None;
-                    self.engine.handle_closed(i, e.kind(), self.now);
+                    self.engine.handle_closed(i, outcome_of(&e), self.now);
                     return;
                 }
             }
         }
-        if let Err(kind) = self.write_node(i, cx) {
-            return self.closed_node(i, kind);
+        if let Err(e) = self.write_node(i, cx) {
+            return self.closed_node(i, e);
         }
         if reads == Reads::Owing && !self.engine.owes_reply(i) {
             return;
         }
-        if let Err(kind) = self.read_node(i, cx) {
-            self.closed_node(i, kind);
+        if let Err(e) = self.read_node(i, cx) {
+            self.closed_node(i, e);
         }
     }
 
     /// Node `i`'s socket failed: dropped, and the engine told.
-    fn closed_node(&mut self, i: usize, kind: std::io::ErrorKind) {
+    fn closed_node(&mut self, i: usize, e: std::io::Error) {
         self.socks[i] = None;
-        self.engine.handle_closed(i, kind, self.now);
+        self.engine.handle_closed(i, outcome_of(&e), self.now);
     }
 
-    fn write_node(&mut self, i: usize, cx: &mut Context<'_>) -> Result<(), std::io::ErrorKind> {
+    fn write_node(&mut self, i: usize, cx: &mut Context<'_>) -> std::io::Result<()> {
         loop {
             let out = self.engine.transmit(i);
-            let Some(sock) = self.socks[i].as_ref() else {
+            let Some(sock) = self.socks[i].as_mut() else {
                 return Ok(());
             };
-            if out.is_empty() {
+            if out.is_empty() && !sock.wants_write() {
                 return Ok(());
             }
             match sock.poll_write_ready(cx) {
                 Poll::Pending => return Ok(()),
-                Poll::Ready(Err(e)) => return Err(e.kind()),
+                Poll::Ready(Err(e)) => return Err(e),
                 Poll::Ready(Ok(())) => {}
             }
+            if out.is_empty() {
+                // Only a TLS session's ciphertext is left.
+                match sock.try_flush() {
+                    Ok(()) if sock.wants_write() => continue,
+                    Ok(()) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
             match sock.try_write(out) {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero),
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => self.engine.handle_written(i, n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.kind()),
+                Err(e) => return Err(e),
             }
         }
     }
 
     /// Reads everything available on node `i` and hands it to the engine.
-    fn read_node(&mut self, i: usize, cx: &mut Context<'_>) -> Result<(), std::io::ErrorKind> {
+    fn read_node(&mut self, i: usize, cx: &mut Context<'_>) -> std::io::Result<()> {
         loop {
-            let Some(sock) = self.socks[i].as_ref() else {
+            let Some(sock) = self.socks[i].as_mut() else {
                 return Ok(());
             };
             match sock.poll_read_ready(cx) {
                 Poll::Pending => return Ok(()),
-                Poll::Ready(Err(e)) => return Err(e.kind()),
+                Poll::Ready(Err(e)) => return Err(e),
                 Poll::Ready(Ok(())) => {}
             }
             match sock.try_read(&mut self.scratch) {
-                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof),
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => {
                     self.engine.handle_input(i, &self.scratch[..n], self.now);
                     // The input may have asked for the socket to go (a protocol error), or
@@ -266,7 +291,7 @@ impl Driver {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.kind()),
+                Err(e) => return Err(e),
             }
         }
     }
