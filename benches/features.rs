@@ -108,8 +108,13 @@ fn single_node_rtt(addr: &str, slice: Duration, out: &mut Vec<u64>) {
 }
 
 /// Pairs per second of `callers` tasks sharing one async client on a multi-thread runtime.
-fn concurrent_pps(nodes: &[String], callers: usize, slice: Duration) -> f64 {
-    concurrent_pps_with(nodes, callers, slice, redlock_mux::Scripts::Auto)
+fn concurrent_pps(
+    nodes: &[String],
+    callers: usize,
+    slice: Duration,
+    ca: Option<&std::path::Path>,
+) -> f64 {
+    concurrent_pps_with(nodes, callers, slice, redlock_mux::Scripts::Auto, ca)
 }
 
 fn concurrent_pps_with(
@@ -117,6 +122,7 @@ fn concurrent_pps_with(
     callers: usize,
     slice: Duration,
     scripts: redlock_mux::Scripts,
+    ca: Option<&std::path::Path>,
 ) -> f64 {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -124,13 +130,15 @@ fn concurrent_pps_with(
         .build()
         .unwrap();
     rt.block_on(async {
-        let client = redlock_mux::AsyncRedlock::builder()
+        let mut builder = redlock_mux::AsyncRedlock::builder()
             .nodes(nodes)
             .node_timeout(Duration::from_millis(500))
             .fail_fast(false)
-            .scripts(scripts)
-            .build()
-            .unwrap();
+            .scripts(scripts);
+        if let Some(ca) = ca {
+            builder = builder.tls_ca_file(ca);
+        }
+        let client = builder.build().unwrap();
         // Every connection open, and every server identified, before the clock starts.
         let warm = client
             .try_lock("bench:warm", Duration::from_secs(10))
@@ -196,7 +204,7 @@ fn scripts_compare(nodes: &[String], slice: Duration, turns: usize) {
             let (mut pps, mut cpu, mut pairs) = (0.0, 0.0, 0.0);
             for _ in 0..turns {
                 let before = info_cpu_us(nodes);
-                let p = concurrent_pps_with(nodes, callers, slice, mode);
+                let p = concurrent_pps_with(nodes, callers, slice, mode, None);
                 cpu += info_cpu_us(nodes) - before;
                 pairs += p * slice.as_secs_f64();
                 pps += p / turns as f64;
@@ -216,12 +224,17 @@ fn main() {
     let seconds: f64 = arg("--seconds", 2.0);
     let turns: usize = arg("--turns", 3);
     let slice = Duration::from_secs_f64(seconds);
-    let cluster = LocalCluster::start(5).expect("five redis-server (scripts/install-deps)");
-    let nodes = cluster.addrs();
     if std::env::args().any(|a| a == "--scripts-compare") {
-        scripts_compare(&nodes, slice, turns);
+        let cluster = LocalCluster::start(5).expect("five servers (REDLOCK_REDIS_SERVER)");
+        scripts_compare(&cluster.addrs(), slice, turns);
         return;
     }
+    let tls_dir = std::env::temp_dir().join(format!("redlock-bench-tls-{}", std::process::id()));
+    let tls_files = testkit::tls::TlsFiles::generate(&tls_dir).expect("certificates");
+    // Plain TCP, a Unix socket and TLS on the same five servers.
+    let cluster = LocalCluster::start_tls(5, &tls_files, false)
+        .expect("five redis-server with TLS (scripts/install-deps)");
+    let nodes = cluster.addrs();
     let pids: Vec<u32> = cluster.servers().iter().filter_map(|s| s.pid()).collect();
     // Clock ticks per second (USER_HZ): 100 on Linux.
     let tick_us = 10_000.0;
@@ -234,6 +247,13 @@ fn main() {
             .unwrap()
     };
     let build = |fencing: bool| build_on(&nodes, fencing);
+    let tls_nodes = cluster.tls_addrs();
+    let tls_client = Redlock::builder()
+        .nodes(&tls_nodes)
+        .node_timeout(Duration::from_millis(200))
+        .tls_ca_file(&tls_files.ca)
+        .build()
+        .unwrap();
     let ten: Vec<String> = (0..10).map(|i| format!("bench:set:{i}")).collect();
     let variants = [
         Variant {
@@ -261,6 +281,11 @@ fn main() {
             client: build_on(&cluster.unix_addrs(), false),
             resources: vec!["bench:unix".into()],
         },
+        Variant {
+            name: "plain lock over TLS",
+            client: tls_client,
+            resources: vec!["bench:tls".into()],
+        },
         // One node: its lock is one round trip to one master through the same client.
         Variant {
             name: "plain lock on one node (the single-node round trip)",
@@ -282,14 +307,37 @@ fn main() {
             s.server_ticks += cpu_ticks(&pids) - before;
         }
     }
-    // 64 callers sharing one async client, TCP and Unix sockets in alternating turns.
-    let (mut tcp64, mut unix64) = (0.0, 0.0);
+    // 64 callers sharing one async client, TCP, Unix sockets and TLS in alternating turns.
+    let (mut tcp64, mut unix64, mut tls64) = (0.0, 0.0, 0.0);
     for _ in 0..turns {
-        tcp64 += concurrent_pps(&nodes, 64, slice) / turns as f64;
-        unix64 += concurrent_pps(&cluster.unix_addrs(), 64, slice) / turns as f64;
+        tcp64 += concurrent_pps(&nodes, 64, slice, None) / turns as f64;
+        unix64 += concurrent_pps(&cluster.unix_addrs(), 64, slice, None) / turns as f64;
+        tls64 += concurrent_pps(&tls_nodes, 64, slice, Some(&tls_files.ca)) / turns as f64;
     }
+    // A fresh client's first lock: connects (and, over TLS, handshakes) then locks.
+    let first_lock = |nodes: &[String], ca: Option<&std::path::Path>| {
+        let mut v = Vec::new();
+        for _ in 0..30 {
+            let mut b = Redlock::builder()
+                .nodes(nodes)
+                .node_timeout(Duration::from_secs(1));
+            if let Some(ca) = ca {
+                b = b.tls_ca_file(ca);
+            }
+            let client = b.build().unwrap();
+            let t0 = Instant::now();
+            let lock = client
+                .try_lock("bench:first", Duration::from_secs(10))
+                .unwrap();
+            v.push(t0.elapsed().as_nanos() as u64);
+            client.unlock(&lock).unwrap();
+        }
+        Samples::q(&mut v, 0.5)
+    };
+    let first_tcp = first_lock(&nodes, None);
+    let first_tls = first_lock(&tls_nodes, Some(&tls_files.ca));
     let raw_p50 = Samples::q(&mut rtt, 0.5);
-    let rtt_p50 = Samples::q(&mut samples[5].lock.clone(), 0.5);
+    let rtt_p50 = Samples::q(&mut samples[6].lock.clone(), 0.5);
     println!(
         "Five local masters, blocking client, sequential try_lock + unlock pairs; {turns} turns of {seconds} s per variant, interleaved. Latencies in µs."
     );
@@ -332,6 +380,16 @@ fn main() {
         p50[0].1,
         p50[4].1 / p50[0].1,
         unix64 / tcp64
+    );
+    println!(
+        "TLS vs TCP: sequential pair p50 {:.1} vs {:.1} µs ({:.2}x), 64 async callers {tls64:.0} vs {tcp64:.0} pairs/s ({:.2}x); a fresh client's first lock (connect, handshake, lock) p50 {:.0} vs {:.0} µs: the handshakes cost {:.0} µs",
+        p50[5].1,
+        p50[0].1,
+        p50[5].1 / p50[0].1,
+        tls64 / tcp64,
+        first_tls,
+        first_tcp,
+        first_tls - first_tcp
     );
     let lock_ratio = p50[2].0 / p50[0].0;
     let pair_ratio = p50[2].1 / p50[0].1;

@@ -51,6 +51,20 @@ pub struct Global {
     /// (native commands only).
     #[arg(long, value_enum, default_value_t = ScriptsArg::Auto, global = true)]
     pub scripts: ScriptsArg,
+    /// For `rediss://` nodes: trust the CA certificates in this PEM file (instead of the
+    /// system's roots).
+    #[cfg(feature = "tls")]
+    #[arg(long, value_name = "FILE", global = true)]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// For `rediss://` nodes that want a client certificate: this certificate chain (PEM),
+    /// with --tls-key.
+    #[cfg(feature = "tls")]
+    #[arg(long, value_name = "FILE", global = true, requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM), with --tls-cert.
+    #[cfg(feature = "tls")]
+    #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 /// `--scripts`.
@@ -308,13 +322,25 @@ impl Global {
                 "no nodes: pass --nodes host:port,... or set REDLOCK_NODES",
             ));
         }
-        Ok(Redlock::builder()
+        let builder = Redlock::builder()
             .nodes(nodes)
             .node_timeout(self.node_timeout)
             .retry(self.retries.saturating_add(1), self.retry_delay)
             .fencing(self.fencing)
             .fencing_key(self.fencing_key.clone())
-            .scripts(self.scripts.into()))
+            .scripts(self.scripts.into());
+        #[cfg(feature = "tls")]
+        let builder = {
+            let mut b = builder;
+            if let Some(ca) = &self.tls_ca {
+                b = b.tls_ca_file(ca);
+            }
+            if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+                b = b.tls_client_auth(cert, key);
+            }
+            b
+        };
+        Ok(builder)
     }
 
     /// The configured nodes, with empty entries (a stray comma, an empty variable) dropped.

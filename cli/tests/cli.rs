@@ -417,6 +417,47 @@ fn unix_socket_nodes_from_the_command_line() {
 }
 
 #[test]
+fn tls_nodes_from_the_command_line() {
+    let dir = std::env::temp_dir().join(format!("redlock-cli-tls-{}", std::process::id()));
+    let files = testkit::tls::TlsFiles::generate(&dir).unwrap();
+    let c = testkit::local::LocalCluster::start_tls(3, &files, true)
+        .expect("Debian's redis-server serves TLS");
+    let key = resource("cli-tls");
+    let ca = files.ca.display().to_string();
+    let (cert, pkey) = (
+        files.client_cert.display().to_string(),
+        files.client_key.display().to_string(),
+    );
+    let mut cmd = redlock(&c.tls_addrs());
+    cmd.args(["--tls-ca", &ca, "--tls-cert", &cert, "--tls-key", &pkey])
+        .args(["run", "--resource", &key, "--", "true"]);
+    let o = output(cmd, "run over mutual TLS");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // Without the client certificate every node refuses: unavailable, saying TLS.
+    let mut cmd = redlock(&c.tls_addrs());
+    cmd.args([
+        "--retries",
+        "0",
+        "--tls-ca",
+        &ca,
+        "lock",
+        "--resource",
+        &key,
+    ]);
+    assert_fails(&output(cmd, "lock without a client certificate"), 69, "TLS");
+    // A CA file that does not exist is a bad argument.
+    let mut cmd = redlock(&c.tls_addrs());
+    cmd.args([
+        "--tls-ca",
+        "/nonexistent/ca.pem",
+        "lock",
+        "--resource",
+        &key,
+    ]);
+    assert_fails(&output(cmd, "missing CA file"), 2, "CA file");
+}
+
+#[test]
 fn run_exits_with_the_commands_status_and_releases() {
     let c = cluster(3);
     let nodes = c.addrs();
