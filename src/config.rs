@@ -29,7 +29,9 @@ pub enum Scripts {
     /// The server's native compare-and-delete and compare-and-set commands where it has them
     /// (Valkey 9+: `DELIFEQ`; Redis 8.4+: `DELEX ... IFEQ`; both `SET ... IFEQ ... PX`), Lua
     /// scripts by `EVALSHA` elsewhere. Decided per connection from the server's `HELLO`
-    /// reply, so a mixed set of masters works. The default.
+    /// reply, so a mixed set of masters works. A connection whose `EVALSHA` the server's ACL
+    /// refuses (`NOPERM`) switches to the function library (as [`Scripts::Function`]),
+    /// starting with the refused call. The default.
     #[default]
     Auto,
     /// Lua scripts by `EVALSHA`, with the `EVAL` fallback after `NOSCRIPT`, on every server.

@@ -103,19 +103,42 @@ impl ConnError {
     }
 }
 
+/// Writes the `FCALL` form of an encoded `EVALSHA <sha> <numkeys> <args>...` of one of our
+/// scripts into `out`: the same arguments after the name of the library function that runs
+/// it. `false` (and nothing written) for anything else.
+fn fcall_form(evalsha: &[u8], out: &mut BytesMut) -> bool {
+    let Some((count, sha, args)) = split_evalsha(evalsha) else {
+        return false;
+    };
+    let Some(function) = crate::core::script::function_by_digest(sha) else {
+        return false;
+    };
+    let mut len = resp::IntBuf::new();
+    let len = len.format(function.len() as i64);
+    out.put_slice(count);
+    out.put_slice(b"$5\r\nFCALL\r\n$");
+    out.put_slice(len);
+    out.put_slice(b"\r\n");
+    out.put_slice(function.as_bytes());
+    out.put_slice(b"\r\n");
+    out.put_slice(args);
+    true
+}
+
+/// An encoded `EVALSHA` command's array header, digest and what follows the digest.
+fn split_evalsha(evalsha: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    const VERB: &[u8] = b"$7\r\nEVALSHA\r\n$40\r\n";
+    let count_end = evalsha.windows(2).position(|w| w == b"\r\n")?;
+    let (count, rest) = evalsha.split_at(count_end + 2);
+    let rest = rest.strip_prefix(VERB)?;
+    Some((count, rest.get(..40)?, rest.get(42..)?))
+}
+
 /// Writes the `EVAL` form of an encoded `EVALSHA <sha> <numkeys> <args>...` of one of our
 /// scripts into `out`: the same arguments after the script the digest names. `false` (and
 /// nothing written) for anything else.
 fn eval_form(evalsha: &[u8], out: &mut BytesMut) -> bool {
-    const VERB: &[u8] = b"$7\r\nEVALSHA\r\n$40\r\n";
-    let Some(count_end) = evalsha.windows(2).position(|w| w == b"\r\n") else {
-        return false;
-    };
-    let (count, rest) = evalsha.split_at(count_end + 2);
-    let Some(rest) = rest.strip_prefix(VERB) else {
-        return false;
-    };
-    let (Some(sha), Some(args)) = (rest.get(..40), rest.get(42..)) else {
+    let Some((count, sha, args)) = split_evalsha(evalsha) else {
         return false;
     };
     let Some(script) = crate::core::script::by_digest(sha) else {
@@ -198,6 +221,9 @@ pub(crate) struct Conn<T> {
     identified: bool,
     /// Function mode: the library is loaded instead of the scripts.
     functions: bool,
+    /// Under `Scripts::Auto`: an `EVALSHA` the server's ACL refuses (`NOPERM`) switches this
+    /// connection to the function library, and later `EVALSHA`s are sent as `FCALL`.
+    may_switch: bool,
     /// Why the last `SCRIPT LOAD` / `FUNCTION LOAD` failed, if one did.
     load_error: Option<String>,
     /// `NOSCRIPT`s answered with the `EVAL` form, over the connection's whole life.
@@ -219,6 +245,7 @@ impl<T> Conn<T> {
             native: None,
             identified: false,
             functions: false,
+            may_switch: false,
             load_error: None,
             noscript_fallbacks: 0,
         }
@@ -238,6 +265,7 @@ impl<T> Conn<T> {
     pub(crate) fn opened(&mut self, addr: &NodeAddr, scripts: Scripts) {
         let hello = matches!(scripts, Scripts::Auto | Scripts::Native);
         self.functions = scripts == Scripts::Function;
+        self.may_switch = scripts == Scripts::Auto;
         self.load_error = None;
         self.native = None;
         self.identified = false;
@@ -331,6 +359,16 @@ impl<T> Conn<T> {
         }
         let before = self.out.len();
         write(&mut self.out);
+        let mut on_noscript = on_noscript;
+        if self.functions && on_noscript == OnNoscript::SendEval {
+            // Switched to functions (the ACL refused EVALSHA): the same call as FCALL.
+            let evalsha = self.out.split_off(before);
+            if fcall_form(&evalsha, &mut self.out) {
+                on_noscript = OnNoscript::Reload;
+            } else {
+                self.out.extend_from_slice(&evalsha);
+            }
+        }
         let len = if on_noscript == OnNoscript::Report {
             0
         } else {
@@ -377,8 +415,12 @@ impl<T> Conn<T> {
                 }
                 Owner::Preload => {
                     if let Frame::Error(msg) | Frame::BulkError(msg) = frame.without_attributes() {
-                        // Kept to explain a missing script or function later.
-                        self.load_error = Some(String::from_utf8_lossy(msg).into_owned());
+                        let msg = String::from_utf8_lossy(msg);
+                        // Kept to explain a missing script or function later ("already
+                        // exists" is the library being there: no failure).
+                        if !msg.contains("already exists") {
+                            self.load_error = Some(msg.into_owned());
+                        }
                     }
                     continue;
                 }
@@ -396,6 +438,15 @@ impl<T> Conn<T> {
                             // The server lost its scripts (SCRIPT FLUSH): send the command
                             // again as EVAL (which caches the script again), and load every
                             // script.
+                            OnNoscript::SendEval
+                                if self.may_switch && crate::core::script::is_noperm(&frame) =>
+                            {
+                                // The ACL refuses scripts: this connection uses the function
+                                // library from now on, starting with this command.
+                                self.functions = true;
+                                self.load_functions();
+                                fcall_form(&self.scripted[..len], &mut self.out)
+                            }
                             OnNoscript::SendEval => {
                                 crate::core::script::is_noscript_reply(&frame)
                                     && eval_form(&self.scripted[..len], &mut self.out)
@@ -414,7 +465,9 @@ impl<T> Conn<T> {
                             self.noscript_fallbacks += 1;
                             self.owed
                                 .push_back(Owner::Op(tag, at, 0, OnNoscript::Report));
-                            if on_noscript == OnNoscript::SendEval {
+                            // After an EVAL fallback, every script is loaded again (the
+                            // function library, loaded above, needs nothing more).
+                            if on_noscript == OnNoscript::SendEval && !self.functions {
                                 self.reload_scripts();
                             }
                             continue;
@@ -667,6 +720,78 @@ mod tests {
         let other = b"*3\r\n$7\r\nEVALSHA\r\n$40\r\n0000000000000000000000000000000000000000\r\n$1\r\n0\r\n";
         assert!(!eval_form(other, &mut out));
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_refused_evalsha_switches_an_auto_connection_to_functions() {
+        let token = Token::generate();
+        let res = [Name::new("res")];
+        let release = command(OpKind::Release, &token, &res);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        c.opened(&addr("127.0.0.1:1"), Scripts::Auto);
+        // HELLO and the script preloads answered (the preloads refused by the ACL).
+        let mut replies = b"*0\r\n".to_vec();
+        for _ in 0..crate::core::script::ALL.len() {
+            replies.extend(
+                b"-NOPERM this user has no permissions to run the 'script|load' command\r\n",
+            );
+        }
+        feed(&mut c, &replies);
+        c.out.clear();
+        let now = Instant::now();
+        c.queue(
+            1,
+            now,
+            |b| release.encode(b, Form::Evalsha),
+            OnNoscript::SendEval,
+        )
+        .unwrap();
+        c.out.clear();
+        feed(
+            &mut c,
+            b"-NOPERM this user has no permissions to run the 'evalsha' command\r\n",
+        );
+        // Not handed over: FUNCTION LOAD, then the same call as FCALL.
+        assert!(c.next_reply().unwrap().is_none());
+        let out = String::from_utf8_lossy(&c.out).into_owned();
+        let load = out.find("FUNCTION").expect("FUNCTION LOAD");
+        let fcall = out.find("FCALL").expect("FCALL");
+        assert!(
+            load < fcall && out.contains("redlock_mux_v1_release"),
+            "{out}"
+        );
+        // Its reply goes to 1; later scripted commands go out as FCALL at once.
+        feed(&mut c, b"$14\r\nredlock_mux_v1\r\n:1\r\n");
+        assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
+        c.out.clear();
+        c.queue(
+            2,
+            now,
+            |b| release.encode(b, Form::Evalsha),
+            OnNoscript::SendEval,
+        )
+        .unwrap();
+        assert!(c.out.windows(5).any(|w| w == b"FCALL"), "{:?}", c.out);
+        assert!(!c.out.windows(7).any(|w| w == b"EVALSHA"));
+        // Under Eval the refusal is handed over as it is.
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        c.opened(&addr("127.0.0.1:1"), Scripts::Eval);
+        feed(
+            &mut c,
+            &b"$3\r\nsha\r\n".repeat(crate::core::script::ALL.len()),
+        );
+        c.queue(
+            3,
+            now,
+            |b| release.encode(b, Form::Evalsha),
+            OnNoscript::SendEval,
+        )
+        .unwrap();
+        feed(&mut c, b"-NOPERM no\r\n");
+        assert!(matches!(
+            c.next_reply().unwrap(),
+            Some((3, Frame::Error(_)))
+        ));
     }
 
     #[test]

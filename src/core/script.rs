@@ -93,6 +93,19 @@ pub const ALL: [(&str, &str); 4] = [
     (FENCE_SHA1, FENCE),
 ];
 
+/// The name of the [`LIBRARY`] function that runs the script a digest names, if it is one of
+/// ours.
+pub(crate) fn function_by_digest(sha: &[u8]) -> Option<&'static str> {
+    ALL.iter()
+        .position(|(digest, _)| digest.as_bytes() == sha)
+        .and_then(|i| FUNCTIONS.get(i).copied())
+}
+
+/// Whether an error reply is an ACL refusal (`NOPERM`).
+pub(crate) fn is_noperm(reply: &resp::Frame) -> bool {
+    matches!(reply.without_attributes(), resp::Frame::Error(m) if m.starts_with(b"NOPERM"))
+}
+
 /// The script a digest names, if it is one of ours.
 pub(crate) fn by_digest(sha: &[u8]) -> Option<&'static str> {
     ALL.iter()

@@ -1080,6 +1080,18 @@ pub fn acl_users_without_eval_use_functions<F: Flavor>() {
             "a script ran on {a}"
         );
     }
+    // Auto finds out by itself: the first refused EVALSHA switches its connection to the
+    // function library (or the server's native commands serve the single-resource calls).
+    for a in &addrs {
+        redis(a, &["FUNCTION", "FLUSH"]);
+    }
+    let auto = F::build(builder(&c).nodes(as_user("app")).fencing(true)).unwrap();
+    let mut lock = auto.lock(&key, TTL).unwrap();
+    auto.extend(&mut lock, TTL).unwrap();
+    auto.unlock(&lock).unwrap();
+    let set = auto.lock_many(&[&key, &resource("acl-c")], TTL).unwrap();
+    auto.unlock(&set).unwrap();
+    gone_everywhere(&auto, &addrs, &key);
     // A user who may not load functions either, on servers without the library: the error
     // says what is missing and which permission.
     for a in &addrs {
