@@ -420,8 +420,15 @@ fn unix_socket_nodes_from_the_command_line() {
 fn tls_nodes_from_the_command_line() {
     let dir = std::env::temp_dir().join(format!("redlock-cli-tls-{}", std::process::id()));
     let files = testkit::tls::TlsFiles::generate(&dir).unwrap();
-    let c = testkit::local::LocalCluster::start_tls(3, &files, true)
-        .expect("Debian's redis-server serves TLS");
+    let c = match testkit::local::LocalCluster::start_tls(3, &files, true) {
+        Ok(c) => c,
+        // Only a server given in REDLOCK_REDIS_SERVER may lack TLS; Debian's has it.
+        Err(e) if std::env::var_os("REDLOCK_REDIS_SERVER").is_some() => {
+            eprintln!("TLS skipped: the server does not start with --tls-port ({e})");
+            return;
+        }
+        Err(e) => panic!("Debian's redis-server should serve TLS: {e}"),
+    };
     let key = resource("cli-tls");
     let ca = files.ca.display().to_string();
     let (cert, pkey) = (
