@@ -69,13 +69,12 @@ pub use crate::config::{
     Builder, Config, Endpoint, NodeAddr, Scripts, DEFAULT_FENCING_KEY, DEFAULT_PORT,
     MAX_OPTION_DURATION, MAX_TTL,
 };
+pub use crate::core::keepalive::{loss_margin, KeepAlive, Loss, DEFAULT_MAX_HOLD};
 pub use crate::core::script;
 pub use crate::core::token::Token;
-pub use crate::drivers::blocking::Redlock;
+pub use crate::drivers::blocking::{BlockingGuard, Redlock};
 #[cfg(feature = "tokio")]
-pub use crate::drivers::tokio::{
-    loss_margin, AsyncRedlock, KeepAlive, LockGuard, Loss, DEFAULT_MAX_HOLD,
-};
+pub use crate::drivers::tokio::{AsyncRedlock, LockGuard};
 pub use crate::error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
 pub use crate::lock::{Lock, MAX_RESOURCES};
 pub use crate::stats::{NodeStats, Stats};

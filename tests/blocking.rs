@@ -1,6 +1,8 @@
 //! The blocking client against real redis-server masters. The bodies are shared with the
 //! async client's suite (`testkit::cases`).
 
+use std::time::Duration;
+
 use testkit::{redis, Blocking};
 
 macro_rules! shared_cases {
@@ -254,4 +256,106 @@ fn a_late_noscript_is_answered_by_poll_idle_and_by_drop() {
             p.set(Fault::Pass);
         }
     }
+}
+
+/// The blocking client's guard keeps the lock past several ttls with no runtime, and releases
+/// it when dropped.
+#[test]
+fn a_blocking_guard_keeps_the_lock_alive_and_releases_on_drop() {
+    let c = testkit::cluster(3);
+    let client = testkit::builder(&c).build().unwrap();
+    let key = testkit::resource("blocking-guard");
+    let ttl = Duration::from_millis(600);
+    let guard = client.lock_guarded(&key, ttl).unwrap();
+    let token = guard.lock().token().as_str().to_string();
+    let start = std::time::Instant::now();
+    // Three ttls: without extensions the keys would be gone twice over.
+    while start.elapsed() < ttl * 3 {
+        assert!(!guard.is_lost(), "lost: {:?}", guard.loss());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(guard.extensions() >= 2, "{} extensions", guard.extensions());
+    for a in c.addrs() {
+        assert_eq!(
+            testkit::get(&a, &key).as_deref(),
+            Some(token.as_str()),
+            "{a}"
+        );
+    }
+    assert!(guard.validity() > Duration::ZERO);
+    drop(guard);
+    for a in c.addrs() {
+        testkit::wait_until(Duration::from_secs(5), "the release on drop", || {
+            testkit::get(&a, &key).is_none()
+        });
+    }
+    // Several guards on one client share its keeper thread; release returns the outcome.
+    let guards: Vec<_> = (0..4)
+        .map(|i| {
+            client
+                .lock_guarded(&testkit::resource(&format!("many-guards{i}")), ttl)
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(ttl * 2);
+    for g in guards {
+        assert!(!g.is_lost() && g.extensions() >= 1, "{:?}", g.loss());
+        g.release().unwrap();
+    }
+}
+
+/// As the async guard: an extension that cannot finish in time is loss, reported (and visible
+/// through `is_lost`) before the validity ends; a limit reached too.
+#[test]
+fn a_blocking_guard_reports_loss_before_the_validity_ends() {
+    use redlock_mux::{KeepAlive, Loss};
+    use testkit::proxy::{in_front, latency, set_all, Fault};
+    let c = testkit::cluster(3);
+    let (proxies, addrs) = in_front(&c, 1..3);
+    // 4 s: a loss margin of 200 ms, room for a loaded machine to schedule the report.
+    let ttl = Duration::from_secs(4);
+    let client = redlock_mux::Redlock::builder()
+        .nodes(&addrs)
+        .node_timeout(Duration::from_millis(150))
+        .retry(1, Duration::ZERO)
+        .build()
+        .unwrap();
+    let key = testkit::resource("blocking-slow-keepalive");
+    let guard = client
+        .lock_guarded_with(&key, ttl, KeepAlive::default().extend_when_left(0.05))
+        .unwrap();
+    let valid_until = guard.lock().valid_until();
+    set_all(&proxies, latency(Duration::from_millis(600)));
+    let loss = guard.wait_lost(ttl * 3).expect("loss reported");
+    let reported = std::time::Instant::now();
+    assert!(
+        reported < valid_until,
+        "loss ({loss}) reported {:?} after the validity ended",
+        reported - valid_until
+    );
+    assert!(guard.is_lost());
+    set_all(&proxies, Fault::Pass);
+    drop(guard);
+    // A limit: one extension, then Expired, reported before the validity ends (a client on the
+    // masters directly: the proxied connections still carry the slow replies).
+    let client = testkit::builder(&c).build().unwrap();
+    let ttl = Duration::from_millis(800);
+    let guard = client
+        .lock_guarded_with(
+            &testkit::resource("blocking-limit"),
+            ttl,
+            KeepAlive::default().max_extensions(1),
+        )
+        .unwrap();
+    let loss = guard.wait_lost(ttl * 10).expect("the limit reported");
+    assert_eq!(loss, Loss::Expired);
+    assert!(std::time::Instant::now() < guard.lock().valid_until());
+    assert_eq!(guard.extensions(), 1);
+    // A ttl an extension round cannot fit in is refused before anything is taken.
+    assert!(matches!(
+        client.lock_guarded(&key, Duration::from_millis(150)),
+        Err(redlock_mux::Error::Config(
+            redlock_mux::ConfigError::KeepAlive { .. }
+        ))
+    ));
 }

@@ -10,12 +10,15 @@
 //! finds no round running runs the next one, carrying every queued request); `io.rs` moves the
 //! bytes on mio.
 
+mod guard;
 mod io;
 mod stream;
 
+pub use self::guard::BlockingGuard;
+
 #[cfg(test)]
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use self::io::{Driver, Job};
@@ -53,12 +56,20 @@ const MAX_BATCH: usize = 128;
 /// redlock.unlock(&lock)?;
 /// # Ok::<(), redlock_mux::Error>(())
 /// ```
+#[derive(Clone)]
 pub struct Redlock {
+    shared: Arc<Shared>,
+}
+
+/// What the handles of one client share.
+pub(crate) struct Shared {
     config: Config,
     driver: Mutex<Driver>,
     /// Operations of callers that found the driver busy, for the next holder to run in its
     /// batch, and the results of those run by another caller.
     queue: Mutex<Queue>,
+    /// The guards' keep-alive thread, started by the first guard.
+    keeper: Mutex<Option<Arc<guard::Keeper>>>,
     /// Unit tests only: panic inside the next batch, as a bug there would.
     #[cfg(test)]
     panic_next_batch: std::sync::atomic::AtomicBool,
@@ -127,7 +138,7 @@ struct Request {
 impl std::fmt::Debug for Redlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Redlock")
-            .field("config", &self.config)
+            .field("config", &self.shared.config)
             .finish_non_exhaustive()
     }
 }
@@ -163,17 +174,20 @@ impl Redlock {
             ),
         })?;
         Ok(Redlock {
-            config,
-            driver: Mutex::new(driver),
-            queue: Mutex::new(Queue::default()),
-            #[cfg(test)]
-            panic_next_batch: std::sync::atomic::AtomicBool::new(false),
+            shared: Arc::new(Shared {
+                config,
+                driver: Mutex::new(driver),
+                queue: Mutex::new(Queue::default()),
+                keeper: Mutex::new(None),
+                #[cfg(test)]
+                panic_next_batch: std::sync::atomic::AtomicBool::new(false),
+            }),
         })
     }
 
     /// The configuration in force.
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.shared.config
     }
 
     /// A snapshot of the per-node counters (votes by outcome, timeouts, reconnects,
@@ -184,14 +198,14 @@ impl Redlock {
     }
 
     fn driver(&self) -> MutexGuard<'_, Driver> {
-        match self.driver.lock() {
+        match self.shared.driver.lock() {
             Ok(driver) => driver,
             Err(poisoned) => {
                 // A round panicked half-way: what its connections owe no longer matches what
                 // any round waits for. Start every connection afresh.
                 let mut driver = poisoned.into_inner();
                 driver.reset(Instant::now());
-                self.driver.clear_poison();
+                self.shared.driver.clear_poison();
                 driver
             }
         }
@@ -199,7 +213,7 @@ impl Redlock {
 
     fn queue(&self) -> MutexGuard<'_, Queue> {
         // The queue is only pushed to and taken from whole: poison leaves it consistent.
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Runs one round of `cmd`: at once if no round is running, else queued for the caller
@@ -254,7 +268,7 @@ impl Redlock {
 
     /// A round in which no node was asked (for a result that cannot be missing).
     fn unanswered(&self) -> (Round, Instant) {
-        let cfg = &self.config;
+        let cfg = &self.shared.config;
         let mut round = Round::new(cfg.nodes.len(), cfg.quorum, Until::AllIn);
         round.close(|_| NodeOutcome::Undecided);
         (round, Instant::now())
@@ -286,7 +300,7 @@ impl Redlock {
             answered: false,
         };
         #[cfg(test)]
-        if self.panic_next_batch.swap(false, Ordering::SeqCst) {
+        if self.shared.panic_next_batch.swap(false, Ordering::SeqCst) {
             panic!("injected: a bug inside a batch");
         }
         let (mine, t1, rounds) = if let (Some((cmd, until)), true) = (own, requests.is_empty()) {
@@ -397,7 +411,7 @@ impl Redlock {
         &self,
         mut attempt: impl FnMut() -> Result<Lock, Error>,
     ) -> Result<Lock, Error> {
-        let mut retry = Retry::new(&self.config);
+        let mut retry = Retry::new(&self.shared.config);
         loop {
             match attempt() {
                 Ok(lock) => return Ok(lock),
@@ -411,7 +425,7 @@ impl Redlock {
 
     /// Runs the rounds of an acquisition (`ops::Acquisition` says which) to its end.
     fn acquire(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
-        let cfg = &self.config;
+        let cfg = &self.shared.config;
         let mut acq = Acquisition::new(cfg, names, ttl)?;
         while let Some((cmd, until)) = acq.round(cfg) {
             let round = self.submit(cmd, until);
@@ -427,7 +441,7 @@ impl Redlock {
     /// too few nodes answered.
     pub fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         let cmd = lock.release();
-        let cfg = &self.config;
+        let cfg = &self.shared.config;
         let (round, _) = self.submit(cmd, cfg.until())?;
         op::confirmed(cfg, &round, lock.is_expired())
     }
@@ -444,18 +458,19 @@ impl Redlock {
     /// shorter ttl shortens the lock's validity even when it fails, and the lock never claims
     /// more time than its keys have.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
-        let (ttl_ms, ttl) = op::begin_extend(&self.config, lock, ttl, Instant::now())?;
+        let (ttl_ms, ttl) = op::begin_extend(&self.shared.config, lock, ttl, Instant::now())?;
         let cmd = lock.extension(ttl_ms);
-        let cfg = &self.config;
+        let cfg = &self.shared.config;
         let (round, t1) = self.submit(cmd, cfg.until())?;
         op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)
     }
 }
 
-impl Drop for Redlock {
+impl Drop for Shared {
     /// Gives late `NOSCRIPT`s their `EVAL` form before the connections close (see
-    /// [`poll_idle`](Redlock::poll_idle)): waits up to twice the node timeout, and only while
-    /// some node still owes the reply to a release or extension.
+    /// [`poll_idle`](Redlock::poll_idle)), when the last handle of the client goes: waits up
+    /// to twice the node timeout, and only while some node still owes the reply to a release
+    /// or extension.
     fn drop(&mut self) {
         let bound = self.config.node_timeout.saturating_mul(2);
         let driver = match self.driver.get_mut() {
@@ -519,7 +534,7 @@ mod tests {
             assert!(Instant::now() < deadline, "callers never queued");
             std::thread::yield_now();
         }
-        client.panic_next_batch.store(true, Ordering::SeqCst);
+        client.shared.panic_next_batch.store(true, Ordering::SeqCst);
         first.join().unwrap();
         // One caller ran the batch and panicked; the two others are answered, not parked.
         // (Without the fix they stay parked and this times out.)

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use self::driver::{Driver, Msg};
-pub use self::guard::{loss_margin, KeepAlive, LockGuard, Loss, DEFAULT_MAX_HOLD};
+pub use self::guard::LockGuard;
 use crate::config::{Builder, Config};
 use crate::core::command::OwnedCommand;
+use crate::core::keepalive::{self, KeepAlive};
 use crate::core::ops::{self as op, Acquisition, Next, Retry};
 use crate::core::round::{Round, Until};
 use crate::error::{ConfigError, Error};
@@ -216,7 +217,7 @@ impl AsyncRedlock {
         ttl: Duration,
         keep_alive: KeepAlive,
     ) -> Result<LockGuard, Error> {
-        self.check_keep_alive(ttl)?;
+        keepalive::check_ttl(&self.inner.config, ttl)?;
         let lock = self.lock(resource, ttl).await?;
         Ok(self.keep_alive(lock, keep_alive))
     }
@@ -229,25 +230,9 @@ impl AsyncRedlock {
         ttl: Duration,
         keep_alive: KeepAlive,
     ) -> Result<LockGuard, Error> {
-        self.check_keep_alive(ttl)?;
+        keepalive::check_ttl(&self.inner.config, ttl)?;
         let lock = self.lock_many(resources, ttl).await?;
         Ok(self.keep_alive(lock, keep_alive))
-    }
-
-    /// Whether keep-alive can keep a lock of `ttl`: its validity must hold an extension round
-    /// and the loss margin.
-    fn check_keep_alive(&self, ttl: Duration) -> Result<(), Error> {
-        let cfg = &self.inner.config;
-        let (_, ttl) = op::ttl_ms(cfg, ttl)?;
-        let best_validity = ttl.saturating_sub(crate::core::rules::drift(ttl, cfg.drift_factor));
-        if best_validity <= cfg.node_timeout.saturating_add(loss_margin(ttl)) {
-            return Err(ConfigError::KeepAlive {
-                ttl,
-                node_timeout: cfg.node_timeout,
-            }
-            .into());
-        }
-        Ok(())
     }
 
     /// Keeps a lock taken earlier (by [`try_lock`](Self::try_lock), say, in a retry loop of the
