@@ -107,50 +107,53 @@ impl ConnError {
 /// scripts into `out`: the same arguments after the name of the library function that runs
 /// it. `false` (and nothing written) for anything else.
 fn fcall_form(evalsha: &[u8], out: &mut BytesMut) -> bool {
-    let Some((count, sha, args)) = split_evalsha(evalsha) else {
-        return false;
-    };
-    let Some(function) = crate::core::script::function_by_digest(sha) else {
-        return false;
-    };
-    let mut len = resp::IntBuf::new();
-    let len = len.format(function.len() as i64);
-    out.put_slice(count);
-    out.put_slice(b"$5\r\nFCALL\r\n$");
-    out.put_slice(len);
-    out.put_slice(b"\r\n");
-    out.put_slice(function.as_bytes());
-    out.put_slice(b"\r\n");
-    out.put_slice(args);
-    true
-}
-
-/// An encoded `EVALSHA` command's array header, digest and what follows the digest.
-fn split_evalsha(evalsha: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
-    const VERB: &[u8] = b"$7\r\nEVALSHA\r\n$40\r\n";
-    let count_end = evalsha.windows(2).position(|w| w == b"\r\n")?;
-    let (count, rest) = evalsha.split_at(count_end + 2);
-    let rest = rest.strip_prefix(VERB)?;
-    Some((count, rest.get(..40)?, rest.get(42..)?))
+    rewrite_evalsha(
+        evalsha,
+        b"FCALL",
+        crate::core::script::function_by_digest,
+        out,
+    )
 }
 
 /// Writes the `EVAL` form of an encoded `EVALSHA <sha> <numkeys> <args>...` of one of our
 /// scripts into `out`: the same arguments after the script the digest names. `false` (and
 /// nothing written) for anything else.
 fn eval_form(evalsha: &[u8], out: &mut BytesMut) -> bool {
-    let Some((count, sha, args)) = split_evalsha(evalsha) else {
+    rewrite_evalsha(evalsha, b"EVAL", crate::core::script::by_digest, out)
+}
+
+/// Writes `evalsha` (an encoded `EVALSHA <sha> <numkeys> <args>...`) with `verb` in place of
+/// `EVALSHA` and what `lookup` finds for the digest in place of the digest.
+fn rewrite_evalsha(
+    evalsha: &[u8],
+    verb: &[u8],
+    lookup: fn(&[u8]) -> Option<&'static str>,
+    out: &mut BytesMut,
+) -> bool {
+    const HEAD: &[u8] = b"$7\r\nEVALSHA\r\n$40\r\n";
+    let Some(count_end) = evalsha.windows(2).position(|w| w == b"\r\n") else {
         return false;
     };
-    let Some(script) = crate::core::script::by_digest(sha) else {
+    let (count, rest) = evalsha.split_at(count_end + 2);
+    let Some(rest) = rest.strip_prefix(HEAD) else {
         return false;
     };
-    let mut len = resp::IntBuf::new();
-    let len = len.format(script.len() as i64);
+    let (Some(sha), Some(args)) = (rest.get(..40), rest.get(42..)) else {
+        return false;
+    };
+    let Some(body) = lookup(sha) else {
+        return false;
+    };
+    let mut n = resp::IntBuf::new();
     out.put_slice(count);
-    out.put_slice(b"$4\r\nEVAL\r\n$");
-    out.put_slice(len);
+    out.put_slice(b"$");
+    out.put_slice(n.format(verb.len() as i64));
     out.put_slice(b"\r\n");
-    out.put_slice(script.as_bytes());
+    out.put_slice(verb);
+    out.put_slice(b"\r\n$");
+    out.put_slice(n.format(body.len() as i64));
+    out.put_slice(b"\r\n");
+    out.put_slice(body.as_bytes());
     out.put_slice(b"\r\n");
     out.put_slice(args);
     true

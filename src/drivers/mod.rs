@@ -9,6 +9,13 @@ pub(crate) mod tls;
 #[cfg(feature = "tokio")]
 pub(crate) mod tokio;
 
+/// A TLS session for a new connection (none can exist without the `tls` feature).
+#[cfg(feature = "tls")]
+pub(crate) type Tls = tls::Tls;
+/// A TLS session for a new connection (none can exist without the `tls` feature).
+#[cfg(not(feature = "tls"))]
+pub(crate) type Tls = std::convert::Infallible;
+
 /// What a failed socket operation means for its node's vote (a TLS failure keeps its
 /// description).
 pub(crate) fn outcome_of(e: &std::io::Error) -> crate::error::NodeOutcome {

@@ -172,6 +172,13 @@ impl Tls {
     pub(crate) fn wants_write(&self) -> bool {
         self.conn.wants_write()
     }
+
+    /// Whether the session still needs the socket driven for what was written to reach the
+    /// server: a handshake in progress (plaintext waits inside the session until it ends), or
+    /// ciphertext not yet written.
+    pub(crate) fn busy(&self) -> bool {
+        self.conn.is_handshaking() || self.conn.wants_write()
+    }
 }
 
 /// What an I/O error on a node's socket means for its vote: a TLS failure keeps rustls's

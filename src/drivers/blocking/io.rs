@@ -99,11 +99,14 @@ impl Driver {
     }
 
     /// Reads and writes, with no round open, until no connection owes a scripted reply or
-    /// unwritten bytes, or `deadline` passes. Returns whether nothing is left owed.
+    /// unwritten bytes (a TLS session's handshake and ciphertext included: this client has
+    /// no thread to drive them otherwise), or `deadline` passes. Returns whether nothing is
+    /// left owed.
     pub(super) fn service(&mut self, deadline: Instant) -> bool {
         loop {
             self.sync();
-            if !self.engine.owes_scripted() {
+            let tls_busy = self.socks.iter().flatten().any(Stream::busy);
+            if !self.engine.owes_scripted() && !tls_busy {
                 return true;
             }
             let now = Instant::now();

@@ -354,7 +354,9 @@ impl Redlock {
     /// until its ttl runs out (released) or at its old ttl (extended): never longer than the
     /// lock's keys could have lived anyway, so this costs other clients time, never safety.
     /// A program that leaves a client idle for long after releasing can call this to give
-    /// the keys back at once.
+    /// the keys back at once. The same holds for a `rediss://` node whose TLS handshake a
+    /// fail-fast round left in progress: what was written to it waits inside the session
+    /// until the client drives the socket again (here, at its next operation, or on drop).
     ///
     /// Returns at once if another caller is running a round (which services the same).
     pub fn poll_idle(&self, max_wait: Duration) -> bool {

@@ -9,12 +9,7 @@ use mio::{Interest, Registry, Token};
 
 use crate::config::Endpoint;
 
-/// A TLS session for a new connection (none without the `tls` feature).
-#[cfg(feature = "tls")]
-pub(super) type Tls = crate::drivers::tls::Tls;
-/// A TLS session for a new connection (none without the `tls` feature).
-#[cfg(not(feature = "tls"))]
-pub(super) type Tls = std::convert::Infallible;
+use crate::drivers::Tls;
 
 /// A non-blocking stream to one node.
 #[derive(Debug)]
@@ -52,6 +47,17 @@ impl Stream {
             #[cfg(feature = "tls")]
             Stream::Tls(..) => false,
             _ => true,
+        }
+    }
+
+    /// Whether the socket must still be driven for what was written to reach the server (a
+    /// TLS handshake in progress, or ciphertext not yet written); never for a plain socket,
+    /// whose kernel sends on its own.
+    pub(super) fn busy(&self) -> bool {
+        match self {
+            #[cfg(feature = "tls")]
+            Stream::Tls(_, tls) => tls.busy(),
+            _ => false,
         }
     }
 

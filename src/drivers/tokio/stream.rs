@@ -10,12 +10,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 use crate::config::Endpoint;
 
-/// A TLS session for a new connection (none without the `tls` feature).
-#[cfg(feature = "tls")]
-pub(super) type Tls = crate::drivers::tls::Tls;
-/// A TLS session for a new connection (none without the `tls` feature).
-#[cfg(not(feature = "tls"))]
-pub(super) type Tls = std::convert::Infallible;
+use crate::drivers::Tls;
 
 /// A stream to one node.
 #[derive(Debug)]
