@@ -10,8 +10,15 @@ use crate::Token;
 
 /// A resource name, stored inline up to 64 bytes (no heap allocation for the names locks
 /// usually have) and on the heap beyond.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(PartialEq, Eq)]
 pub(crate) struct Name(SmallVec<[u8; 64]>);
+
+impl Clone for Name {
+    /// One copy of the bytes (`SmallVec`'s own `clone` goes byte by byte).
+    fn clone(&self) -> Name {
+        Name(SmallVec::from_slice(&self.0))
+    }
+}
 
 impl fmt::Debug for Name {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

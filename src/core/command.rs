@@ -90,8 +90,13 @@ impl Command<'_> {
     /// Writes the command: `SET`, or a script call in the given form (`EVALSHA` as first
     /// sent, `EVAL` as the fallback after a `NOSCRIPT`). No allocation.
     pub(crate) fn encode(&self, dst: &mut impl BufMut, form: Form) {
-        let mut ttl = IntBuf::new();
-        let ttl = ttl.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
+        let mut ttl_buf = IntBuf::new();
+        let ttl = match self.kind {
+            OpKind::Acquire | OpKind::Extend => {
+                ttl_buf.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX))
+            }
+            OpKind::Release | OpKind::Fence => &b""[..],
+        };
         let token = self.token.as_bytes();
         let plain_set =
             self.kind == OpKind::Acquire && self.counter.is_none() && self.resources.len() == 1;
@@ -117,12 +122,26 @@ impl Command<'_> {
             OpKind::Release | OpKind::Extend => None,
         };
         let nkeys = self.resources.len() + usize::from(counter.is_some());
+        // Small numbers (the key counts of every lock of up to nine resources) need no
+        // formatting; the others are formatted only where the command carries them.
+        const DIGITS: [&[u8]; 10] = [b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8", b"9"];
         let mut nkeys_buf = IntBuf::new();
-        let nkeys_s = nkeys_buf.format(nkeys as i64);
+        let nkeys_s = match DIGITS.get(nkeys) {
+            Some(d) => d,
+            None => nkeys_buf.format(nkeys as i64),
+        };
         let mut n_buf = IntBuf::new();
-        let n = n_buf.format(self.resources.len() as i64);
+        let n = match (self.kind, DIGITS.get(self.resources.len())) {
+            (OpKind::Acquire, Some(d)) => d,
+            (OpKind::Acquire, None) => n_buf.format(self.resources.len() as i64),
+            _ => &b""[..],
+        };
         let mut value_buf = IntBuf::new();
-        let value = value_buf.format(i64::try_from(self.fence_value).unwrap_or(i64::MAX));
+        let value = if self.kind == OpKind::Fence {
+            value_buf.format(i64::try_from(self.fence_value).unwrap_or(i64::MAX))
+        } else {
+            &b""[..]
+        };
         // Verb, script, key count, the keys, then the arguments: on the stack up to a few
         // keys (every single-resource command), on the heap for large sets.
         let mut parts: smallvec::SmallVec<[&[u8]; MAX_PARTS]> = smallvec::SmallVec::new();

@@ -105,7 +105,9 @@ enum Phase {
     },
     /// Failed with this error; the release runs before it is returned.
     Release(Error),
-    Done(Result<Lock, Error>),
+    /// Granted: valid until then, with this fencing token (the lock is built by `finish`,
+    /// which moves the names into it).
+    Done(Result<(Instant, Option<u64>), Error>),
 }
 
 impl Acquisition {
@@ -190,7 +192,7 @@ impl Acquisition {
                 },
                 Ok(validity) => {
                     let fence = cfg.fencing.is_some().then(|| round.counter());
-                    Phase::Done(Ok(self.granted(t1, validity, fence)))
+                    Phase::Done(Ok((crate::core::time::later(t1, validity), fence)))
                 }
             },
             (Phase::Fence { t1, fence }, Ok((round, _))) => {
@@ -200,7 +202,9 @@ impl Acquisition {
                     })
                 } else {
                     match validity_after(cfg, t1, now, self.ttl) {
-                        Ok(validity) => Phase::Done(Ok(self.granted(t1, validity, Some(fence)))),
+                        Ok(validity) => {
+                            Phase::Done(Ok((crate::core::time::later(t1, validity), Some(fence))))
+                        }
                         Err(err) => Phase::Release(err),
                     }
                 }
@@ -211,18 +215,15 @@ impl Acquisition {
     /// The lock, or why there is none; [`Error::Aborted`] if called before the last round.
     pub(crate) fn finish(self) -> Result<Lock, Error> {
         match self.phase {
-            Phase::Done(result) => result,
+            Phase::Done(Ok((valid_until, fencing))) => Ok(Lock {
+                resources: self.names,
+                token: self.token,
+                valid_until,
+                ttl: self.ttl,
+                fencing,
+            }),
+            Phase::Done(Err(e)) => Err(e),
             _ => Err(Error::Aborted),
-        }
-    }
-
-    fn granted(&self, t1: Instant, validity: Duration, fencing: Option<u64>) -> Lock {
-        Lock {
-            resources: self.names.clone(),
-            token: self.token,
-            valid_until: crate::core::time::later(t1, validity),
-            ttl: self.ttl,
-            fencing,
         }
     }
 }
