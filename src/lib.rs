@@ -62,6 +62,7 @@ mod config;
 mod core;
 mod drivers;
 mod error;
+mod inspect;
 mod lock;
 mod stats;
 
@@ -76,6 +77,7 @@ pub use crate::drivers::blocking::{BlockingGuard, Redlock};
 #[cfg(feature = "tokio")]
 pub use crate::drivers::tokio::{AsyncRedlock, LockGuard};
 pub use crate::error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
+pub use crate::inspect::{Holder, Inspection, NodeState};
 pub use crate::lock::{Lock, MAX_RESOURCES};
 pub use crate::stats::{NodeStats, Stats};
 

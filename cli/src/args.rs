@@ -113,6 +113,9 @@ pub enum Command {
     /// Take a lock and print its token and validity; it lives until its ttl runs out or
     /// `redlock unlock` releases it.
     Lock(LockArgs),
+    /// Show who holds a resource on each node (a token's first 8 characters), the key's
+    /// remaining ttl there, and whether a quorum holds it. Changes nothing.
+    Status(StatusArgs),
     /// Release a lock taken by `redlock lock`, given its token.
     Unlock(UnlockArgs),
     /// Measure lock + unlock pairs: throughput and a latency histogram.
@@ -152,6 +155,17 @@ pub struct LockArgs {
     #[arg(long = "resource", required = true)]
     pub resources: Vec<String>,
     /// Print one JSON object instead of `key=value` lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `redlock status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The name of the lock.
+    #[arg(long)]
+    pub resource: String,
+    /// Print one JSON object instead of lines.
     #[arg(long)]
     pub json: bool,
 }

@@ -3,7 +3,7 @@
 
 use redlock_mux::{Lock, Token};
 
-use crate::args::{describe, names, Global, LockArgs, UnlockArgs};
+use crate::args::{describe, names, Global, LockArgs, StatusArgs, UnlockArgs};
 use crate::exit::{self, Failure};
 
 /// Takes the lock (with the configured retries) and prints its token and validity.
@@ -52,6 +52,74 @@ pub fn unlock(global: &Global, a: &UnlockArgs) -> Result<u8, Failure> {
     redlock
         .unlock(&lock)
         .map_err(|e| Failure::lock(&what(), &e))?;
+    Ok(0)
+}
+
+/// A token as `redlock status` shows it: its first 8 characters (enough to tell holders
+/// apart, not enough to release someone else's lock).
+fn prefix(t: &Token) -> String {
+    format!("{}…", &t.as_str()[..8])
+}
+
+/// Shows each node's holder and ttl for the resource, and whether a quorum holds it.
+pub fn status(global: &Global, a: &StatusArgs) -> Result<u8, Failure> {
+    use redlock_mux::Holder;
+    let redlock = global.blocking(&global.node_list())?;
+    let what = || format!("status {:?}", a.resource);
+    let view = redlock
+        .inspect(&a.resource)
+        .map_err(|e| Failure::lock(&what(), &e))?;
+    let holder = |h: &Holder| match h {
+        Holder::Free => "free".to_string(),
+        Holder::Token(t) => prefix(t),
+        Holder::Other => "not a lock token".to_string(),
+        Holder::Unknown(why) => format!("unknown ({why})"),
+        _ => "unknown".to_string(),
+    };
+    let quorum = view.quorum_holder();
+    if a.json {
+        let nodes: Vec<String> = view
+            .nodes
+            .iter()
+            .map(|n| {
+                let ttl = n
+                    .ttl
+                    .map_or_else(|| "null".to_string(), |d| d.as_millis().to_string());
+                format!(
+                    "{{\"node\":{},\"holder\":{},\"ttl_ms\":{ttl}}}",
+                    json_string(&n.addr),
+                    json_string(&holder(&n.holder))
+                )
+            })
+            .collect();
+        let held = quorum.map_or_else(|| "null".to_string(), |t| json_string(&prefix(&t)));
+        println!(
+            "{{\"resource\":{},\"nodes\":[{}],\"quorum\":{},\"held_by_quorum\":{held}}}",
+            json_string(&a.resource),
+            nodes.join(","),
+            view.quorum
+        );
+    } else {
+        for n in &view.nodes {
+            let ttl = n
+                .ttl
+                .map_or_else(|| "-".to_string(), |d| format!("{}ms", d.as_millis()));
+            println!("{}  {}  ttl {ttl}", n.addr, holder(&n.holder));
+        }
+        match quorum {
+            Some(t) => println!(
+                "held by a quorum ({} of {}): {}",
+                view.quorum,
+                view.nodes.len(),
+                prefix(&t)
+            ),
+            None => println!(
+                "not held by a quorum ({} of {})",
+                view.quorum,
+                view.nodes.len()
+            ),
+        }
+    }
     Ok(0)
 }
 

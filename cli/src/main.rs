@@ -51,6 +51,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Run(a) => run::run(&cli.global, a),
         Command::Lock(a) => lockcmd::lock(&cli.global, a),
         Command::Unlock(a) => lockcmd::unlock(&cli.global, a),
+        Command::Status(a) => lockcmd::status(&cli.global, a),
         Command::Bench(a) => bench::bench(&cli.global, a),
         Command::Demo(a) => demo::demo(&cli.global, a),
     }

@@ -465,6 +465,45 @@ fn tls_nodes_from_the_command_line() {
 }
 
 #[test]
+fn status_shows_the_holder_on_each_node() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-status-cmd");
+    let mut cmd = redlock(&nodes);
+    cmd.args(["status", "--resource", &key]);
+    let o = output(cmd, "status of a free resource");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("not held by a quorum"),
+        "{}",
+        stdout(&o)
+    );
+    let mut cmd = redlock(&nodes);
+    cmd.args(["lock", "--resource", &key]);
+    let o = output(cmd, "lock");
+    let token = stdout(&o)
+        .lines()
+        .find_map(|l| l.strip_prefix("token="))
+        .expect("token=")
+        .to_string();
+    let mut cmd = redlock(&nodes);
+    cmd.args(["status", "--json", "--resource", &key]);
+    let o = output(cmd, "status --json");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let json = stdout(&o);
+    let shown = format!("{}…", &token[..8]);
+    assert!(
+        json.contains(&format!("\"held_by_quorum\":\"{shown}\"")),
+        "{json}"
+    );
+    assert_eq!(json.matches("\"ttl_ms\":").count(), 3, "{json}");
+    assert!(
+        !json.contains(&token),
+        "the whole token is never shown: {json}"
+    );
+}
+
+#[test]
 fn run_exits_with_the_commands_status_and_releases() {
     let c = cluster(3);
     let nodes = c.addrs();

@@ -40,6 +40,10 @@ pub(crate) enum OpKind {
     Fence,
     Release,
     Extend,
+    /// `GET key`: who holds it (an inspection, `Redlock::inspect`).
+    Get,
+    /// `PTTL key`: how long it has left (an inspection).
+    Pttl,
 }
 
 /// One operation's command, the same for every node.
@@ -69,6 +73,10 @@ pub(crate) enum Expect {
     /// A native release (`:1` deleted, `:0` not ours) or extension (`+OK`, or null: not
     /// ours).
     Native,
+    /// `GET`: the value (a token, or something else), or null (no key).
+    Get,
+    /// `PTTL`: an integer.
+    Pttl,
 }
 
 /// What a reply says beside its vote.
@@ -80,6 +88,12 @@ pub(crate) enum Extra {
     Counter(u64),
     /// The index, among the lock's resources, of one a node found held by another token.
     HeldKey(u32),
+    /// `GET`: the key holds this token.
+    Holder(Token),
+    /// `GET`: the key holds something that is not a token.
+    Foreign,
+    /// `PTTL`: the reply.
+    Number(i64),
 }
 
 /// The parts of a script command kept on the stack: verb, script, key count, up to 12
@@ -95,9 +109,19 @@ impl Command<'_> {
             OpKind::Acquire | OpKind::Extend => {
                 ttl_buf.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX))
             }
-            OpKind::Release | OpKind::Fence => &b""[..],
+            OpKind::Release | OpKind::Fence | OpKind::Get | OpKind::Pttl => &b""[..],
         };
         let token = self.token.as_bytes();
+        if let OpKind::Get | OpKind::Pttl = self.kind {
+            let verb: &[u8] = if self.kind == OpKind::Get {
+                b"GET"
+            } else {
+                b"PTTL"
+            };
+            let key = self.resources.first().map_or(&b""[..], Name::as_bytes);
+            resp::encode_command(dst, &[verb, key]);
+            return;
+        }
         let plain_set =
             self.kind == OpKind::Acquire && self.counter.is_none() && self.resources.len() == 1;
         if plain_set {
@@ -109,7 +133,9 @@ impl Command<'_> {
             OpKind::Acquire => (script::ACQUIRE, script::ACQUIRE_SHA1, script::FUNCTIONS[0]),
             OpKind::Release => (script::RELEASE, script::RELEASE_SHA1, script::FUNCTIONS[1]),
             OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1, script::FUNCTIONS[2]),
-            OpKind::Fence => (script::FENCE, script::FENCE_SHA1, script::FUNCTIONS[3]),
+            OpKind::Fence | OpKind::Get | OpKind::Pttl => {
+                (script::FENCE, script::FENCE_SHA1, script::FUNCTIONS[3])
+            }
         };
         let (verb, body): (&[u8], &[u8]) = match form {
             Form::Eval => (b"EVAL", script.as_bytes()),
@@ -119,7 +145,7 @@ impl Command<'_> {
         // The counter is a key of the scripts that touch it, after the resources.
         let counter = match self.kind {
             OpKind::Acquire | OpKind::Fence => self.counter,
-            OpKind::Release | OpKind::Extend => None,
+            OpKind::Release | OpKind::Extend | OpKind::Get | OpKind::Pttl => None,
         };
         let nkeys = self.resources.len() + usize::from(counter.is_some());
         // Small numbers (the key counts of every lock of up to nine resources) need no
@@ -153,7 +179,7 @@ impl Command<'_> {
             OpKind::Acquire => parts.extend_from_slice(&[ttl, n]),
             OpKind::Extend => parts.push(ttl),
             OpKind::Fence => parts.push(value),
-            OpKind::Release => {}
+            OpKind::Release | OpKind::Get | OpKind::Pttl => {}
         }
         resp::encode_command(dst, &parts);
     }
@@ -193,6 +219,8 @@ impl Command<'_> {
             OpKind::Acquire if self.counter.is_none() && self.resources.len() == 1 => Expect::Set,
             OpKind::Acquire => Expect::Acquired,
             OpKind::Fence | OpKind::Release | OpKind::Extend => Expect::Script,
+            OpKind::Get => Expect::Get,
+            OpKind::Pttl => Expect::Pttl,
         }
     }
 
@@ -221,6 +249,12 @@ impl Command<'_> {
             (Expect::Native, Frame::Simple(s)) if s.as_ref() == b"OK" => plain(NodeOutcome::Ok),
             (Expect::Native, Frame::Integer(0)) => plain(NodeOutcome::NotOurs),
             (Expect::Native, f) if f.is_null() => plain(NodeOutcome::NotOurs),
+            (Expect::Get, Frame::Bulk(b)) => {
+                let token = std::str::from_utf8(b).ok().and_then(Token::parse);
+                (NodeOutcome::Ok, token.map_or(Extra::Foreign, Extra::Holder))
+            }
+            (Expect::Get, f) if f.is_null() => plain(NodeOutcome::Gone),
+            (Expect::Pttl, Frame::Integer(n)) => (NodeOutcome::Ok, Extra::Number(*n)),
             (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(NodeOutcome::Server(
                 String::from_utf8_lossy(msg).into_owned(),
             )),

@@ -49,6 +49,9 @@ pub(crate) struct Round {
     counter: u64,
     /// A resource (its index in the lock's list) that a refusing node named as held.
     held_key: Option<u32>,
+    /// What the nodes of an inspection read (a holder, a ttl): empty, and unallocated, for
+    /// every other round.
+    read: Vec<(u32, Extra)>,
 }
 
 /// A node's entry in [`Round::codes`].
@@ -90,6 +93,7 @@ impl Round {
             details: Vec::new(),
             counter: 0,
             held_key: None,
+            read: Vec::new(),
         }
     }
 
@@ -114,6 +118,9 @@ impl Round {
             (NodeOutcome::Held, Extra::HeldKey(k)) => {
                 self.held_key = Some(self.held_key.map_or(k, |h| h.min(k)));
             }
+            (NodeOutcome::Ok, e @ (Extra::Holder(_) | Extra::Foreign | Extra::Number(_))) => {
+                self.read.push((u32::try_from(node).unwrap_or(u32::MAX), e));
+            }
             _ => {}
         }
         if outcome == NodeOutcome::Ok {
@@ -137,6 +144,14 @@ impl Round {
     /// The first of the lock's resources (by index) that a refusing node named as held.
     pub(crate) fn held_key(&self) -> Option<usize> {
         self.held_key.map(|k| k as usize)
+    }
+
+    /// What node `i` read in an inspection round, if it answered one.
+    pub(crate) fn read(&self, i: usize) -> Option<Extra> {
+        self.read
+            .iter()
+            .find(|(n, _)| *n as usize == i)
+            .map(|(_, e)| *e)
     }
 
     /// How many nodes the round counts.

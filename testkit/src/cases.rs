@@ -32,6 +32,7 @@ macro_rules! for_each_case {
             unix_sockets_alone_and_mixed_with_tcp,
             native_commands_where_the_server_has_them,
             acl_users_without_eval_use_functions,
+            inspect_shows_each_nodes_holder_and_ttl,
         );
     };
 }
@@ -1122,4 +1123,45 @@ pub fn acl_users_without_eval_use_functions<F: Flavor>() {
     }
     let lock = nofn.lock(&key, TTL).unwrap();
     nofn.unlock(&lock).unwrap();
+}
+
+pub fn inspect_shows_each_nodes_holder_and_ttl<F: Flavor>() {
+    use redlock_mux::Holder;
+    let mut c = cluster(5);
+    let addrs = c.addrs();
+    let client = F::build(builder(&c)).unwrap();
+    let key = resource("inspect");
+    // Free everywhere.
+    let view = client.inspect(&key).unwrap();
+    assert!(view
+        .nodes
+        .iter()
+        .all(|n| n.holder == Holder::Free && n.ttl.is_none()));
+    assert_eq!(view.quorum_holder(), None);
+    let lock = client.lock(&key, TTL).unwrap();
+    held_everywhere(&client, &addrs, &key, lock.token());
+    // Something else on node 4, node 3 down.
+    redis(&addrs[4], &["SET", &key, "not-a-token", "PX", "5000"]);
+    c.server(3).stop();
+    let view = client.inspect(&key).unwrap();
+    assert_eq!(view.quorum_holder(), Some(*lock.token()));
+    for n in &view.nodes[..3] {
+        assert_eq!(n.holder, Holder::Token(*lock.token()), "{n:?}");
+        let ttl = n.ttl.expect("a ttl");
+        assert!(ttl <= TTL && ttl > TTL - Duration::from_secs(5), "{ttl:?}");
+    }
+    assert!(
+        matches!(view.nodes[3].holder, Holder::Unknown(_)),
+        "{:?}",
+        view.nodes[3]
+    );
+    assert_eq!(view.nodes[4].holder, Holder::Other);
+    // Released: no quorum holds it any more (node 4's value is not ours to release).
+    client.unlock(&lock).unwrap();
+    wait_serving(&client, IN_FLIGHT, "the release", || {
+        client
+            .inspect(&key)
+            .map(|v| v.quorum_holder().is_none())
+            .unwrap_or(false)
+    });
 }

@@ -32,6 +32,7 @@ pub trait LockClient {
     fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error>;
     fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error>;
     fn try_lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error>;
+    fn inspect(&self, resource: &str) -> Result<redlock_mux::Inspection, Error>;
     fn unlock(&self, lock: &Lock) -> Result<(), Error>;
     fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error>;
     /// Lets the client serve what it still owes (late replies, a late `NOSCRIPT`'s `EVAL`)
@@ -57,6 +58,9 @@ impl LockClient for redlock_mux::Redlock {
     }
     fn try_lock_many(&self, r: &[&str], ttl: Duration) -> Result<Lock, Error> {
         redlock_mux::Redlock::try_lock_many(self, r, ttl)
+    }
+    fn inspect(&self, r: &str) -> Result<redlock_mux::Inspection, Error> {
+        redlock_mux::Redlock::inspect(self, r)
     }
     fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         redlock_mux::Redlock::unlock(self, lock)
@@ -243,6 +247,9 @@ impl LockClient for AsyncClient {
     }
     fn try_lock_many(&self, r: &[&str], ttl: Duration) -> Result<Lock, Error> {
         self.rt.block_on(self.client.try_lock_many(r, ttl))
+    }
+    fn inspect(&self, r: &str) -> Result<redlock_mux::Inspection, Error> {
+        self.rt.block_on(self.client.inspect(r))
     }
     fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         self.rt.block_on(self.client.unlock(lock))

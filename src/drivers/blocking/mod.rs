@@ -29,6 +29,7 @@ use crate::core::round::{Round, Until};
 use crate::error::{Error, NodeOutcome};
 use crate::lock::{Lock, Name, Names};
 use crate::stats::Stats;
+use crate::Token;
 
 /// The most operations one round carries: callers beyond wait for the next round.
 const MAX_BATCH: usize = 128;
@@ -434,6 +435,18 @@ impl Redlock {
             acq.advance(cfg, round, Instant::now());
         }
         acq.finish()
+    }
+
+    /// Reads who holds `resource` on every node, and for how long (`GET` and `PTTL`, each a
+    /// round that waits for every node). Nothing is changed. See [`Inspection`](crate::Inspection).
+    pub fn inspect(&self, resource: &str) -> Result<crate::Inspection, Error> {
+        let names = [Name::new(resource)];
+        // (The commands carry no token; one is needed to build them.)
+        let token = Token::generate();
+        let [get, pttl] = crate::inspect::commands(&names, &token);
+        let (get, _) = self.submit(get, Until::AllIn)?;
+        let (pttl, _) = self.submit(pttl, Until::AllIn)?;
+        Ok(crate::Inspection::from_rounds(self.config(), &get, &pttl))
     }
 
     /// Releases the lock on every node, with the compare-and-delete script.

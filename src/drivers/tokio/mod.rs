@@ -179,6 +179,21 @@ impl AsyncRedlock {
         acq.finish()
     }
 
+    /// Reads who holds `resource` on every node, and for how long. As
+    /// [`Redlock::inspect`](crate::Redlock::inspect).
+    pub async fn inspect(&self, resource: &str) -> Result<crate::Inspection, Error> {
+        let names = [Name::new(resource)];
+        let token = crate::Token::generate();
+        let [get, pttl] = crate::inspect::commands(&names, &token);
+        let (get, _) = self.round(OwnedCommand::new(&get), Until::AllIn).await?;
+        let (pttl, _) = self.round(OwnedCommand::new(&pttl), Until::AllIn).await?;
+        Ok(crate::Inspection::from_rounds(
+            &self.inner.config,
+            &get,
+            &pttl,
+        ))
+    }
+
     /// Releases the lock on every node. Errors as [`Redlock::unlock`](crate::Redlock::unlock).
     pub async fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         let cmd = OwnedCommand::new(&lock.release());
