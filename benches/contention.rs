@@ -23,6 +23,7 @@ const RESOURCE: &str = "bench:contended";
 /// One holder's tenure: when its lock returned, and when it started to release.
 #[derive(Debug, Clone, Copy)]
 struct Tenure {
+    holder: usize,
     acquired: Instant,
     released: Instant,
 }
@@ -38,11 +39,18 @@ impl Outcome {
     fn report(&self, name: &str, clients: usize, elapsed: Duration) -> String {
         let mut t = self.tenures.lock().unwrap().clone();
         t.sort_by_key(|t| t.acquired);
+        // A hand-off is to another client: a holder that takes the lock again at once is not
+        // one (it did not wait).
         let mut handoffs: Vec<u64> = t
             .windows(2)
-            .filter(|w| w[1].acquired >= w[0].released)
+            .filter(|w| w[1].acquired >= w[0].released && w[1].holder != w[0].holder)
             .map(|w| (w[1].acquired - w[0].released).as_nanos() as u64)
             .collect();
+        let mut per_holder = vec![0usize; clients.max(1)];
+        for x in &t {
+            per_holder[x.holder.min(clients.max(1) - 1)] += 1;
+        }
+        let top = per_holder.iter().max().copied().unwrap_or(0);
         handoffs.sort_unstable();
         let q = |p: f64| {
             if handoffs.is_empty() {
@@ -52,15 +60,20 @@ impl Outcome {
             handoffs[rank - 1] as f64 / 1e6
         };
         let rounds = if self.counted.load(Ordering::Relaxed) && !t.is_empty() {
-            format!("{:.1}", self.rounds.load(Ordering::Relaxed) as f64 / t.len() as f64)
+            format!(
+                "{:.1}",
+                self.rounds.load(Ordering::Relaxed) as f64 / t.len() as f64
+            )
         } else {
             "–".to_string()
         };
         format!(
-            "| {clients} | {name} | {:.0} | {:.2} | {:.2} | {rounds} |",
+            "| {clients} | {name} | {:.0} | {} | {:.2} | {:.2} | {rounds} | {:.0}% |",
             t.len() as f64 / elapsed.as_secs_f64(),
+            handoffs.len(),
             q(0.5),
-            q(0.99)
+            q(0.99),
+            100.0 * top as f64 / t.len().max(1) as f64
         )
     }
 }
@@ -72,7 +85,7 @@ fn mux_blocking(nodes: &[String], clients: usize, slice: Duration, hold: Duratio
     out.counted.store(true, Ordering::Relaxed);
     let start = Instant::now();
     std::thread::scope(|s| {
-        for _ in 0..clients {
+        for holder in 0..clients {
             let out = out.clone();
             let client = redlock_mux::Redlock::builder()
                 .nodes(nodes)
@@ -89,7 +102,11 @@ fn mux_blocking(nodes: &[String], clients: usize, slice: Duration, hold: Duratio
                             std::thread::sleep(hold);
                             let released = Instant::now();
                             let _ = client.unlock(&lock);
-                            out.tenures.lock().unwrap().push(Tenure { acquired, released });
+                            out.tenures.lock().unwrap().push(Tenure {
+                                holder,
+                                acquired,
+                                released,
+                            });
                         }
                         Err(_) => {
                             let ms = rand::random_range(delay.as_millis() / 2..=delay.as_millis());
@@ -100,7 +117,11 @@ fn mux_blocking(nodes: &[String], clients: usize, slice: Duration, hold: Duratio
             });
         }
     });
-    out.report("redlock-mux blocking (polling: try_lock + retry delay)", clients, start.elapsed())
+    out.report(
+        "redlock-mux blocking (polling: try_lock + retry delay)",
+        clients,
+        start.elapsed(),
+    )
 }
 
 /// rslock: one `LockManager` per client task, its `lock` (which retries on its own) until it
@@ -116,7 +137,7 @@ fn rslock(nodes: &[String], clients: usize, slice: Duration, hold: Duration) -> 
     let start = Instant::now();
     rt.block_on(async {
         let mut tasks = Vec::new();
-        for _ in 0..clients {
+        for holder in 0..clients {
             let mgr = rslock::LockManager::new(urls.clone());
             let out = out.clone();
             tasks.push(tokio::spawn(async move {
@@ -126,7 +147,11 @@ fn rslock(nodes: &[String], clients: usize, slice: Duration, hold: Duration) -> 
                         tokio::time::sleep(hold).await;
                         let released = Instant::now();
                         mgr.unlock(&lock).await;
-                        out.tenures.lock().unwrap().push(Tenure { acquired, released });
+                        out.tenures.lock().unwrap().push(Tenure {
+                            holder,
+                            acquired,
+                            released,
+                        });
                     }
                 }
             }));
@@ -146,12 +171,15 @@ fn main() {
     let cluster = LocalCluster::start(5).expect("five redis-server (scripts/install-deps)");
     let nodes = cluster.addrs();
     println!(
-        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock on one resource, five local masters, {seconds} s per cell. Hand-off: from a holder starting its release to the next holder's lock returning, in ms."
+        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock on one resource, five local masters, {seconds} s per cell. Hand-off: from a holder starting its release to another client's lock returning, in ms (a holder taking the lock straight back is not a hand-off; the busiest client's share shows how often that happens)."
     );
     println!();
-    println!("| clients | client | acquisitions/s | hand-off p50 | hand-off p99 | rounds per acquisition |");
-    println!("|---|---|---|---|---|---|");
-    for n in levels.split(',').filter_map(|l| l.trim().parse::<usize>().ok()) {
+    println!("| clients | client | acquisitions/s | hand-offs | hand-off p50 | hand-off p99 | rounds per acquisition | busiest client's share |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for n in levels
+        .split(',')
+        .filter_map(|l| l.trim().parse::<usize>().ok())
+    {
         println!("{}", mux_blocking(&nodes, n, slice, hold));
         println!("{}", rslock(&nodes, n, slice, hold));
     }
