@@ -64,6 +64,7 @@ mod drivers;
 mod error;
 mod inspect;
 mod lock;
+mod observe;
 mod stats;
 
 pub use crate::config::{

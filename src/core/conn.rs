@@ -466,6 +466,7 @@ impl<T> Conn<T> {
                         bytes::Buf::advance(&mut self.scripted, len);
                         if resent {
                             self.noscript_fallbacks += 1;
+                            crate::observe::script_fallback();
                             self.owed
                                 .push_back(Owner::Op(tag, at, 0, OnNoscript::Report));
                             // After an EVAL fallback, every script is loaded again (the

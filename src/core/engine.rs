@@ -359,6 +359,7 @@ impl<U> Engine<U> {
             self.connecting += 1;
             node.conn.opened(&node.addr, self.scripts);
             node.stats.connects += 1;
+            crate::observe::reconnect(&node.addr, node.stats.connects);
             self.io.push_back(IoEvent::Connect(i));
         }
         let on_noscript = match form {

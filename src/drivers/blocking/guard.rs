@@ -49,6 +49,7 @@ impl Kept {
     fn report(&self, loss: Loss) {
         let mut slot = locked(&self.loss);
         if slot.is_none() {
+            crate::observe::lost(self.snapshot().resource(), &loss);
             *slot = Some(loss);
         }
         self.lost.notify_all();
@@ -151,7 +152,8 @@ impl Keeper {
                             kept.report(Loss::ExtendTooSlow)
                         }
                         Ok(()) => {
-                            kept.extensions.fetch_add(1, Ordering::Relaxed);
+                            let n = kept.extensions.fetch_add(1, Ordering::Relaxed) + 1;
+                            crate::observe::extended(lock.resource(), n);
                             soon(Instant::now());
                         }
                         Err(e) => kept.report(Loss::ExtendFailed(e)),

@@ -28,6 +28,7 @@ use crate::core::ops::{self as op, Acquisition, Next, Retry};
 use crate::core::round::{Round, Until};
 use crate::error::{Error, NodeOutcome};
 use crate::lock::{Lock, Name, Names};
+use crate::observe::OpSpan;
 use crate::stats::Stats;
 use crate::Token;
 
@@ -428,6 +429,18 @@ impl Redlock {
 
     /// Runs the rounds of an acquisition (`ops::Acquisition` says which) to its end.
     fn acquire(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
+        let span = OpSpan::new("acquire", names.first().map_or("", Name::as_str));
+        let result = self.acquire_rounds(names, ttl);
+        let lock = result.as_ref().ok();
+        span.finish(
+            &result,
+            lock.map(Lock::token),
+            lock.and_then(Lock::fencing_token),
+        );
+        result
+    }
+
+    fn acquire_rounds(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
         let cfg = &self.shared.config;
         let mut acq = Acquisition::new(cfg, names, ttl)?;
         while let Some((cmd, until)) = acq.round(cfg) {
@@ -440,6 +453,13 @@ impl Redlock {
     /// Reads who holds `resource` on every node, and for how long (`GET` and `PTTL`, each a
     /// round that waits for every node). Nothing is changed. See [`Inspection`](crate::Inspection).
     pub fn inspect(&self, resource: &str) -> Result<crate::Inspection, Error> {
+        let span = OpSpan::new("inspect", resource);
+        let result = self.inspect_rounds(resource);
+        span.finish(&result, None, None);
+        result
+    }
+
+    fn inspect_rounds(&self, resource: &str) -> Result<crate::Inspection, Error> {
         let names = [Name::new(resource)];
         // (The commands carry no token; one is needed to build them.)
         let token = Token::generate();
@@ -455,6 +475,13 @@ impl Redlock {
     /// it somewhere, [`Error::Expired`] if the keys were already gone, [`Error::NoQuorum`] if
     /// too few nodes answered.
     pub fn unlock(&self, lock: &Lock) -> Result<(), Error> {
+        let span = OpSpan::new("release", lock.resource());
+        let result = self.release(lock);
+        span.finish(&result, Some(lock.token()), lock.fencing_token());
+        result
+    }
+
+    fn release(&self, lock: &Lock) -> Result<(), Error> {
         let cmd = lock.release();
         let cfg = &self.shared.config;
         let (round, _) = self.submit(cmd, cfg.until())?;
@@ -473,6 +500,13 @@ impl Redlock {
     /// shorter ttl shortens the lock's validity even when it fails, and the lock never claims
     /// more time than its keys have.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
+        let span = OpSpan::new("extend", lock.resource());
+        let result = self.extend_rounds(lock, ttl);
+        span.finish(&result, Some(lock.token()), lock.fencing_token());
+        result
+    }
+
+    fn extend_rounds(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let (ttl_ms, ttl) = op::begin_extend(&self.shared.config, lock, ttl, Instant::now())?;
         let cmd = lock.extension(ttl_ms);
         let cfg = &self.shared.config;

@@ -164,6 +164,7 @@ async fn keep_alive(
         match plan.step {
             Step::Expire => {
                 tokio::time::sleep_until(at(deadline)).await;
+                crate::observe::lost(lock.resource(), &Loss::Expired);
                 let _ = loss.send(Some(Loss::Expired));
                 return;
             }
@@ -184,13 +185,17 @@ async fn keep_alive(
         store(attempt);
         match outcome {
             Some(Ok(())) => {
-                extensions.fetch_add(1, Ordering::Relaxed);
+                let n = extensions.fetch_add(1, Ordering::Relaxed) + 1;
+                crate::observe::extended(lock.resource(), n);
             }
             Some(Err(e)) => {
-                let _ = loss.send(Some(Loss::ExtendFailed(e)));
+                let lost = Loss::ExtendFailed(e);
+                crate::observe::lost(lock.resource(), &lost);
+                let _ = loss.send(Some(lost));
                 return;
             }
             None => {
+                crate::observe::lost(lock.resource(), &Loss::ExtendTooSlow);
                 let _ = loss.send(Some(Loss::ExtendTooSlow));
                 return;
             }

@@ -24,6 +24,7 @@ use crate::core::ops::{self as op, Acquisition, Next, Retry};
 use crate::core::round::{Round, Until};
 use crate::error::{ConfigError, Error};
 use crate::lock::{Lock, Name, Names};
+use crate::observe::OpSpan;
 use crate::stats::Stats;
 
 /// A Redlock client for async code on tokio.
@@ -163,6 +164,18 @@ impl AsyncRedlock {
 
     /// Runs the rounds of an acquisition (`ops::Acquisition` says which) to its end.
     async fn acquire(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
+        let span = OpSpan::new("acquire", names.first().map_or("", Name::as_str));
+        let result = self.acquire_rounds(names, ttl).await;
+        let lock = result.as_ref().ok();
+        span.finish(
+            &result,
+            lock.map(Lock::token),
+            lock.and_then(Lock::fencing_token),
+        );
+        result
+    }
+
+    async fn acquire_rounds(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
         let cfg = &self.inner.config;
         let mut acq = Acquisition::new(cfg, names, ttl)?;
         // From here until the outcome is known, dropping this future releases the token.
@@ -182,6 +195,13 @@ impl AsyncRedlock {
     /// Reads who holds `resource` on every node, and for how long. As
     /// [`Redlock::inspect`](crate::Redlock::inspect).
     pub async fn inspect(&self, resource: &str) -> Result<crate::Inspection, Error> {
+        let span = OpSpan::new("inspect", resource);
+        let result = self.inspect_rounds(resource).await;
+        span.finish(&result, None, None);
+        result
+    }
+
+    async fn inspect_rounds(&self, resource: &str) -> Result<crate::Inspection, Error> {
         let names = [Name::new(resource)];
         let token = crate::Token::generate();
         let [get, pttl] = crate::inspect::commands(&names, &token);
@@ -196,10 +216,16 @@ impl AsyncRedlock {
 
     /// Releases the lock on every node. Errors as [`Redlock::unlock`](crate::Redlock::unlock).
     pub async fn unlock(&self, lock: &Lock) -> Result<(), Error> {
-        let cmd = OwnedCommand::new(&lock.release());
-        let cfg = &self.inner.config;
-        let (round, _) = self.round(cmd, cfg.until()).await?;
-        op::confirmed(cfg, &round, lock.is_expired())
+        let span = OpSpan::new("release", lock.resource());
+        let result = async {
+            let cmd = OwnedCommand::new(&lock.release());
+            let cfg = &self.inner.config;
+            let (round, _) = self.round(cmd, cfg.until()).await?;
+            op::confirmed(cfg, &round, lock.is_expired())
+        }
+        .await;
+        span.finish(&result, Some(lock.token()), lock.fencing_token());
+        result
     }
 
     /// Extends the lock to `ttl` from now. Errors as
@@ -207,6 +233,13 @@ impl AsyncRedlock {
     /// validity: once the future has been polled, the validity is at most what the new ttl
     /// gives, whether the round succeeds, fails, or is abandoned by dropping the future.
     pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
+        let span = OpSpan::new("extend", lock.resource());
+        let result = self.extend_rounds(lock, ttl).await;
+        span.finish(&result, Some(lock.token()), lock.fencing_token());
+        result
+    }
+
+    async fn extend_rounds(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let (ttl_ms, ttl) = op::begin_extend(&self.inner.config, lock, ttl, Instant::now())?;
         let cmd = OwnedCommand::new(&lock.extension(ttl_ms));
         let cfg = &self.inner.config;

@@ -1,0 +1,147 @@
+//! Tracing (feature `tracing`): a span per operation and events for what happens between
+//! them, through the `tracing` facade. Without the feature every call here is empty and
+//! compiles to nothing.
+//!
+//! Spans: `redlock.acquire` (one per acquisition round set: plain, fenced or a set), and
+//! `redlock.release`, `redlock.extend`, `redlock.inspect`, each with `resource`, `outcome`
+//! (`ok` or the error's kind), `elapsed_us`, and, when there is one, `token` (its first 8
+//! characters, never the whole token) and `fencing_token`; on failure `nodes` (every node's
+//! outcome). Events: a connection opened again (`reconnect`), a `NOSCRIPT` answered with `EVAL`,
+//! a guard's extension and its loss.
+
+#[cfg(feature = "tracing")]
+use std::time::Instant;
+
+#[cfg(feature = "tracing")]
+use crate::error::Error;
+#[cfg(feature = "tracing")]
+use crate::Token;
+
+/// An operation's span, open until [`finish`](OpSpan::finish).
+#[derive(Debug)]
+pub(crate) struct OpSpan {
+    #[cfg(feature = "tracing")]
+    span: tracing::Span,
+    #[cfg(feature = "tracing")]
+    started: Instant,
+}
+
+/// The first 8 characters of a token: enough to follow one holder through the logs, not
+/// enough to release its lock.
+#[cfg(feature = "tracing")]
+fn prefix(t: &Token) -> &str {
+    &t.as_str()[..8]
+}
+
+impl OpSpan {
+    /// Opens the span of operation `op` on `resource`.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    #[inline]
+    pub(crate) fn new(op: &'static str, resource: &str) -> OpSpan {
+        OpSpan {
+            #[cfg(feature = "tracing")]
+            span: tracing::info_span!(
+                "redlock",
+                op,
+                resource,
+                outcome = tracing::field::Empty,
+                elapsed_us = tracing::field::Empty,
+                token = tracing::field::Empty,
+                fencing_token = tracing::field::Empty,
+                nodes = tracing::field::Empty,
+            ),
+            #[cfg(feature = "tracing")]
+            started: Instant::now(),
+        }
+    }
+
+    /// Records how the operation ended (the lock's token for an acquisition) and closes the
+    /// span.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    #[inline]
+    pub(crate) fn finish<T>(
+        self,
+        result: &Result<T, crate::error::Error>,
+        token: Option<&crate::Token>,
+        fencing: Option<u64>,
+    ) {
+        #[cfg(feature = "tracing")]
+        {
+            let s = &self.span;
+            s.record("elapsed_us", self.started.elapsed().as_micros() as u64);
+            if let Some(t) = token {
+                s.record("token", prefix(t));
+            }
+            if let Some(f) = fencing {
+                s.record("fencing_token", f);
+            }
+            match result {
+                Ok(_) => {
+                    s.record("outcome", "ok");
+                }
+                Err(e) => {
+                    s.record("outcome", kind(e));
+                    if let Some(nodes) = nodes(e) {
+                        s.record("nodes", tracing::field::display(nodes));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "tracing")]
+fn kind(e: &Error) -> &'static str {
+    match e {
+        Error::Conflict { .. } => "conflict",
+        Error::NoQuorum { .. } => "no_quorum",
+        Error::ValiditySpent { .. } => "validity_spent",
+        Error::NotHeld { .. } => "not_held",
+        Error::Expired => "expired",
+        Error::Config(_) => "config",
+        Error::Aborted => "aborted",
+    }
+}
+
+#[cfg(feature = "tracing")]
+fn nodes(e: &Error) -> Option<&crate::error::NodeReports> {
+    match e {
+        Error::Conflict { nodes, .. } | Error::NoQuorum { nodes } | Error::NotHeld { nodes } => {
+            Some(nodes)
+        }
+        _ => None,
+    }
+}
+
+/// A node's connection is opened again (its `connects` count, the first included).
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+#[inline]
+pub(crate) fn reconnect(addr: &crate::config::NodeAddr, connects: u64) {
+    #[cfg(feature = "tracing")]
+    if connects > 1 {
+        tracing::debug!(node = %addr, connects, "redlock: reconnecting");
+    }
+}
+
+/// A `NOSCRIPT` (or a missing function) answered by sending the command again.
+#[inline]
+pub(crate) fn script_fallback() {
+    #[cfg(feature = "tracing")]
+    tracing::debug!("redlock: script missing on the server; sent again with its body");
+}
+
+/// A guard extended its lock.
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+#[inline]
+pub(crate) fn extended(resource: &str, extensions: u32) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(resource, extensions, "redlock: guard extended its lock");
+}
+
+/// A guard's lock was lost.
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+#[inline]
+pub(crate) fn lost(resource: &str, loss: &crate::Loss) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(resource, %loss, "redlock: guard lost its lock");
+}

@@ -1,0 +1,75 @@
+//! The `tracing` feature: one span per operation with its outcome, and never a whole token.
+#![cfg(feature = "tracing")]
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redlock_mux::Error;
+use tracing_subscriber::fmt::format::FmtSpan;
+
+/// A writer into a shared buffer, for the subscriber.
+#[derive(Clone, Default)]
+struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buffer {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn every_operation_is_a_span_with_its_outcome_and_no_whole_token() {
+    let buf = Buffer::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(FmtSpan::CLOSE)
+        .finish();
+    let c = testkit::cluster(3);
+    let key = testkit::resource("traced");
+    let token = tracing::subscriber::with_default(subscriber, || {
+        let client = testkit::builder(&c)
+            .retry(1, Duration::ZERO)
+            .build()
+            .unwrap();
+        let mut lock = client.lock(&key, Duration::from_secs(10)).unwrap();
+        client.extend(&mut lock, Duration::from_secs(10)).unwrap();
+        let other = testkit::builder(&c)
+            .retry(1, Duration::ZERO)
+            .build()
+            .unwrap();
+        assert!(matches!(
+            other.try_lock(&key, Duration::from_secs(10)),
+            Err(Error::Conflict { .. })
+        ));
+        client.unlock(&lock).unwrap();
+        let view = client.inspect(&key).unwrap();
+        assert_eq!(view.quorum_holder(), None);
+        lock.token().as_str().to_string()
+    });
+    let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let closes: Vec<&str> = out.lines().filter(|l| l.contains("close")).collect();
+    let find = |op: &str, outcome: &str| {
+        closes.iter().any(|l| {
+            l.contains(&format!("op=\"{op}\""))
+                && l.contains(&format!("outcome=\"{outcome}\""))
+                && l.contains(&key)
+        })
+    };
+    assert!(find("acquire", "ok"), "{out}");
+    assert!(find("extend", "ok"), "{out}");
+    assert!(find("acquire", "conflict"), "{out}");
+    assert!(find("release", "ok"), "{out}");
+    assert!(find("inspect", "ok"), "{out}");
+    // The conflict names every node's answer; the token appears by its first 8 characters.
+    assert!(out.contains("held by another token"), "{out}");
+    assert!(out.contains(&format!("token=\"{}\"", &token[..8])), "{out}");
+    assert!(!out.contains(&token), "the whole token was logged:\n{out}");
+}
