@@ -1,6 +1,12 @@
-//! Tracing (feature `tracing`): a span per operation and events for what happens between
-//! them, through the `tracing` facade. Without the feature every call here is empty and
+//! Tracing (feature `tracing`) and metrics (feature `metrics`): a span per operation and
+//! events for what happens between them, through the `tracing` facade; counters and a
+//! histogram through the `metrics` facade. Without the features every call here is empty and
 //! compiles to nothing.
+//!
+//! Metrics: `redlock_operations_total{op, outcome}` (op: acquire, release, extend, inspect;
+//! outcome: ok or the error's kind), `redlock_operation_seconds{op}` (a histogram),
+//! `redlock_reconnects_total`, `redlock_script_fallbacks_total`,
+//! `redlock_guard_extensions_total`, `redlock_guard_losses_total{cause}`.
 //!
 //! Spans: `redlock.acquire` (one per acquisition round set: plain, fenced or a set), and
 //! `redlock.release`, `redlock.extend`, `redlock.inspect`, each with `resource`, `outcome`
@@ -9,10 +15,10 @@
 //! outcome). Events: a connection opened again (`reconnect`), a `NOSCRIPT` answered with `EVAL`,
 //! a guard's extension and its loss.
 
-#[cfg(feature = "tracing")]
+#[cfg(any(feature = "tracing", feature = "metrics"))]
 use std::time::Instant;
 
-#[cfg(feature = "tracing")]
+#[cfg(any(feature = "tracing", feature = "metrics"))]
 use crate::error::Error;
 #[cfg(feature = "tracing")]
 use crate::Token;
@@ -22,8 +28,10 @@ use crate::Token;
 pub(crate) struct OpSpan {
     #[cfg(feature = "tracing")]
     span: tracing::Span,
-    #[cfg(feature = "tracing")]
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
     started: Instant,
+    #[cfg(feature = "metrics")]
+    op: &'static str,
 }
 
 /// The first 8 characters of a token: enough to follow one holder through the logs, not
@@ -50,8 +58,10 @@ impl OpSpan {
                 fencing_token = tracing::field::Empty,
                 nodes = tracing::field::Empty,
             ),
-            #[cfg(feature = "tracing")]
+            #[cfg(any(feature = "tracing", feature = "metrics"))]
             started: Instant::now(),
+            #[cfg(feature = "metrics")]
+            op,
         }
     }
 
@@ -65,6 +75,17 @@ impl OpSpan {
         token: Option<&crate::Token>,
         fencing: Option<u64>,
     ) {
+        #[cfg(feature = "metrics")]
+        {
+            let outcome = match result {
+                Ok(_) => "ok",
+                Err(e) => kind(e),
+            };
+            metrics::counter!("redlock_operations_total", "op" => self.op, "outcome" => outcome)
+                .increment(1);
+            metrics::histogram!("redlock_operation_seconds", "op" => self.op)
+                .record(self.started.elapsed().as_secs_f64());
+        }
         #[cfg(feature = "tracing")]
         {
             let s = &self.span;
@@ -90,7 +111,7 @@ impl OpSpan {
     }
 }
 
-#[cfg(feature = "tracing")]
+#[cfg(any(feature = "tracing", feature = "metrics"))]
 fn kind(e: &Error) -> &'static str {
     match e {
         Error::Conflict { .. } => "conflict",
@@ -121,6 +142,10 @@ pub(crate) fn reconnect(addr: &crate::config::NodeAddr, connects: u64) {
     if connects > 1 {
         tracing::debug!(node = %addr, connects, "redlock: reconnecting");
     }
+    #[cfg(feature = "metrics")]
+    if connects > 1 {
+        metrics::counter!("redlock_reconnects_total").increment(1);
+    }
 }
 
 /// A `NOSCRIPT` (or a missing function) answered by sending the command again.
@@ -128,6 +153,8 @@ pub(crate) fn reconnect(addr: &crate::config::NodeAddr, connects: u64) {
 pub(crate) fn script_fallback() {
     #[cfg(feature = "tracing")]
     tracing::debug!("redlock: script missing on the server; sent again with its body");
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlock_script_fallbacks_total").increment(1);
 }
 
 /// A guard extended its lock.
@@ -136,6 +163,8 @@ pub(crate) fn script_fallback() {
 pub(crate) fn extended(resource: &str, extensions: u32) {
     #[cfg(feature = "tracing")]
     tracing::debug!(resource, extensions, "redlock: guard extended its lock");
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlock_guard_extensions_total").increment(1);
 }
 
 /// A guard's lock was lost.
@@ -144,4 +173,13 @@ pub(crate) fn extended(resource: &str, extensions: u32) {
 pub(crate) fn lost(resource: &str, loss: &crate::Loss) {
     #[cfg(feature = "tracing")]
     tracing::warn!(resource, %loss, "redlock: guard lost its lock");
+    #[cfg(feature = "metrics")]
+    {
+        let cause = match loss {
+            crate::Loss::ExtendFailed(_) => "extend_failed",
+            crate::Loss::ExtendTooSlow => "extend_too_slow",
+            crate::Loss::Expired => "expired",
+        };
+        metrics::counter!("redlock_guard_losses_total", "cause" => cause).increment(1);
+    }
 }
