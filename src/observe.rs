@@ -81,10 +81,7 @@ impl OpSpan {
                 Ok(_) => "ok",
                 Err(e) => kind(e),
             };
-            metrics::counter!("redlock_operations_total", "op" => self.op, "outcome" => outcome)
-                .increment(1);
-            metrics::histogram!("redlock_operation_seconds", "op" => self.op)
-                .record(self.started.elapsed().as_secs_f64());
+            meter::operation(self.op, outcome, self.started.elapsed().as_secs_f64());
         }
         #[cfg(feature = "tracing")]
         {
@@ -144,7 +141,7 @@ pub(crate) fn reconnect(addr: &crate::config::NodeAddr, connects: u64) {
     }
     #[cfg(feature = "metrics")]
     if connects > 1 {
-        metrics::counter!("redlock_reconnects_total").increment(1);
+        meter::count(&meter::RECONNECTS);
     }
 }
 
@@ -154,7 +151,7 @@ pub(crate) fn script_fallback() {
     #[cfg(feature = "tracing")]
     tracing::debug!("redlock: script missing on the server; sent again with its body");
     #[cfg(feature = "metrics")]
-    metrics::counter!("redlock_script_fallbacks_total").increment(1);
+    meter::count(&meter::FALLBACKS);
 }
 
 /// A guard extended its lock.
@@ -164,7 +161,7 @@ pub(crate) fn extended(resource: &str, extensions: u32) {
     #[cfg(feature = "tracing")]
     tracing::debug!(resource, extensions, "redlock: guard extended its lock");
     #[cfg(feature = "metrics")]
-    metrics::counter!("redlock_guard_extensions_total").increment(1);
+    meter::count(&meter::EXTENSIONS);
 }
 
 /// A guard's lock was lost.
@@ -180,6 +177,95 @@ pub(crate) fn lost(resource: &str, loss: &crate::Loss) {
             crate::Loss::ExtendTooSlow => "extend_too_slow",
             crate::Loss::Expired => "expired",
         };
-        metrics::counter!("redlock_guard_losses_total", "cause" => cause).increment(1);
+        meter::loss(cause);
+    }
+}
+
+/// The metrics, with keys built at compile time: recording one allocates nothing, whether a
+/// recorder is installed or not.
+#[cfg(feature = "metrics")]
+mod meter {
+    use metrics::{Key, Label, Level, Metadata};
+
+    static METADATA: Metadata<'static> =
+        Metadata::new("redlock_mux", Level::INFO, Some(module_path!()));
+
+    pub(super) static RECONNECTS: Key = Key::from_static_name("redlock_reconnects_total");
+    pub(super) static FALLBACKS: Key = Key::from_static_name("redlock_script_fallbacks_total");
+    pub(super) static EXTENSIONS: Key = Key::from_static_name("redlock_guard_extensions_total");
+
+    const OPS: [&str; 4] = ["acquire", "release", "extend", "inspect"];
+    const OUTCOMES: [&str; 8] = [
+        "ok",
+        "conflict",
+        "no_quorum",
+        "validity_spent",
+        "not_held",
+        "expired",
+        "config",
+        "aborted",
+    ];
+
+    const fn pair(op: usize, outcome: usize) -> [Label; 2] {
+        [
+            Label::from_static_parts("op", OPS[op]),
+            Label::from_static_parts("outcome", OUTCOMES[outcome]),
+        ]
+    }
+
+    const fn row(op: usize) -> [[Label; 2]; 8] {
+        [
+            pair(op, 0),
+            pair(op, 1),
+            pair(op, 2),
+            pair(op, 3),
+            pair(op, 4),
+            pair(op, 5),
+            pair(op, 6),
+            pair(op, 7),
+        ]
+    }
+
+    static OP_OUTCOME: [[[Label; 2]; 8]; 4] = [row(0), row(1), row(2), row(3)];
+    static OP_ONLY: [[Label; 1]; 4] = [
+        [Label::from_static_parts("op", OPS[0])],
+        [Label::from_static_parts("op", OPS[1])],
+        [Label::from_static_parts("op", OPS[2])],
+        [Label::from_static_parts("op", OPS[3])],
+    ];
+    static CAUSES: [[Label; 1]; 3] = [
+        [Label::from_static_parts("cause", "extend_failed")],
+        [Label::from_static_parts("cause", "extend_too_slow")],
+        [Label::from_static_parts("cause", "expired")],
+    ];
+
+    pub(super) fn count(key: &Key) {
+        metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+    }
+
+    pub(super) fn operation(op: &str, outcome: &str, seconds: f64) {
+        let (Some(o), Some(r)) = (
+            OPS.iter().position(|x| *x == op),
+            OUTCOMES.iter().position(|x| *x == outcome),
+        ) else {
+            return;
+        };
+        let counter = Key::from_static_parts("redlock_operations_total", &OP_OUTCOME[o][r]);
+        let timer = Key::from_static_parts("redlock_operation_seconds", &OP_ONLY[o]);
+        metrics::with_recorder(|rec| {
+            rec.register_counter(&counter, &METADATA).increment(1);
+            rec.register_histogram(&timer, &METADATA).record(seconds);
+        });
+    }
+
+    pub(super) fn loss(cause: &str) {
+        let Some(i) = ["extend_failed", "extend_too_slow", "expired"]
+            .iter()
+            .position(|x| *x == cause)
+        else {
+            return;
+        };
+        let key = Key::from_static_parts("redlock_guard_losses_total", &CAUSES[i]);
+        metrics::with_recorder(|r| r.register_counter(&key, &METADATA).increment(1));
     }
 }
