@@ -65,6 +65,18 @@ impl OpSpan {
         }
     }
 
+    /// Records how an acquisition ended (with the lock's token and fencing token when it
+    /// won) and closes the span.
+    #[inline]
+    pub(crate) fn finish_acquire(self, result: &Result<crate::Lock, crate::error::Error>) {
+        let lock = result.as_ref().ok();
+        self.finish(
+            result,
+            lock.map(crate::Lock::token),
+            lock.and_then(crate::Lock::fencing_token),
+        );
+    }
+
     /// Records how the operation ended (the lock's token for an acquisition) and closes the
     /// span.
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]

@@ -431,12 +431,7 @@ impl Redlock {
     fn acquire(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
         let span = OpSpan::new("acquire", names.first().map_or("", Name::as_str));
         let result = self.acquire_rounds(names, ttl);
-        let lock = result.as_ref().ok();
-        span.finish(
-            &result,
-            lock.map(Lock::token),
-            lock.and_then(Lock::fencing_token),
-        );
+        span.finish_acquire(&result);
         result
     }
 

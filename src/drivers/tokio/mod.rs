@@ -166,12 +166,7 @@ impl AsyncRedlock {
     async fn acquire(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
         let span = OpSpan::new("acquire", names.first().map_or("", Name::as_str));
         let result = self.acquire_rounds(names, ttl).await;
-        let lock = result.as_ref().ok();
-        span.finish(
-            &result,
-            lock.map(Lock::token),
-            lock.and_then(Lock::fencing_token),
-        );
+        span.finish_acquire(&result);
         result
     }
 
