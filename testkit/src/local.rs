@@ -18,7 +18,7 @@
 //! ```
 
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -163,7 +163,10 @@ impl LocalServer {
                     self.port
                 )));
             }
-            if ping(self.addr()) {
+            // Asked through this server's own Unix socket, not its port: a port found free a
+            // moment ago may since have been taken by another test's server, which would
+            // answer a PING on the port while this one exits for want of it.
+            if ping_unix(&self.unix_path()) {
                 self.child = Some(child);
                 self.paused = false;
                 return Ok(());
@@ -276,8 +279,8 @@ impl Drop for LocalServer {
 
 /// Whether a server answers `PING` on `addr` within a short time (`-NOAUTH` counts: the
 /// server is up, it only wants a password).
-fn ping(addr: SocketAddr) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+fn ping_unix(path: &std::path::Path) -> bool {
+    let Ok(mut s) = std::os::unix::net::UnixStream::connect(path) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
