@@ -9,7 +9,7 @@
 //!
 //! Two clients, one engine:
 //! - [`Redlock`] blocks the calling thread, on mio and no runtime; threads share one and are
-//!   pipelined.
+//!   pipelined, and [`BlockingGuard`] keeps a lock alive from a helper thread.
 //! - `AsyncRedlock` (feature `tokio`, on by default) is for async code; its tasks are
 //!   pipelined through one driver task, and `LockGuard` keeps a lock alive in the background.
 //!

@@ -112,16 +112,6 @@ impl Command<'_> {
             OpKind::Release | OpKind::Fence | OpKind::Get | OpKind::Pttl => &b""[..],
         };
         let token = self.token.as_bytes();
-        if let OpKind::Get | OpKind::Pttl = self.kind {
-            let verb: &[u8] = if self.kind == OpKind::Get {
-                b"GET"
-            } else {
-                b"PTTL"
-            };
-            let key = self.resources.first().map_or(&b""[..], Name::as_bytes);
-            resp::encode_command(dst, &[verb, key]);
-            return;
-        }
         let plain_set =
             self.kind == OpKind::Acquire && self.counter.is_none() && self.resources.len() == 1;
         if plain_set {
@@ -133,8 +123,17 @@ impl Command<'_> {
             OpKind::Acquire => (script::ACQUIRE, script::ACQUIRE_SHA1, script::FUNCTIONS[0]),
             OpKind::Release => (script::RELEASE, script::RELEASE_SHA1, script::FUNCTIONS[1]),
             OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1, script::FUNCTIONS[2]),
-            OpKind::Fence | OpKind::Get | OpKind::Pttl => {
-                (script::FENCE, script::FENCE_SHA1, script::FUNCTIONS[3])
+            OpKind::Fence => (script::FENCE, script::FENCE_SHA1, script::FUNCTIONS[3]),
+            // Reads: plain commands, no script.
+            OpKind::Get | OpKind::Pttl => {
+                let verb: &[u8] = if self.kind == OpKind::Get {
+                    b"GET"
+                } else {
+                    b"PTTL"
+                };
+                let key = self.resources.first().map_or(&b""[..], Name::as_bytes);
+                resp::encode_command(dst, &[verb, key]);
+                return;
             }
         };
         let (verb, body): (&[u8], &[u8]) = match form {

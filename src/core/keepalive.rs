@@ -148,6 +148,13 @@ pub(crate) struct Plan {
     pub(crate) step: Step,
 }
 
+/// The latest moment loss of `lock` may be reported: its validity's end less [`loss_margin`].
+pub(crate) fn loss_deadline(lock: &Lock) -> Instant {
+    lock.valid_until
+        .checked_sub(loss_margin(lock.ttl))
+        .unwrap_or(lock.valid_until)
+}
+
 /// The plan for `lock` under `policy`, for a guard started at `started` that has extended
 /// `extensions` times. An extension starts early enough (the policy's threshold, or the node
 /// timeout plus the margin if that is more) for a round of the whole node timeout to end by
@@ -160,10 +167,7 @@ pub(crate) fn plan(
     node_timeout: Duration,
 ) -> Plan {
     let margin = loss_margin(lock.ttl);
-    let deadline = lock
-        .valid_until
-        .checked_sub(margin)
-        .unwrap_or(lock.valid_until);
+    let deadline = loss_deadline(lock);
     let limit_reached = policy.max_extensions.is_some_and(|max| extensions >= max)
         || policy.max_hold.is_some_and(|max| started.elapsed() >= max);
     if limit_reached {

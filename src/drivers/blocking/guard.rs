@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use super::{Redlock, Shared};
-use crate::core::keepalive::{self, loss_margin, KeepAlive, Loss, Step};
+use crate::core::keepalive::{self, KeepAlive, Loss, Step};
 use crate::error::Error;
 use crate::lock::Lock;
 
@@ -40,10 +40,7 @@ impl Kept {
 
     /// The latest moment loss may be reported for the lock as it is now.
     fn deadline(&self) -> Instant {
-        let lock = self.snapshot();
-        lock.valid_until
-            .checked_sub(loss_margin(lock.ttl))
-            .unwrap_or(lock.valid_until)
+        keepalive::loss_deadline(&self.snapshot())
     }
 
     fn report(&self, loss: Loss) {
@@ -171,7 +168,7 @@ impl Keeper {
 /// # When loss is reported
 /// [`is_lost`](BlockingGuard::is_lost) turns true, and [`wait_lost`](BlockingGuard::wait_lost)
 /// returns, as soon as an extension fails, and in any case no later than the lock's validity
-/// end less [`loss_margin`] of the ttl: an extension not confirmed by then counts as lost
+/// end less [`loss_margin`](crate::loss_margin) of the ttl: an extension not confirmed by then counts as lost
 /// ([`Loss::ExtendTooSlow`]), and so does a limit reached ([`Loss::Expired`], at that same
 /// deadline). Loss is derived from the clock as well as reported by the keeper, so it is
 /// known by the deadline even while the keeper thread is busy with another guard's round.
