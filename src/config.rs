@@ -369,6 +369,8 @@ pub struct Config {
     pub(crate) fencing: Option<Box<[u8]>>,
     /// How releases and extensions are sent.
     pub(crate) scripts: Scripts,
+    /// Whether waiters are woken by the servers' invalidation pushes (RESP3 tracking).
+    pub(crate) wakeups: bool,
     /// The TLS client settings, when some node is `rediss://`.
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<std::sync::Arc<crate::drivers::tls::TlsSetup>>,
@@ -428,6 +430,12 @@ impl Config {
     /// Whether a round ends as soon as its outcome is certain.
     pub fn fail_fast(&self) -> bool {
         self.fail_fast
+    }
+
+    /// Whether waiting for a held resource is woken by the servers (see
+    /// [`Builder::wakeups`]).
+    pub fn wakeups(&self) -> bool {
+        self.wakeups
     }
 
     /// When the rounds of lock, unlock and extend end, by the fail-fast option.
@@ -521,6 +529,7 @@ struct Options {
     fencing: bool,
     fencing_key: String,
     scripts: Scripts,
+    wakeups: bool,
     #[cfg(feature = "tls")]
     tls: crate::drivers::tls::TlsOptions,
     #[cfg(feature = "fault-injection")]
@@ -553,6 +562,7 @@ impl<C> fmt::Debug for Builder<C> {
             .field("fencing", &self.opts.fencing)
             .field("fencing_key", &self.opts.fencing_key)
             .field("scripts", &self.opts.scripts)
+            .field("wakeups", &self.opts.wakeups)
             .finish()
     }
 }
@@ -571,6 +581,7 @@ impl<C> Default for Builder<C> {
                 fencing: false,
                 fencing_key: DEFAULT_FENCING_KEY.to_string(),
                 scripts: Scripts::Auto,
+                wakeups: true,
                 #[cfg(feature = "tls")]
                 tls: Default::default(),
                 #[cfg(feature = "fault-injection")]
@@ -663,6 +674,27 @@ impl<C> Builder<C> {
     /// native commands where it has them and Lua scripts elsewhere.
     pub fn scripts(mut self, scripts: Scripts) -> Self {
         self.opts.scripts = scripts;
+        self
+    }
+
+    /// Whether `lock` waits for a held resource by being told (the default) rather than by
+    /// sleeping out the retry delay.
+    ///
+    /// On: every connection asks its server for RESP3 and client-side tracking (`HELLO 3`,
+    /// `CLIENT TRACKING ON`). After a try refused because the resource is held, the waiter
+    /// reads the key's `PTTL` on every node, which makes the servers that track note it, and
+    /// then waits for the first of: an invalidation pushed by any master (the key was deleted,
+    /// changed or expired there), a dropped connection, the moment the `PTTL`s say a quorum of
+    /// keys will have expired, and the usual random retry delay. A push is only a hint: the lock
+    /// is still granted by a quorum of `SET NX` alone, and a push that is lost or late costs at
+    /// most the timer. Nodes whose server has no RESP3 or tracking (Redis before 6, or an ACL
+    /// that denies `HELLO` or `CLIENT`) take no part in the pushes, and only their `PTTL`
+    /// counts. An uncontended `lock` sends nothing more.
+    ///
+    /// Off: the waiter sleeps the random retry delay between tries, as classic Redlock
+    /// clients do, and connections stay on RESP2.
+    pub fn wakeups(mut self, on: bool) -> Self {
+        self.opts.wakeups = on;
         self
     }
 
@@ -777,6 +809,7 @@ impl<C> Builder<C> {
                 .fencing
                 .then(|| self.opts.fencing_key.as_bytes().into()),
             scripts: self.opts.scripts,
+            wakeups: self.opts.wakeups,
             #[cfg(feature = "tls")]
             tls,
             #[cfg(feature = "fault-injection")]

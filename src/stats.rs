@@ -34,6 +34,9 @@ pub struct NodeStats {
     pub late_replies: u64,
     /// `EVALSHA`s answered `NOSCRIPT` and sent again as `EVAL`.
     pub noscript_fallbacks: u64,
+    /// Keys whose invalidation the node pushed (wake-ups; an invalidation of every key counts
+    /// one).
+    pub invalidations: u64,
     /// Bytes of buffer the node's connection holds now (read and write buffers).
     pub buffered_bytes: usize,
 }

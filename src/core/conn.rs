@@ -66,10 +66,18 @@ enum Owner<T> {
     /// A login command (`AUTH`, `SELECT`) sent when the connection opened: an error reply
     /// fails the connection.
     Handshake,
-    /// `HELLO` without a protocol version: the server says what it is (name and version),
-    /// which tells whether it has native compare-and-delete commands. An error (a server
-    /// older than `HELLO`) leaves it unknown.
-    Hello,
+    /// `HELLO` (without a protocol version, or `HELLO 3` when wake-ups are on): the server
+    /// says what it is (name and version), which tells whether it has native
+    /// compare-and-delete commands. An error (a server older than `HELLO`, an ACL that denies
+    /// it) leaves it unknown, and the connection on RESP2.
+    Hello {
+        /// It asked for RESP3: a reply that is not an error switches the connection to it,
+        /// and `CLIENT TRACKING ON` follows.
+        resp3: bool,
+    },
+    /// `CLIENT TRACKING ON`, sent once the server has agreed to RESP3: `+OK` means its
+    /// invalidation pushes will come on this connection.
+    Tracking,
     /// A `SCRIPT LOAD` sent so that `EVALSHA` finds the scripts: an error reply is ignored
     /// (the `EVAL` fallback covers a script that is missing).
     Preload,
@@ -231,6 +239,45 @@ pub(crate) struct Conn<T> {
     load_error: Option<String>,
     /// `NOSCRIPT`s answered with the `EVAL` form, over the connection's whole life.
     noscript_fallbacks: u64,
+    /// The server speaks RESP3 on this connection and pushes invalidations of the keys it
+    /// reads (client-side tracking is on).
+    tracking: bool,
+    /// Invalidations pushed since the engine last took them.
+    invalidated: Vec<Invalidated>,
+}
+
+/// What an invalidation push from a tracking server says changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Invalidated {
+    /// This key was written, deleted or expired.
+    Key(bytes::Bytes),
+    /// Every key may have changed (the server flushed its data, or more was pushed than the
+    /// connection keeps).
+    All,
+}
+
+/// Invalidations a connection keeps between two looks by the engine; past this they collapse
+/// into [`Invalidated::All`], so a server that pushes without end costs a bounded buffer.
+const MAX_INVALIDATED: usize = 64;
+
+/// The keys an invalidation push names: `Some(keys)` for `>2 invalidate [keys]`, `Some(None)`
+/// for the flush form (`>2 invalidate _`), `None` for any other push.
+fn invalidation(push: &[Frame]) -> Option<Option<&[Frame]>> {
+    let (kind, keys) = match push {
+        [kind, keys] => (kind, keys),
+        _ => return None,
+    };
+    let is_invalidate = match kind {
+        Frame::Bulk(b) | Frame::Simple(b) => b.eq_ignore_ascii_case(b"invalidate"),
+        _ => false,
+    };
+    if !is_invalidate {
+        return None;
+    }
+    match keys {
+        Frame::Array(keys) | Frame::Set(keys) => Some(Some(keys)),
+        _ => Some(None),
+    }
 }
 
 impl<T> Conn<T> {
@@ -251,6 +298,49 @@ impl<T> Conn<T> {
             may_switch: false,
             load_error: None,
             noscript_fallbacks: 0,
+            tracking: false,
+            invalidated: Vec::new(),
+        }
+    }
+
+    /// Whether the server pushes invalidations of the keys read on this connection.
+    pub(crate) fn tracking(&self) -> bool {
+        self.tracking
+    }
+
+    /// Invalidations pushed since the last call (none, usually: no allocation then).
+    pub(crate) fn take_invalidated(&mut self) -> Option<Vec<Invalidated>> {
+        if self.invalidated.is_empty() {
+            None
+        } else {
+            Some(std::mem::take(&mut self.invalidated))
+        }
+    }
+
+    /// Keeps what an invalidation push says, within [`MAX_INVALIDATED`].
+    fn note_push(&mut self, push: &[Frame]) {
+        let Some(keys) = invalidation(push) else {
+            // Not an invalidation (no other push is subscribed to): ignored.
+            return;
+        };
+        let full = |v: &Vec<Invalidated>| v.len() >= MAX_INVALIDATED || v.last() == Some(&Invalidated::All);
+        match keys {
+            Some(keys) => {
+                for key in keys {
+                    if full(&self.invalidated) {
+                        self.invalidated.clear();
+                        self.invalidated.push(Invalidated::All);
+                        return;
+                    }
+                    if let Frame::Bulk(k) | Frame::Simple(k) = key {
+                        self.invalidated.push(Invalidated::Key(k.clone()));
+                    }
+                }
+            }
+            None => {
+                self.invalidated.clear();
+                self.invalidated.push(Invalidated::All);
+            }
         }
     }
 
@@ -264,9 +354,12 @@ impl<T> Conn<T> {
         self.inb.capacity() + self.out.capacity() + self.scripted.capacity()
     }
 
-    /// Starts a fresh connection: clears all state and queues the login commands.
-    pub(crate) fn opened(&mut self, addr: &NodeAddr, scripts: Scripts) {
-        let hello = matches!(scripts, Scripts::Auto | Scripts::Native);
+    /// Starts a fresh connection: clears all state and queues the login commands (and, with
+    /// `wakeups`, the request for RESP3 and tracking).
+    pub(crate) fn opened(&mut self, addr: &NodeAddr, scripts: Scripts, wakeups: bool) {
+        let hello = wakeups || matches!(scripts, Scripts::Auto | Scripts::Native);
+        self.tracking = false;
+        self.invalidated.clear();
         self.functions = scripts == Scripts::Function;
         self.may_switch = scripts == Scripts::Auto;
         self.load_error = None;
@@ -288,9 +381,12 @@ impl<T> Conn<T> {
             let mut db = resp::IntBuf::new();
             self.queue_handshake(&[b"SELECT", db.format(i64::from(addr.db))]);
         }
-        if hello {
+        if wakeups {
+            encode_command(&mut self.out, &[b"HELLO", b"3"]);
+            self.owed.push_back(Owner::Hello { resp3: true });
+        } else if hello {
             encode_command(&mut self.out, &[b"HELLO"]);
-            self.owed.push_back(Owner::Hello);
+            self.owed.push_back(Owner::Hello { resp3: false });
         }
         self.reload_scripts();
     }
@@ -402,8 +498,10 @@ impl<T> Conn<T> {
                 Ok(None) => return Ok(None),
                 Err(e) => return Err(ConnError::Protocol(e.kind())),
             };
-            if matches!(frame, Frame::Push(_)) {
-                // Out-of-band (RESP3 push): not an answer to anything.
+            if let Frame::Push(items) = &frame {
+                // Out-of-band (RESP3 push): not an answer to anything, and never taken for
+                // one. An invalidation is kept for the engine.
+                self.note_push(items);
                 continue;
             }
             let owner = self.owed.pop_front().ok_or(ConnError::Unsolicited)?;
@@ -427,9 +525,26 @@ impl<T> Conn<T> {
                     }
                     continue;
                 }
-                Owner::Hello => {
+                Owner::Hello { resp3 } => {
                     self.native = Native::of_hello(&frame);
                     self.identified = true;
+                    let refused = matches!(
+                        frame.without_attributes(),
+                        Frame::Error(_) | Frame::BulkError(_)
+                    );
+                    if resp3 && !refused {
+                        // Only now: on a connection still in RESP2, the server would send
+                        // invalidations as ordinary arrays, which no FIFO could tell from
+                        // replies. Queued after the commands already written, so a read sent
+                        // before the reply to this counts as untracked (it costs a wake-up,
+                        // never a wrong reply).
+                        encode_command(&mut self.out, &[b"CLIENT", b"TRACKING", b"ON"]);
+                        self.owed.push_back(Owner::Tracking);
+                    }
+                    continue;
+                }
+                Owner::Tracking => {
+                    self.tracking = matches!(frame.without_attributes(), Frame::Simple(s) if s.as_ref() == b"OK");
                     continue;
                 }
                 Owner::Op(tag, at, fallback, on_noscript) => {
@@ -494,6 +609,8 @@ impl<T> Conn<T> {
         self.inb.clear();
         self.scripted.clear();
         self.decoder.reset();
+        self.tracking = false;
+        self.invalidated.clear();
         self.retry_at = Some(crate::core::time::later(now, self.backoff));
         self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
         self.owed.drain(..).filter_map(|o| match o {
@@ -557,7 +674,7 @@ mod tests {
 
     /// A connection opened with no login, its script preloads already answered.
     fn open(c: &mut Conn<u64>) {
-        c.opened(&addr("127.0.0.1:1"), Scripts::Eval);
+        c.opened(&addr("127.0.0.1:1"), Scripts::Eval, false);
         feed(c, &b"$3\r\nsha\r\n".repeat(crate::core::script::ALL.len()));
     }
 
@@ -577,10 +694,125 @@ mod tests {
         assert_eq!(c.next_reply(), Err(ConnError::Unsolicited));
     }
 
+    /// RESP3 pushes between replies, fed split at every byte: every reply goes to its own
+    /// operation in order, no push is ever taken for a reply, and every invalidation is kept.
+    #[test]
+    fn pushes_interleaved_between_replies_are_never_taken_for_replies_at_any_split() {
+        let push_a = &b">2\r\n$10\r\ninvalidate\r\n*1\r\n$4\r\nres1\r\n"[..];
+        let push_flush = &b">2\r\n$10\r\ninvalidate\r\n_\r\n"[..];
+        let push_other = &b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n"[..];
+        let push_two = &b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\nb\r\n+c\r\n"[..];
+        let key = |k: &str| Invalidated::Key(bytes::Bytes::copy_from_slice(k.as_bytes()));
+        let stream = |flush: &[u8]| -> Vec<u8> {
+            [
+                push_a,
+                b"+OK\r\n",
+                push_other,
+                push_two,
+                b"_\r\n",
+                b":-2\r\n",
+                flush,
+                b"%1\r\n+k\r\n:1\r\n",
+                push_a,
+            ]
+            .concat()
+        };
+        for flush in [&b""[..], push_flush] {
+            let stream = stream(flush);
+            for split in 0..=stream.len() {
+                let mut c: Conn<u64> = Conn::new(MAX_OWED);
+                open(&mut c);
+                for tag in 1..=4 {
+                    c.queue(tag, Instant::now(), |b| b.put_slice(b"x"), OnNoscript::Report)
+                        .unwrap();
+                }
+                let mut replies = Vec::new();
+                let mut pushed = Vec::new();
+                for part in [&stream[..split], &stream[split..]] {
+                    feed(&mut c, part);
+                    while let Some((tag, frame)) = c.next_reply().unwrap() {
+                        replies.push((tag, frame));
+                    }
+                    pushed.extend(c.take_invalidated().unwrap_or_default());
+                }
+                let tags: Vec<u64> = replies.iter().map(|(t, _)| *t).collect();
+                assert_eq!(tags, [1, 2, 3, 4], "split at {split}");
+                assert_eq!(replies[0].1, Frame::Simple("OK".into()), "split at {split}");
+                assert_eq!(replies[1].1, Frame::Null, "split at {split}");
+                assert_eq!(replies[2].1, Frame::Integer(-2), "split at {split}");
+                assert!(matches!(replies[3].1, Frame::Map(_)), "split at {split}");
+                if flush.is_empty() {
+                    assert_eq!(
+                        pushed,
+                        [key("res1"), key("b"), key("c"), key("res1")],
+                        "split at {split}"
+                    );
+                } else {
+                    // A flush says everything changed: what comes beside it in the same look
+                    // is folded into it; nothing is lost.
+                    assert!(pushed.contains(&Invalidated::All), "split at {split}");
+                }
+                assert!(c.next_reply().unwrap().is_none());
+            }
+        }
+    }
+
+    /// A flood of invalidations costs a bounded list: it collapses into `All`.
+    #[test]
+    fn a_flood_of_pushes_collapses_into_one_invalidation_of_everything() {
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        open(&mut c);
+        let one = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n";
+        feed(&mut c, &one.repeat(10_000));
+        assert!(c.next_reply().unwrap().is_none());
+        assert_eq!(c.take_invalidated(), Some(vec![Invalidated::All]));
+        assert_eq!(c.take_invalidated(), None);
+    }
+
+    /// With wake-ups on, the connection asks for RESP3, and turns tracking on only once the
+    /// server has agreed (a RESP2 connection could not tell a push from a reply); a server
+    /// that refuses `HELLO 3` leaves the connection without tracking, and working.
+    #[test]
+    fn tracking_is_asked_for_only_after_the_server_agrees_to_resp3() {
+        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+        assert!(c.out.starts_with(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"));
+        assert!(!contains(&c.out, b"TRACKING"));
+        c.out.clear();
+        feed(&mut c, b"%2\r\n+server\r\n+redis\r\n+version\r\n+7.0.15\r\n");
+        assert!(c.next_reply().unwrap().is_none());
+        assert!(contains(&c.out, b"$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$2\r\nON\r\n"));
+        assert!(!c.tracking());
+        c.queue(5, Instant::now(), |b| b.put_slice(b"x"), OnNoscript::Report)
+            .unwrap();
+        let mut replies = b"$3\r\nsha\r\n".repeat(crate::core::script::ALL.len());
+        replies.extend(b"+OK\r\n:7\r\n");
+        feed(&mut c, &replies);
+        assert_eq!(c.next_reply().unwrap(), Some((5, Frame::Integer(7))));
+        assert!(c.tracking());
+
+        // A server (or ACL) without HELLO: no tracking asked, replies still in step.
+        c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+        c.out.clear();
+        c.queue(6, Instant::now(), |b| b.put_slice(b"x"), OnNoscript::Report)
+            .unwrap();
+        let mut replies = b"-NOPERM this user has no permissions to run the 'hello' command\r\n".to_vec();
+        replies.extend(b"$3\r\nsha\r\n".repeat(crate::core::script::ALL.len()));
+        replies.extend(b":1\r\n");
+        feed(&mut c, &replies);
+        assert_eq!(c.next_reply().unwrap(), Some((6, Frame::Integer(1))));
+        assert!(!c.tracking());
+        assert!(!contains(&c.out, b"TRACKING"));
+    }
+
+    fn contains(hay: &[u8], needle: &[u8]) -> bool {
+        hay.windows(needle.len()).any(|w| w == needle)
+    }
+
     #[test]
     fn handshake_is_sent_first_and_its_errors_fail_the_connection() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
-        c.opened(&addr("redis://u:p@127.0.0.1:1/2"), Scripts::Eval);
+        c.opened(&addr("redis://u:p@127.0.0.1:1/2"), Scripts::Eval, false);
         assert!(c.out.starts_with(
             b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
         ));
@@ -592,7 +824,7 @@ mod tests {
         replies.extend(b":1\r\n");
         feed(&mut c, &replies);
         assert_eq!(c.next_reply().unwrap(), Some((9, Frame::Integer(1))));
-        c.opened(&addr("redis://:bad@127.0.0.1:1"), Scripts::Eval);
+        c.opened(&addr("redis://:bad@127.0.0.1:1"), Scripts::Eval, false);
         feed(&mut c, b"-WRONGPASS invalid password\r\n");
         assert_eq!(
             c.next_reply(),
@@ -732,7 +964,7 @@ mod tests {
         let res = [Name::new("res")];
         let release = command(OpKind::Release, &token, &res);
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
-        c.opened(&addr("127.0.0.1:1"), Scripts::Auto);
+        c.opened(&addr("127.0.0.1:1"), Scripts::Auto, false);
         // HELLO and the script preloads answered (the preloads refused by the ACL).
         let mut replies = b"*0\r\n".to_vec();
         for _ in 0..crate::core::script::ALL.len() {
@@ -779,7 +1011,7 @@ mod tests {
         assert!(!c.out.windows(7).any(|w| w == b"EVALSHA"));
         // Under Eval the refusal is handed over as it is.
         let mut c: Conn<u64> = Conn::new(MAX_OWED);
-        c.opened(&addr("127.0.0.1:1"), Scripts::Eval);
+        c.opened(&addr("127.0.0.1:1"), Scripts::Eval, false);
         feed(
             &mut c,
             &b"$3\r\nsha\r\n".repeat(crate::core::script::ALL.len()),

@@ -41,7 +41,7 @@ use smallvec::SmallVec;
 use crate::config::Scripts;
 use crate::config::{Config, NodeAddr};
 use crate::core::command::{Command, Expect, Extra, Form};
-use crate::core::conn::{stale_after, Conn, CONNECT_TIMEOUT};
+use crate::core::conn::{stale_after, Conn, Invalidated, CONNECT_TIMEOUT};
 use crate::core::conn::{Native, OnNoscript};
 use crate::core::round::{Decision, Round, Until};
 use crate::error::NodeOutcome;
@@ -159,6 +159,32 @@ pub(crate) struct Engine<U> {
     native_wire: BytesMut,
     /// How many nodes are connecting (their connect timeouts are then worth looking at).
     connecting: usize,
+    /// Whether connections ask for RESP3 and tracking (wake-ups).
+    wakeups: bool,
+    /// Waiters for a key to change: (id, key). One-shot: a watch leaves when it fires.
+    watches: Vec<(u64, Box<[u8]>)>,
+    /// Watches that fired, with why, for the driver to tell their waiters.
+    woken: VecDeque<(u64, Wake)>,
+}
+
+/// Why a watch fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A master pushed an invalidation of the key (or of every key).
+    Pushed,
+    /// A connection closed: whatever it tracked can no longer be pushed.
+    Dropped,
+}
+
+impl Wake {
+    /// The cause's name, for events and metrics.
+    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Wake::Pushed => "push",
+            Wake::Dropped => "dropped",
+        }
+    }
 }
 
 impl<U> Engine<U> {
@@ -190,6 +216,9 @@ impl<U> Engine<U> {
             wire: BytesMut::with_capacity(512),
             native_wire: BytesMut::with_capacity(128),
             connecting: 0,
+            wakeups: cfg.wakeups,
+            watches: Vec::new(),
+            woken: VecDeque::new(),
         }
     }
 
@@ -357,7 +386,7 @@ impl<U> Engine<U> {
             }
             node.link = Link::Connecting(now);
             self.connecting += 1;
-            node.conn.opened(&node.addr, self.scripts);
+            node.conn.opened(&node.addr, self.scripts, self.wakeups);
             node.stats.connects += 1;
             crate::observe::reconnect(&node.addr, node.stats.connects);
             self.io.push_back(IoEvent::Connect(i));
@@ -452,13 +481,75 @@ impl<U> Engine<U> {
                     }
                     self.vote_with(tag, i, outcome, extra);
                 }
-                Ok(None) => return,
+                Ok(None) => return self.take_invalidated(i),
                 Err(e) => {
+                    self.take_invalidated(i);
                     self.fail_node(i, &e.outcome(), now, Socket::Held);
                     return;
                 }
             }
         }
+    }
+
+    /// Fires the watches of the keys node `i` pushed invalidations of.
+    fn take_invalidated(&mut self, i: usize) {
+        let Some(pushed) = self.nodes[i].conn.take_invalidated() else {
+            return;
+        };
+        self.nodes[i].stats.invalidations += pushed.len() as u64;
+        for what in pushed {
+            match what {
+                Invalidated::All => self.wake_watches(|_| true, Wake::Pushed),
+                Invalidated::Key(k) => self.wake_watches(|key| key == k.as_ref(), Wake::Pushed),
+            }
+        }
+    }
+
+    /// Fires (and forgets) every watch whose key `matches`.
+    fn wake_watches(&mut self, matches: impl Fn(&[u8]) -> bool, why: Wake) {
+        let woken = &mut self.woken;
+        self.watches.retain(|(id, key)| {
+            if matches(key) {
+                woken.push_back((*id, why));
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Watches `key` for waiter `id` (chosen by the driver, unique among its watches): the
+    /// watch fires once, when a tracking master pushes an invalidation of the key or any
+    /// connection closes, and [`poll_woken`](Engine::poll_woken) then yields `id`. Register it
+    /// before the read that makes the servers track the key, so that no push is missed.
+    pub(crate) fn watch(&mut self, id: u64, key: &[u8]) {
+        self.watches.push((id, key.into()));
+    }
+
+    /// Forgets waiter `id`'s watch, if it has not fired (and a firing not yet polled).
+    pub(crate) fn unwatch(&mut self, id: u64) {
+        self.watches.retain(|(w, _)| *w != id);
+        self.woken.retain(|(w, _)| *w != id);
+    }
+
+    /// Whether any watch waits: the driver must then read idle connections too.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn watching(&self) -> bool {
+        !self.watches.is_empty()
+    }
+
+    /// The next watch that fired, and why.
+    pub(crate) fn poll_woken(&mut self) -> Option<(u64, Wake)> {
+        self.woken.pop_front()
+    }
+
+    /// How many nodes' connections push invalidations now.
+    #[allow(dead_code)]
+    pub(crate) fn tracking(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| n.link == Link::Open && n.conn.tracking())
+            .count()
     }
 
     /// Node `i`'s socket failed or was closed by the peer; it is already gone on the driver's
@@ -616,6 +707,10 @@ impl<U> Engine<U> {
     /// Drops node `i`'s connection after a failure: every round waiting on it gets `outcome`
     /// as the node's vote. A socket the driver still holds is queued for it to drop.
     fn fail_node(&mut self, i: usize, outcome: &NodeOutcome, now: Instant, socket: Socket) {
+        if self.nodes[i].link == Link::Open && !self.watches.is_empty() {
+            // What this connection tracked can no longer be pushed: every waiter looks again.
+            self.wake_watches(|_| true, Wake::Dropped);
+        }
         let node = &mut self.nodes[i];
         if socket == Socket::Held && node.link != Link::Closed {
             self.io.push_back(IoEvent::Close(i));

@@ -30,19 +30,43 @@ struct Sim {
     res: [Name; 1],
     /// What every node answers to `HELLO` (nothing is sent under `Scripts::Eval`).
     hello: &'static [u8],
+    /// Wake-ups on: connections answer `HELLO 3` (`CLIENT TRACKING ON` then follows the
+    /// commands queued before that reply came, and is answered by the test).
+    tracking: bool,
 }
+
+/// A Redis 7.0 `HELLO 3` reply (RESP3).
+const HELLO3_REDIS7: &[u8] = b"%2\r\n+server\r\n+redis\r\n+version\r\n+7.0.15\r\n";
 
 impl Sim {
     fn new(n: usize, fail_fast: bool) -> Sim {
         Sim::with(n, fail_fast, crate::Scripts::Auto, HELLO_REDIS7)
     }
 
+    /// Wake-ups on: connections ask for RESP3 and tracking, and the nodes agree.
+    fn tracking(n: usize) -> Sim {
+        let mut sim = Sim::build(n, true, crate::Scripts::Auto, HELLO3_REDIS7, true);
+        sim.tracking = true;
+        sim
+    }
+
     fn with(n: usize, fail_fast: bool, scripts: crate::Scripts, hello: &'static [u8]) -> Sim {
+        Sim::build(n, fail_fast, scripts, hello, false)
+    }
+
+    fn build(
+        n: usize,
+        fail_fast: bool,
+        scripts: crate::Scripts,
+        hello: &'static [u8],
+        wakeups: bool,
+    ) -> Sim {
         let cfg = Builder::<crate::Redlock>::default()
             .nodes((1..=n).map(|p| format!("127.0.0.1:{p}")))
             .node_timeout(TIMEOUT)
             .fail_fast(fail_fast)
             .scripts(scripts)
+            .wakeups(wakeups)
             .config()
             .unwrap();
         Sim {
@@ -55,6 +79,7 @@ impl Sim {
             } else {
                 hello
             },
+            tracking: false,
         }
     }
 
@@ -551,4 +576,75 @@ fn servers_with_native_commands_get_them_and_others_get_scripts() {
     assert!(
         matches!(round.reports_iter().next(), Some(NodeOutcome::Server(m)) if m.contains("native"))
     );
+}
+
+/// An invalidation push of `key`.
+fn invalidate(key: &str) -> Vec<u8> {
+    format!(">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{key}\r\n", key.len()).into_bytes()
+}
+
+#[test]
+fn a_pushed_invalidation_wakes_the_watches_of_its_key_once_and_never_votes() {
+    let mut sim = Sim::tracking(3);
+    // A round opens the connections; they agree to RESP3 and tracking.
+    sim.submit(OpKind::Pttl, false, 1);
+    sim.io();
+    for i in 0..3 {
+        let sent = sim.sent(i);
+        // Tracking is asked for after the server agreed to RESP3, so after the round's
+        // command, which was queued before that reply came.
+        let at = |what: &[u8]| sent.windows(what.len()).position(|w| w == what);
+        assert!(at(b"TRACKING") > at(b"PTTL"), "node {i}");
+    }
+    assert_eq!(sim.e.tracking(), 0);
+    sim.e.watch(7, b"res");
+    sim.e.watch(8, b"other");
+    // Pushes before, between and after the replies (to the round, then to the tracking
+    // request), on every node: the round takes its reply, the pushes go to the watches.
+    for i in 0..3 {
+        let mut bytes = invalidate("unrelated");
+        bytes.extend(b":1500\r\n");
+        bytes.extend(invalidate("unrelated"));
+        bytes.extend(OK);
+        bytes.extend(invalidate("unrelated"));
+        sim.reply(i, &bytes);
+    }
+    assert_eq!(sim.e.tracking(), 3);
+    let done = sim.completed();
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].round.decision(), crate::core::round::Decision::Won);
+    assert_eq!(sim.e.poll_woken(), None);
+    sim.reply(1, &invalidate("res"));
+    assert_eq!(sim.e.poll_woken(), Some((7, Wake::Pushed)));
+    // One-shot: the same key pushed by another node wakes nobody again.
+    sim.reply(2, &invalidate("res"));
+    assert_eq!(sim.e.poll_woken(), None);
+    assert!(sim.e.watching());
+    // A flush wakes every watch left.
+    sim.reply(0, b">2\r\n$10\r\ninvalidate\r\n_\r\n");
+    assert_eq!(sim.e.poll_woken(), Some((8, Wake::Pushed)));
+    assert!(!sim.e.watching());
+    assert_eq!(sim.e.stats().nodes[1].invalidations, 4);
+}
+
+#[test]
+fn a_dropped_connection_wakes_every_watch_and_unwatch_forgets() {
+    let mut sim = Sim::tracking(3);
+    sim.submit(OpKind::Pttl, false, 1);
+    sim.io();
+    for i in 0..3 {
+        sim.sent(i);
+        sim.reply(i, b":-2\r\n+OK\r\n");
+    }
+    sim.e.watch(1, b"res");
+    sim.e.watch(2, b"res");
+    sim.e.unwatch(2);
+    sim.e.handle_closed(0, NodeOutcome::Io(io::ErrorKind::ConnectionReset), sim.now);
+    assert_eq!(sim.e.poll_woken(), Some((1, Wake::Dropped)));
+    assert_eq!(sim.e.poll_woken(), None);
+    // A fired watch not yet polled is forgotten by unwatch too.
+    sim.e.watch(3, b"res");
+    sim.reply(1, &invalidate("res"));
+    sim.e.unwatch(3);
+    assert_eq!(sim.e.poll_woken(), None);
 }
