@@ -6,14 +6,16 @@
 //! Metrics: `redlock_operations_total{op, outcome}` (op: acquire, release, extend, inspect;
 //! outcome: ok or the error's kind), `redlock_operation_seconds{op}` (a histogram),
 //! `redlock_reconnects_total`, `redlock_script_fallbacks_total`,
-//! `redlock_guard_extensions_total`, `redlock_guard_losses_total{cause}`.
+//! `redlock_guard_extensions_total`, `redlock_guard_losses_total{cause}`,
+//! `redlock_waits_total{cause}` (a waiter of `lock` woken: push, dropped, timer, delay) and
+//! `redlock_wait_seconds` (how long it waited).
 //!
 //! Spans: `redlock.acquire` (one per acquisition round set: plain, fenced or a set), and
 //! `redlock.release`, `redlock.extend`, `redlock.inspect`, each with `resource`, `outcome`
 //! (`ok` or the error's kind), `elapsed_us`, and, when there is one, `token` (its first 8
 //! characters, never the whole token) and `fencing_token`; on failure `nodes` (every node's
 //! outcome). Events: a connection opened again (`reconnect`), a `NOSCRIPT` answered with `EVAL`,
-//! a guard's extension and its loss.
+//! a guard's extension and its loss, a waiter woken (with the cause and how long it waited).
 
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 use std::time::Instant;
@@ -166,6 +168,24 @@ pub(crate) fn script_fallback() {
     meter::count(&meter::FALLBACKS);
 }
 
+/// A waiter of `lock` waited `waited` for a held resource before its next try, ended by
+/// `cause`: `push` (an invalidation pushed by a master), `dropped` (a connection closed),
+/// `timer` (the `PTTL`s' expiry, or the retry delay, with wake-ups on) or `delay` (the retry
+/// delay alone: wake-ups off, or nodes failing rather than refusing).
+#[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(unused_variables))]
+#[inline]
+pub(crate) fn waited(resource: &str, cause: &'static str, waited: std::time::Duration) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        resource,
+        cause,
+        waited_us = waited.as_micros() as u64,
+        "redlock: waiter woken"
+    );
+    #[cfg(feature = "metrics")]
+    meter::wait(cause, waited.as_secs_f64());
+}
+
 /// A guard extended its lock.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 #[inline]
@@ -267,6 +287,26 @@ mod meter {
         metrics::with_recorder(|rec| {
             rec.register_counter(&counter, &METADATA).increment(1);
             rec.register_histogram(&timer, &METADATA).record(seconds);
+        });
+    }
+
+    const WAKES: [&str; 4] = ["push", "dropped", "timer", "delay"];
+    static WAKE_CAUSES: [[Label; 1]; 4] = [
+        [Label::from_static_parts("cause", WAKES[0])],
+        [Label::from_static_parts("cause", WAKES[1])],
+        [Label::from_static_parts("cause", WAKES[2])],
+        [Label::from_static_parts("cause", WAKES[3])],
+    ];
+    static WAIT_SECONDS: Key = Key::from_static_name("redlock_wait_seconds");
+
+    pub(super) fn wait(cause: &str, seconds: f64) {
+        let Some(i) = WAKES.iter().position(|x| *x == cause) else {
+            return;
+        };
+        let key = Key::from_static_parts("redlock_waits_total", &WAKE_CAUSES[i]);
+        metrics::with_recorder(|r| {
+            r.register_counter(&key, &METADATA).increment(1);
+            r.register_histogram(&WAIT_SECONDS, &METADATA).record(seconds);
         });
     }
 

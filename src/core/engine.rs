@@ -538,6 +538,11 @@ impl<U> Engine<U> {
         !self.watches.is_empty()
     }
 
+    /// Whether some watch has fired and not been polled.
+    pub(crate) fn has_woken(&self) -> bool {
+        !self.woken.is_empty()
+    }
+
     /// The next watch that fired, and why.
     pub(crate) fn poll_woken(&mut self) -> Option<(u64, Wake)> {
         self.woken.pop_front()

@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 
 use crate::config::Config;
-use crate::core::command::{Command, OpKind};
+use smallvec::SmallVec;
+
+use crate::core::command::{Command, Extra, OpKind};
 use crate::core::round::{Decision, Round, Until};
 use crate::core::rules::{drift, validity_after};
 use crate::error::{ConfigError, Error, NodeOutcome};
-use crate::lock::{Lock, Names};
+use crate::lock::{Lock, Name, Names};
 use crate::Token;
 
 /// Checks a ttl given to an acquisition or an extension: its whole milliseconds (rounded
@@ -282,12 +284,16 @@ fn not_confirmed(cfg: &Config, round: &Round, expired: bool) -> Error {
     }
 }
 
-/// The retry policy of `lock`: which errors are worth another round, how many rounds, and the
-/// random delay between them.
+/// The retry policy of `lock`: which errors are worth another round, how many rounds (or
+/// until when), and how long to wait between them.
 #[derive(Debug)]
 pub(crate) struct Retry {
-    left: u32,
+    /// Tries left; `None`: as many as fit before `deadline`.
+    left: Option<u32>,
     delay: Duration,
+    /// `lock_within`: no try starts after this.
+    deadline: Option<Instant>,
+    wakeups: bool,
 }
 
 /// What to do after a failed round.
@@ -297,35 +303,126 @@ pub(crate) enum Next {
     Fail(Error),
     /// Wait this long, then try again.
     Wait(Duration),
+    /// The resource is held: watch `key` (register the watch, then read its `PTTL` on every
+    /// node with [`watch_command`]), and try again when a push or a dropped connection wakes
+    /// the waiter (after [`wake_jitter`]), or after [`Retry::timer`], whichever comes first.
+    Watch {
+        /// The resource a node found held.
+        key: Name,
+        /// The longest the wait may be (the retry delay, or what is left of `lock_within`).
+        wait: Duration,
+    },
+}
+
+/// The most a woken waiter waits before its next try, at random: waiters woken by the same
+/// push do not all send their `SET NX` in the same instant.
+pub(crate) const WAKE_JITTER: Duration = Duration::from_micros(500);
+
+/// A random pause in `0..=WAKE_JITTER`, taken after a wake-up.
+pub(crate) fn wake_jitter() -> Duration {
+    let us = WAKE_JITTER.as_micros() as u64;
+    Duration::from_micros(rand::rng().random_range(0..=us))
+}
+
+/// The read that makes the tracking servers note `key` (and tells when it expires): `PTTL` on
+/// every node, in a round that waits for all of them.
+pub(crate) fn watch_command<'a>(key: &'a [Name], token: &'a Token) -> (Command<'a>, Until) {
+    let cmd = Command {
+        kind: OpKind::Pttl,
+        resources: key,
+        token,
+        ttl_ms: 0,
+        counter: None,
+        fence_value: 0,
+    };
+    (cmd, Until::AllIn)
 }
 
 impl Retry {
+    /// `lock`'s policy: the configured tries, each wait the random retry delay at most.
     pub(crate) fn new(cfg: &Config) -> Retry {
         Retry {
-            left: cfg.tries,
+            left: Some(cfg.tries),
             delay: cfg.retry_delay,
+            deadline: None,
+            wakeups: cfg.wakeups,
         }
     }
 
-    /// After a round that ended with `err`: retry (after a delay uniform in
-    /// [delay/2, delay], which keeps competing clients from retrying in step), or give up.
-    pub(crate) fn after(&mut self, err: Error) -> Next {
-        self.left = self.left.saturating_sub(1);
+    /// `lock_within`'s policy: tries until `max_wait` after `now`, the last at that deadline
+    /// at the latest, each wait as `lock`'s but never past the deadline.
+    pub(crate) fn within(cfg: &Config, max_wait: Duration, now: Instant) -> Retry {
+        Retry {
+            left: None,
+            delay: cfg.retry_delay,
+            deadline: Some(crate::core::time::later(now, max_wait)),
+            wakeups: cfg.wakeups,
+        }
+    }
+
+    /// After a try of `names` that ended with `err` at `now`: give up, or wait (watching the
+    /// held resource when wake-ups are on), then try again. Waits are uniform in
+    /// [delay/2, delay] (which keeps competing clients from retrying in step), cut short at
+    /// the deadline of `lock_within`.
+    pub(crate) fn after(&mut self, err: Error, names: &[Name], now: Instant) -> Next {
         let retriable = matches!(
             err,
             Error::Conflict { .. } | Error::NoQuorum { .. } | Error::ValiditySpent { .. }
         );
-        if !retriable || self.left == 0 {
+        if let Some(left) = self.left.as_mut() {
+            *left = left.saturating_sub(1);
+        }
+        let out_of_time = self.deadline.is_some_and(|d| now >= d);
+        if !retriable || self.left == Some(0) || out_of_time {
             return Next::Fail(err);
         }
         let hi = self.delay;
         let lo = hi / 2;
-        let wait = if hi > lo {
+        let mut wait = if hi > lo {
             rand::rng().random_range(lo..=hi)
         } else {
             hi
         };
-        Next::Wait(wait)
+        if let Some(deadline) = self.deadline {
+            wait = wait.min(deadline.saturating_duration_since(now));
+        }
+        match err {
+            Error::Conflict { held, .. } if self.wakeups => {
+                let key = held
+                    .as_deref()
+                    .map(Name::new)
+                    .or_else(|| names.first().cloned());
+                match key {
+                    Some(key) => Next::Watch { key, wait },
+                    None => Next::Wait(wait),
+                }
+            }
+            _ => Next::Wait(wait),
+        }
+    }
+
+    /// How long a watcher waits at most, from the end of its `PTTL` round: `wait` (what
+    /// [`after`](Retry::after) allowed), or less if the nodes' `PTTL`s say a quorum of them
+    /// will have let the key go sooner (by expiry, whose push may come late or never; a key
+    /// already gone on a quorum means at once).
+    pub(crate) fn timer(cfg: &Config, pttl: &Round, wait: Duration) -> Duration {
+        // When each node's key will be gone: known for a node that answered with a ttl or
+        // that it has no key; unknown for a key without expiry or a node that did not answer.
+        let mut free_in: SmallVec<[Duration; 8]> = (0..pttl.len())
+            .filter_map(|i| match pttl.read(i) {
+                Some(Extra::Number(-2)) => Some(Duration::ZERO),
+                // Expiry is checked to the millisecond: a millisecond more is past it.
+                Some(Extra::Number(ms)) if ms >= 0 => {
+                    Some(Duration::from_millis(ms.unsigned_abs().saturating_add(1)))
+                }
+                _ => None,
+            })
+            .collect();
+        if free_in.len() < cfg.quorum {
+            return wait;
+        }
+        free_in.sort_unstable();
+        free_in[cfg.quorum - 1].min(wait)
     }
 }
 
@@ -448,5 +545,100 @@ mod tests {
             Acquisition::new(&fenced, names(&["x", "redlock-mux:fencing-counter"]), TTL),
             Err(Error::Config(ConfigError::FencingKey(_)))
         ));
+    }
+
+    fn conflict(held: Option<&str>) -> Error {
+        Error::Conflict {
+            nodes: crate::error::NodeReports(Vec::new()),
+            held: held.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_held_resource_is_watched_when_wakeups_are_on_and_polled_when_off() {
+        let now = Instant::now();
+        let on = cfg(false);
+        let mut retry = Retry::new(&on);
+        match retry.after(conflict(Some("b")), &names(&["a", "b"]), now) {
+            Next::Watch { key, wait } => {
+                assert_eq!(key.as_str(), "b");
+                assert!(wait <= on.retry_delay && wait >= on.retry_delay / 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A single resource's conflict names none: the resource itself is watched.
+        match retry.after(conflict(None), &names(&["a"]), now) {
+            Next::Watch { key, .. } => assert_eq!(key.as_str(), "a"),
+            other => panic!("{other:?}"),
+        }
+        // Failed nodes are no reason to watch; the tries still run out.
+        let mut retry = Retry::new(&on);
+        let no_quorum = || Error::NoQuorum {
+            nodes: crate::error::NodeReports(Vec::new()),
+        };
+        assert!(matches!(retry.after(no_quorum(), &names(&["a"]), now), Next::Wait(_)));
+        assert!(matches!(retry.after(no_quorum(), &names(&["a"]), now), Next::Wait(_)));
+        assert!(matches!(retry.after(no_quorum(), &names(&["a"]), now), Next::Fail(_)));
+        let off = Builder::<crate::Redlock>::default()
+            .nodes(["127.0.0.1:1"])
+            .wakeups(false)
+            .config()
+            .unwrap();
+        assert!(matches!(
+            Retry::new(&off).after(conflict(None), &names(&["a"]), now),
+            Next::Wait(_)
+        ));
+    }
+
+    #[test]
+    fn lock_within_retries_until_its_deadline_and_never_waits_past_it() {
+        let cfg = cfg(false);
+        let now = Instant::now();
+        let mut retry = Retry::within(&cfg, Duration::from_millis(30), now);
+        // Far more tries than configured, while time is left; each wait cut to what is left.
+        for k in 0..10u64 {
+            let at = now + Duration::from_millis(k);
+            match retry.after(conflict(None), &names(&["a"]), at) {
+                Next::Watch { wait, .. } => {
+                    assert!(wait <= Duration::from_millis(30 - k), "{k}: {wait:?}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let late = now + Duration::from_millis(30);
+        assert!(matches!(
+            retry.after(conflict(None), &names(&["a"]), late),
+            Next::Fail(Error::Conflict { .. })
+        ));
+    }
+
+    #[test]
+    fn the_timer_is_when_a_quorum_of_keys_will_be_gone() {
+        let cfg = cfg(false);
+        let wait = Duration::from_millis(200);
+        let read = |v: &[Option<i64>]| {
+            let mut r = Round::new(5, 3, Until::AllIn);
+            for (i, n) in v.iter().enumerate() {
+                match n {
+                    Some(n) => r.record_with(i, NodeOutcome::Ok, Extra::Number(*n)),
+                    None => r.record(i, NodeOutcome::Timeout),
+                }
+            }
+            r
+        };
+        let ms = Duration::from_millis;
+        // Three nodes free in 10, 20 and 30 ms (the third-soonest counts), one gone, one
+        // without expiry.
+        let r = read(&[Some(30), Some(10), Some(-1), Some(20), Some(-2)]);
+        assert_eq!(Retry::timer(&cfg, &r, wait), ms(21));
+        // Already gone on a quorum: at once.
+        let r = read(&[Some(-2), Some(-2), Some(-2), Some(50), None]);
+        assert_eq!(Retry::timer(&cfg, &r, wait), Duration::ZERO);
+        // Too few nodes say: the retry delay.
+        let r = read(&[Some(5), None, None, Some(-1), Some(5)]);
+        assert_eq!(Retry::timer(&cfg, &r, wait), wait);
+        // Never past the retry delay.
+        let r = read(&[Some(5000), Some(5000), Some(5000), None, None]);
+        assert_eq!(Retry::timer(&cfg, &r, wait), wait);
     }
 }

@@ -35,6 +35,9 @@ pub trait LockClient {
     fn inspect(&self, resource: &str) -> Result<redlock_mux::Inspection, Error>;
     fn unlock(&self, lock: &Lock) -> Result<(), Error>;
     fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error>;
+    fn lock_within(&self, resource: &str, ttl: Duration, max_wait: Duration)
+        -> Result<Lock, Error>;
+    fn stats(&self) -> redlock_mux::Stats;
     /// Lets the client serve what it still owes (late replies, a late `NOSCRIPT`'s `EVAL`)
     /// for about `d`, as an idle program would.
     fn idle(&self, d: Duration);
@@ -67,6 +70,12 @@ impl LockClient for redlock_mux::Redlock {
     }
     fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         redlock_mux::Redlock::extend(self, lock, ttl)
+    }
+    fn lock_within(&self, r: &str, ttl: Duration, max_wait: Duration) -> Result<Lock, Error> {
+        redlock_mux::Redlock::lock_within(self, r, ttl, max_wait)
+    }
+    fn stats(&self) -> redlock_mux::Stats {
+        redlock_mux::Redlock::stats(self)
     }
     fn idle(&self, d: Duration) {
         let start = Instant::now();
@@ -256,6 +265,12 @@ impl LockClient for AsyncClient {
     }
     fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         self.rt.block_on(self.client.extend(lock, ttl))
+    }
+    fn lock_within(&self, r: &str, ttl: Duration, max_wait: Duration) -> Result<Lock, Error> {
+        self.rt.block_on(self.client.lock_within(r, ttl, max_wait))
+    }
+    fn stats(&self) -> redlock_mux::Stats {
+        self.rt.block_on(self.client.stats()).expect("the driver runs")
     }
     fn idle(&self, d: Duration) {
         // The driver task runs while the runtime is driven; a current-thread runtime is

@@ -54,6 +54,28 @@ pub fn redis_server_path() -> io::Result<PathBuf> {
         })
 }
 
+/// The major version of the server binary ([`redis_server_path`]), from `--version`
+/// (`Redis server v=7.0.15 ...`, `Valkey server v=9.1.2 ...`).
+pub fn server_major_version() -> io::Result<u32> {
+    let out = Command::new(redis_server_path()?).arg("--version").output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("v="))
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse().ok())
+        .ok_or_else(|| io::Error::other(format!("no version in {text:?}")))
+}
+
+/// The arguments that let a test send `DEBUG` to a server it started over loopback (Redis 7
+/// and Valkey refuse it by default; older servers allow it and know no such option).
+pub fn debug_command_args() -> io::Result<&'static [&'static str]> {
+    Ok(if server_major_version()? >= 7 {
+        &["--enable-debug-command", "local"]
+    } else {
+        &[]
+    })
+}
+
 /// One `redis-server` process on a loopback port.
 #[derive(Debug)]
 pub struct LocalServer {
@@ -309,6 +331,11 @@ impl LocalCluster {
             .map(|_| LocalServer::start_with(extra))
             .collect::<io::Result<Vec<_>>>()?;
         Ok(LocalCluster { servers })
+    }
+
+    /// A cluster of servers started one by one (with different arguments, say).
+    pub fn from_servers(servers: Vec<LocalServer>) -> LocalCluster {
+        LocalCluster { servers }
     }
 
     /// Starts `n` servers that also serve TLS (see [`LocalServer::start_tls`]).

@@ -16,6 +16,9 @@ use super::stream::Stream;
 use crate::config::Config;
 use crate::core::command::Command;
 use crate::core::engine::{Engine, IoEvent};
+
+/// The poller token of the waker that asks a watching thread to give up the driver.
+const WAKE: MioToken = MioToken(usize::MAX);
 use crate::core::round::{Round, Until};
 use crate::drivers::outcome_of;
 
@@ -28,6 +31,10 @@ pub(super) struct Driver {
     scratch: Box<[u8]>,
     /// The clock, read once after each wait (and before a round's first write).
     now: Instant,
+    /// Wakes a thread that waits in [`idle`](Driver::idle) from another thread.
+    waker: std::sync::Arc<mio::Waker>,
+    /// The waker fired since [`idle`](Driver::idle) began.
+    woke: bool,
     /// TLS client settings, for `rediss://` nodes.
     #[cfg(feature = "tls")]
     tls: Option<std::sync::Arc<crate::drivers::tls::TlsSetup>>,
@@ -52,9 +59,13 @@ impl<'a> Job<'a> {
 
 impl Driver {
     pub(super) fn new(config: &Config) -> io::Result<Driver> {
+        let poll = Poll::new()?;
+        let waker = std::sync::Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
         Ok(Driver {
             engine: Engine::new(config),
-            poll: Poll::new()?,
+            poll,
+            waker,
+            woke: false,
             events: Events::with_capacity(64),
             socks: config.nodes.iter().map(|_| None).collect(),
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
@@ -112,6 +123,33 @@ impl Driver {
             let now = Instant::now();
             if now >= deadline {
                 return false;
+            }
+            let wait = self
+                .engine
+                .poll_timeout()
+                .map_or(deadline, |t| t.min(deadline));
+            self.pump(Some(wait.saturating_duration_since(now)));
+            self.engine.handle_timeout(self.now);
+        }
+    }
+
+    /// The waker that makes [`idle`](Driver::idle) return, for other threads to hold.
+    pub(super) fn waker(&self) -> std::sync::Arc<mio::Waker> {
+        self.waker.clone()
+    }
+
+    /// Reads (for pushes) and writes, with no round open, until a watch fires, the waker is
+    /// woken (another thread needs the driver), or `deadline` passes.
+    pub(super) fn idle(&mut self, deadline: Instant) {
+        self.woke = false;
+        loop {
+            self.sync();
+            if self.woke || self.engine.has_woken() {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return;
             }
             let wait = self
                 .engine
@@ -224,6 +262,10 @@ impl Driver {
         // Taken out while handled (an empty `Events` allocates nothing), put back after.
         let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
         for ev in events.iter() {
+            if ev.token() == WAKE {
+                self.woke = true;
+                continue;
+            }
             let i = ev.token().0;
             let closing = ev.is_read_closed() || ev.is_error();
             if i < self.socks.len() {

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use self::io::{Driver, Job};
 use crate::config::{Builder, Config};
 use crate::core::command::{Command, OwnedCommand};
+use crate::core::engine::Wake;
 use crate::core::ops::{self as op, Acquisition, Next, Retry};
 use crate::core::round::{Round, Until};
 use crate::error::{Error, NodeOutcome};
@@ -72,6 +73,10 @@ pub(crate) struct Shared {
     queue: Mutex<Queue>,
     /// The guards' keep-alive thread, started by the first guard.
     keeper: Mutex<Option<Arc<guard::Keeper>>>,
+    /// Makes a thread that waits for pushes in the driver give it up (see `Queue::watching`).
+    waker: Arc<mio::Waker>,
+    /// Ids for waiters' watches.
+    next_watch: std::sync::atomic::AtomicU64,
     /// Unit tests only: panic inside the next batch, as a bug there would.
     #[cfg(test)]
     panic_next_batch: std::sync::atomic::AtomicBool,
@@ -87,6 +92,28 @@ struct Queue {
     /// Rounds run for a caller by another, until their caller collects them; `None` when the
     /// round that carried it was abandoned by a panic.
     done: Vec<(u64, Option<(Round, Instant)>)>,
+    /// The caller running the driver is a waiter reading pushes (`Driver::idle`), not a
+    /// round: a caller that queues an operation wakes it to give the driver up.
+    watching: bool,
+    /// Watches to register, and to take back, with the engine by the next caller that runs it.
+    watch: Vec<(u64, Box<[u8]>)>,
+    unwatch: Vec<u64>,
+    /// Watches that fired, until their waiter collects them.
+    woken: Vec<(u64, Wake)>,
+    /// Waiters parked while another caller runs the driver: (watch, thread).
+    sleepers: Vec<(u64, std::thread::Thread)>,
+}
+
+impl Queue {
+    /// Hands the engine the watches registered and taken back since it last ran.
+    fn sync_watches(&mut self, driver: &mut Driver) {
+        for (id, key) in self.watch.drain(..) {
+            driver.engine.watch(id, &key);
+        }
+        for id in self.unwatch.drain(..) {
+            driver.engine.unwatch(id);
+        }
+    }
 }
 
 /// Ends a caller's turn at the driver when dropped: `busy` off, and the caller of the first
@@ -97,9 +124,13 @@ impl Drop for EndTurn<'_> {
     fn drop(&mut self) {
         let mut q = self.0.queue();
         q.busy = false;
-        // Operations still waiting: the first one's caller runs the next round.
+        q.watching = false;
+        // Operations still waiting: the first one's caller runs the next round. Else a waiter
+        // parked meanwhile takes the driver to read pushes again.
         if let Some(next) = q.waiting.first() {
             next.caller.unpark();
+        } else if let Some((_, sleeper)) = q.sleepers.first() {
+            sleeper.unpark();
         }
     }
 }
@@ -175,12 +206,15 @@ impl Redlock {
                     .collect(),
             ),
         })?;
+        let waker = driver.waker();
         Ok(Redlock {
             shared: Arc::new(Shared {
                 config,
                 driver: Mutex::new(driver),
                 queue: Mutex::new(Queue::default()),
                 keeper: Mutex::new(None),
+                waker,
+                next_watch: std::sync::atomic::AtomicU64::new(1),
                 #[cfg(test)]
                 panic_next_batch: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -196,7 +230,15 @@ impl Redlock {
     /// `NOSCRIPT` fallbacks, buffered bytes) and the largest batch. Waits for a round in
     /// progress to end.
     pub fn stats(&self) -> Stats {
+        self.wake_watcher();
         self.driver().engine.stats()
+    }
+
+    /// Asks a waiter that reads pushes in the driver to give it up, if one does.
+    fn wake_watcher(&self) {
+        if self.queue().watching {
+            let _ = self.shared.waker.wake();
+        }
     }
 
     fn driver(&self) -> MutexGuard<'_, Driver> {
@@ -231,6 +273,10 @@ impl Redlock {
             drop(q);
             let own = self.run_batch(Some((cmd, until)));
             return Ok(own.unwrap_or_else(|| self.unanswered()));
+        }
+        if q.watching {
+            // A waiter reads pushes in the driver: it gives the driver up for this round.
+            let _ = self.shared.waker.wake();
         }
         let ticket = q.next_ticket;
         q.next_ticket += 1;
@@ -287,6 +333,8 @@ impl Redlock {
         let mut driver = self.driver();
         let requests: Vec<Request> = {
             let mut q = self.queue();
+            // Watches are registered before the rounds go out (a waiter's `PTTL` among them).
+            q.sync_watches(&mut driver);
             let room = MAX_BATCH - usize::from(own.is_some());
             if q.waiting.len() <= room {
                 std::mem::take(&mut q.waiting)
@@ -326,6 +374,7 @@ impl Redlock {
             };
             (mine, t1, rounds)
         };
+        self.publish_woken(&mut driver);
         drop(driver);
         if !requests.is_empty() {
             let mut q = self.queue();
@@ -381,7 +430,26 @@ impl Redlock {
     /// [`Error::ValiditySpent`]), or [`Error::Config`] for a ttl outside
     /// [`Config::min_ttl`] ..= [`MAX_TTL`](crate::MAX_TTL).
     pub fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        self.with_retries(|| self.try_lock(resource, ttl))
+        let names: Names = smallvec::smallvec![Name::new(resource)];
+        self.with_retries(&names, ttl, Retry::new(&self.shared.config))
+    }
+
+    /// Acquires `resource` for `ttl`, trying for up to `max_wait`: as many tries as fit (the
+    /// configured number of tries does not apply), the last at the deadline at the latest.
+    /// With wake-ups on (see [`Builder::wakeups`]) it waits for the holder's release rather
+    /// than polling. A `max_wait` of zero is one try.
+    ///
+    /// Errors: the last try's error, as [`lock`](Redlock::lock) (typically
+    /// [`Error::Conflict`] when the resource stayed held).
+    pub fn lock_within(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock, Error> {
+        let names: Names = smallvec::smallvec![Name::new(resource)];
+        let retry = Retry::within(&self.shared.config, max_wait, Instant::now());
+        self.with_retries(&names, ttl, retry)
     }
 
     /// One round of acquisition, no retries. On failure the lock is released on every node
@@ -403,7 +471,7 @@ impl Redlock {
     /// [`Error::Config`].
     pub fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
         let names = crate::lock::names(resources)?;
-        self.with_retries(|| self.acquire(names.clone(), ttl))
+        self.with_retries(&names, ttl, Retry::new(&self.shared.config))
     }
 
     /// One round of [`lock_many`](Redlock::lock_many), no retries.
@@ -411,18 +479,107 @@ impl Redlock {
         self.acquire(crate::lock::names(resources)?, ttl)
     }
 
-    fn with_retries(
-        &self,
-        mut attempt: impl FnMut() -> Result<Lock, Error>,
-    ) -> Result<Lock, Error> {
-        let mut retry = Retry::new(&self.shared.config);
+    fn with_retries(&self, names: &Names, ttl: Duration, mut retry: Retry) -> Result<Lock, Error> {
         loop {
-            match attempt() {
+            match self.acquire(names.clone(), ttl) {
                 Ok(lock) => return Ok(lock),
-                Err(e) => match retry.after(e) {
+                Err(e) => match retry.after(e, names, Instant::now()) {
                     Next::Fail(e) => return Err(e),
-                    Next::Wait(d) => std::thread::sleep(d),
+                    Next::Wait(d) => {
+                        std::thread::sleep(d);
+                        crate::observe::waited(names[0].as_str(), "delay", d);
+                    }
+                    Next::Watch { key, wait } => self.watch(key, wait),
                 },
+            }
+        }
+    }
+
+    /// Waits for `key` to change (see [`Builder::wakeups`]): a watch registered with the
+    /// engine, the `PTTL` read that makes the servers track the key, then the first of the
+    /// watch firing (and a short jitter) and the timer. While no round runs, a waiter reads
+    /// the pushes itself in the driver ([`Driver::idle`](io::Driver::idle)), and gives the
+    /// driver up to any caller with a round to run; the others park until woken.
+    fn watch(&self, key: Name, wait: Duration) {
+        let started = Instant::now();
+        let id = self
+            .shared
+            .next_watch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.queue().watch.push((id, key.as_bytes().into()));
+        let names = [key];
+        let token = Token::generate();
+        let (cmd, until) = op::watch_command(&names, &token);
+        let woken = match self.submit(cmd, until) {
+            Ok((round, _)) => {
+                let timer = Retry::timer(&self.shared.config, &round, wait);
+                self.wait_woken(id, crate::core::time::later(Instant::now(), timer))
+            }
+            Err(_) => None,
+        };
+        {
+            let mut q = self.queue();
+            q.unwatch.push(id);
+            q.woken.retain(|(w, _)| *w != id);
+        }
+        let resource = names[0].as_str();
+        match woken {
+            Some(why) => {
+                crate::observe::waited(resource, why.as_str(), started.elapsed());
+                std::thread::sleep(op::wake_jitter());
+            }
+            None => crate::observe::waited(resource, "timer", started.elapsed()),
+        }
+    }
+
+    /// Waits until watch `id` fires (its cause) or `deadline` passes (`None`).
+    fn wait_woken(&self, id: u64, deadline: Instant) -> Option<Wake> {
+        loop {
+            let mut q = self.queue();
+            if let Some(k) = q.woken.iter().position(|(w, _)| *w == id) {
+                return Some(q.woken.swap_remove(k).1);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            if !q.busy && q.waiting.is_empty() {
+                // Nobody runs the driver: read the pushes in it until something happens.
+                q.busy = true;
+                q.watching = true;
+                let mut pending = Queue {
+                    watch: std::mem::take(&mut q.watch),
+                    unwatch: std::mem::take(&mut q.unwatch),
+                    ..Queue::default()
+                };
+                drop(q);
+                // (Declared first, dropped last: the turn ends after the driver is let go.)
+                let _turn = EndTurn(self);
+                let mut driver = self.driver();
+                pending.sync_watches(&mut driver);
+                driver.idle(deadline);
+                self.publish_woken(&mut driver);
+                continue;
+            }
+            // Another caller runs the driver (and reads the pushes): park until it hands the
+            // driver on, or tells this waiter its watch fired.
+            q.sleepers.push((id, std::thread::current()));
+            drop(q);
+            std::thread::park_timeout(deadline.saturating_duration_since(now));
+            self.queue().sleepers.retain(|(w, _)| *w != id);
+        }
+    }
+
+    /// Hands the watches that fired to their waiters, waking those that are parked.
+    fn publish_woken(&self, driver: &mut Driver) {
+        if !driver.engine.has_woken() {
+            return;
+        }
+        let mut q = self.queue();
+        while let Some((id, why)) = driver.engine.poll_woken() {
+            q.woken.push((id, why));
+            if let Some((_, t)) = q.sleepers.iter().find(|(w, _)| *w == id) {
+                t.unpark();
             }
         }
     }

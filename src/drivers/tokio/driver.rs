@@ -22,7 +22,7 @@ use tokio::time::Sleep;
 use super::stream::{Connecting, Stream};
 use crate::config::Config;
 use crate::core::command::OwnedCommand;
-use crate::core::engine::{Engine, IoEvent};
+use crate::core::engine::{Engine, IoEvent, Wake};
 use crate::core::round::{Round, Until};
 use crate::drivers::outcome_of;
 use crate::stats::Stats;
@@ -42,6 +42,15 @@ pub(crate) enum Msg {
     Fire { cmd: OwnedCommand },
     /// Answer with a snapshot of the counters.
     Stats { reply: oneshot::Sender<Stats> },
+    /// Watch `key` for waiter `id`: tell `woken` when a push or a dropped connection fires it.
+    /// Sent before the waiter's `PTTL` round, so registered before that read goes out.
+    Watch {
+        id: u64,
+        key: Box<[u8]>,
+        woken: oneshot::Sender<Wake>,
+    },
+    /// Waiter `id` no longer waits.
+    Unwatch { id: u64 },
 }
 
 /// Which nodes a pass reads from.
@@ -71,6 +80,8 @@ pub(crate) struct Driver {
     /// TLS client settings, for `rediss://` nodes.
     #[cfg(feature = "tls")]
     tls: Option<std::sync::Arc<crate::drivers::tls::TlsSetup>>,
+    /// The waiters whose watches are registered, by id.
+    waiters: Vec<(u64, oneshot::Sender<Wake>)>,
 }
 
 impl Driver {
@@ -88,6 +99,7 @@ impl Driver {
             now: Instant::now(),
             #[cfg(feature = "tls")]
             tls: config.tls.clone(),
+            waiters: Vec::new(),
         }
     }
 
@@ -117,8 +129,10 @@ impl Driver {
                 self.engine.note_batch(self.batch);
                 self.batch = 0;
             }
+            // Waiters watch keys: every connection is read, for the pushes.
+            let all = arrived || self.engine.watching();
             for i in 0..self.socks.len() {
-                let reads = if arrived { Reads::All } else { Reads::Owing };
+                let reads = if all { Reads::All } else { Reads::Owing };
                 self.poll_node(i, cx, reads);
             }
             self.engine.handle_timeout(self.now);
@@ -126,6 +140,11 @@ impl Driver {
             while let Some(done) = self.engine.poll_completed() {
                 // The caller may be gone (its future dropped): nothing to do then.
                 let _ = done.user.send(done.round);
+            }
+            while let Some((id, why)) = self.engine.poll_woken() {
+                if let Some(k) = self.waiters.iter().position(|(w, _)| *w == id) {
+                    let _ = self.waiters.swap_remove(k).1.send(why);
+                }
             }
             if self.closed && self.engine.in_flight() == 0 && !self.engine.wants_write() {
                 return Poll::Ready(());
@@ -166,6 +185,14 @@ impl Driver {
                 }
                 Poll::Ready(Some(Msg::Stats { reply })) => {
                     let _ = reply.send(self.engine.stats());
+                }
+                Poll::Ready(Some(Msg::Watch { id, key, woken })) => {
+                    self.engine.watch(id, &key);
+                    self.waiters.push((id, woken));
+                }
+                Poll::Ready(Some(Msg::Unwatch { id })) => {
+                    self.engine.unwatch(id);
+                    self.waiters.retain(|(w, _)| *w != id);
                 }
                 Poll::Ready(None) => self.closed = true,
                 Poll::Pending => break,

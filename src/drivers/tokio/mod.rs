@@ -62,6 +62,8 @@ pub struct AsyncRedlock {
 struct Inner {
     config: Config,
     tx: mpsc::UnboundedSender<Msg>,
+    /// Ids for waiters' watches.
+    next_watch: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for AsyncRedlock {
@@ -102,7 +104,11 @@ impl AsyncRedlock {
         let (tx, rx) = mpsc::unbounded_channel();
         handle.spawn(Driver::new(&config, rx).run());
         Ok(AsyncRedlock {
-            inner: Arc::new(Inner { config, tx }),
+            inner: Arc::new(Inner {
+                config,
+                tx,
+                next_watch: std::sync::atomic::AtomicU64::new(1),
+            }),
         })
     }
 
@@ -127,7 +133,21 @@ impl AsyncRedlock {
     /// random delay between them. Errors as [`Redlock::lock`](crate::Redlock::lock).
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let names: Names = smallvec::smallvec![Name::new(resource)];
-        self.with_retries(&names, ttl).await
+        let retry = Retry::new(&self.inner.config);
+        self.with_retries(&names, ttl, retry).await
+    }
+
+    /// Acquires `resource` for `ttl`, trying for up to `max_wait` (however many tries that
+    /// takes; the last at the deadline). As [`Redlock::lock_within`](crate::Redlock::lock_within).
+    pub async fn lock_within(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock, Error> {
+        let names: Names = smallvec::smallvec![Name::new(resource)];
+        let retry = Retry::within(&self.inner.config, max_wait, Instant::now());
+        self.with_retries(&names, ttl, retry).await
     }
 
     /// One round of acquisition, no retries; on failure the token is released on every node
@@ -141,7 +161,8 @@ impl AsyncRedlock {
     /// [`Redlock::lock_many`](crate::Redlock::lock_many).
     pub async fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
         let names = crate::lock::names(resources)?;
-        self.with_retries(&names, ttl).await
+        let retry = Retry::new(&self.inner.config);
+        self.with_retries(&names, ttl, retry).await
     }
 
     /// One round of [`lock_many`](Self::lock_many), no retries.
@@ -149,15 +170,68 @@ impl AsyncRedlock {
         self.acquire(crate::lock::names(resources)?, ttl).await
     }
 
-    async fn with_retries(&self, names: &Names, ttl: Duration) -> Result<Lock, Error> {
-        let mut retry = Retry::new(&self.inner.config);
+    async fn with_retries(
+        &self,
+        names: &Names,
+        ttl: Duration,
+        mut retry: Retry,
+    ) -> Result<Lock, Error> {
         loop {
             match self.acquire(names.clone(), ttl).await {
                 Ok(lock) => return Ok(lock),
-                Err(e) => match retry.after(e) {
+                Err(e) => match retry.after(e, names, Instant::now()) {
                     Next::Fail(e) => return Err(e),
-                    Next::Wait(d) => tokio::time::sleep(d).await,
+                    Next::Wait(d) => {
+                        tokio::time::sleep(d).await;
+                        crate::observe::waited(names[0].as_str(), "delay", d);
+                    }
+                    Next::Watch { key, wait } => self.watch(key, wait).await,
                 },
+            }
+        }
+    }
+
+    /// Waits for `key` to change (see [`Builder::wakeups`](crate::Builder::wakeups)): a watch
+    /// registered with the driver, the `PTTL` read that makes the servers track the key, then
+    /// the first of the watch firing (and a short jitter) and the timer.
+    async fn watch(&self, key: Name, wait: Duration) {
+        let started = Instant::now();
+        let id = self
+            .inner
+            .next_watch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (woken, fired) = oneshot::channel();
+        let registered = self.inner.tx.send(Msg::Watch {
+            id,
+            key: key.as_bytes().into(),
+            woken,
+        });
+        if registered.is_err() {
+            // The driver is gone: the next try says so.
+            return;
+        }
+        // Cancellation-safe: the watch leaves with this future however it ends.
+        let _unwatch = Unwatch {
+            inner: &self.inner,
+            id,
+        };
+        let cfg = &self.inner.config;
+        let names = [key];
+        let token = crate::Token::generate();
+        let (cmd, until) = op::watch_command(&names, &token);
+        let timer = match self.round(OwnedCommand::new(&cmd), until).await {
+            Ok((round, _)) => Retry::timer(cfg, &round, wait),
+            Err(_) => return,
+        };
+        let resource = names[0].as_str();
+        tokio::select! {
+            why = fired => {
+                let Ok(why) = why else { return };
+                crate::observe::waited(resource, why.as_str(), started.elapsed());
+                tokio::time::sleep(op::wake_jitter()).await;
+            }
+            _ = tokio::time::sleep(timer) => {
+                crate::observe::waited(resource, "timer", started.elapsed());
             }
         }
     }
@@ -317,6 +391,18 @@ impl Drop for ReleaseOnDrop<'_> {
         if let Some(cmd) = self.cmd.take() {
             let _ = self.inner.tx.send(Msg::Fire { cmd });
         }
+    }
+}
+
+/// Takes a waiter's watch back from the driver when the wait ends or is dropped.
+struct Unwatch<'a> {
+    inner: &'a Inner,
+    id: u64,
+}
+
+impl Drop for Unwatch<'_> {
+    fn drop(&mut self) {
+        let _ = self.inner.tx.send(Msg::Unwatch { id: self.id });
     }
 }
 
