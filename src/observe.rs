@@ -172,7 +172,10 @@ pub(crate) fn script_fallback() {
 /// `cause`: `push` (an invalidation pushed by a master), `dropped` (a connection closed),
 /// `timer` (the `PTTL`s' expiry, or the retry delay, with wake-ups on) or `delay` (the retry
 /// delay alone: wake-ups off, or nodes failing rather than refusing).
-#[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(unused_variables))]
+#[cfg_attr(
+    not(any(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
 #[inline]
 pub(crate) fn waited(resource: &str, cause: &'static str, waited: std::time::Duration) {
     #[cfg(feature = "tracing")]
@@ -306,7 +309,8 @@ mod meter {
         let key = Key::from_static_parts("redlock_waits_total", &WAKE_CAUSES[i]);
         metrics::with_recorder(|r| {
             r.register_counter(&key, &METADATA).increment(1);
-            r.register_histogram(&WAIT_SECONDS, &METADATA).record(seconds);
+            r.register_histogram(&WAIT_SECONDS, &METADATA)
+                .record(seconds);
         });
     }
 

@@ -44,6 +44,10 @@ pub(crate) enum OpKind {
     Get,
     /// `PTTL key`: how long it has left (an inspection).
     Pttl,
+    /// `PTTL key` read by a waiter: the same command, preceded where the connection tracks
+    /// keys by `CLIENT CACHING YES`, so that the server notes the key for this connection
+    /// (tracking is opt-in: no other read, a script's included, makes the server push).
+    Watch,
 }
 
 /// One operation's command, the same for every node.
@@ -109,7 +113,9 @@ impl Command<'_> {
             OpKind::Acquire | OpKind::Extend => {
                 ttl_buf.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX))
             }
-            OpKind::Release | OpKind::Fence | OpKind::Get | OpKind::Pttl => &b""[..],
+            OpKind::Release | OpKind::Fence | OpKind::Get | OpKind::Pttl | OpKind::Watch => {
+                &b""[..]
+            }
         };
         let token = self.token.as_bytes();
         let plain_set =
@@ -125,7 +131,7 @@ impl Command<'_> {
             OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1, script::FUNCTIONS[2]),
             OpKind::Fence => (script::FENCE, script::FENCE_SHA1, script::FUNCTIONS[3]),
             // Reads: plain commands, no script.
-            OpKind::Get | OpKind::Pttl => {
+            OpKind::Get | OpKind::Pttl | OpKind::Watch => {
                 let verb: &[u8] = if self.kind == OpKind::Get {
                     b"GET"
                 } else {
@@ -144,7 +150,7 @@ impl Command<'_> {
         // The counter is a key of the scripts that touch it, after the resources.
         let counter = match self.kind {
             OpKind::Acquire | OpKind::Fence => self.counter,
-            OpKind::Release | OpKind::Extend | OpKind::Get | OpKind::Pttl => None,
+            OpKind::Release | OpKind::Extend | OpKind::Get | OpKind::Pttl | OpKind::Watch => None,
         };
         let nkeys = self.resources.len() + usize::from(counter.is_some());
         // Small numbers (the key counts of every lock of up to nine resources) need no
@@ -178,7 +184,7 @@ impl Command<'_> {
             OpKind::Acquire => parts.extend_from_slice(&[ttl, n]),
             OpKind::Extend => parts.push(ttl),
             OpKind::Fence => parts.push(value),
-            OpKind::Release | OpKind::Get | OpKind::Pttl => {}
+            OpKind::Release | OpKind::Get | OpKind::Pttl | OpKind::Watch => {}
         }
         resp::encode_command(dst, &parts);
     }
@@ -219,7 +225,7 @@ impl Command<'_> {
             OpKind::Acquire => Expect::Acquired,
             OpKind::Fence | OpKind::Release | OpKind::Extend => Expect::Script,
             OpKind::Get => Expect::Get,
-            OpKind::Pttl => Expect::Pttl,
+            OpKind::Pttl | OpKind::Watch => Expect::Pttl,
         }
     }
 

@@ -75,9 +75,13 @@ enum Owner<T> {
         /// and `CLIENT TRACKING ON` follows.
         resp3: bool,
     },
-    /// `CLIENT TRACKING ON`, sent once the server has agreed to RESP3: `+OK` means its
-    /// invalidation pushes will come on this connection.
+    /// `CLIENT TRACKING ON OPTIN`, sent once the server has agreed to RESP3: `+OK` means
+    /// its invalidation pushes will come on this connection, for the keys read right after a
+    /// `CLIENT CACHING YES`.
     Tracking,
+    /// `CLIENT CACHING YES` before a waiter's read: the reply (an error too, on a server
+    /// that refused tracking) says nothing the read does not.
+    Caching,
     /// A `SCRIPT LOAD` sent so that `EVALSHA` finds the scripts: an error reply is ignored
     /// (the `EVAL` fallback covers a script that is missing).
     Preload,
@@ -239,8 +243,10 @@ pub(crate) struct Conn<T> {
     load_error: Option<String>,
     /// `NOSCRIPT`s answered with the `EVAL` form, over the connection's whole life.
     noscript_fallbacks: u64,
-    /// The server speaks RESP3 on this connection and pushes invalidations of the keys it
-    /// reads (client-side tracking is on).
+    /// The server agreed to RESP3 on this connection (`HELLO 3`).
+    resp3: bool,
+    /// The server pushes invalidations of the keys read after `CLIENT CACHING YES` on this
+    /// connection (client-side tracking is on, opt-in).
     tracking: bool,
     /// Invalidations pushed since the engine last took them.
     invalidated: Vec<Invalidated>,
@@ -298,8 +304,18 @@ impl<T> Conn<T> {
             may_switch: false,
             load_error: None,
             noscript_fallbacks: 0,
+            resp3: false,
             tracking: false,
             invalidated: Vec::new(),
+        }
+    }
+
+    /// Queues `CLIENT CACHING YES`, which makes the server track the key of the next command
+    /// (a waiter's read), where the connection speaks RESP3. Nothing otherwise.
+    pub(crate) fn queue_caching(&mut self) {
+        if self.resp3 {
+            encode_command(&mut self.out, &[b"CLIENT", b"CACHING", b"YES"]);
+            self.owed.push_back(Owner::Caching);
         }
     }
 
@@ -323,7 +339,9 @@ impl<T> Conn<T> {
             // Not an invalidation (no other push is subscribed to): ignored.
             return;
         };
-        let full = |v: &Vec<Invalidated>| v.len() >= MAX_INVALIDATED || v.last() == Some(&Invalidated::All);
+        let full = |v: &Vec<Invalidated>| {
+            v.len() >= MAX_INVALIDATED || v.last() == Some(&Invalidated::All)
+        };
         match keys {
             Some(keys) => {
                 for key in keys {
@@ -358,6 +376,7 @@ impl<T> Conn<T> {
     /// `wakeups`, the request for RESP3 and tracking).
     pub(crate) fn opened(&mut self, addr: &NodeAddr, scripts: Scripts, wakeups: bool) {
         let hello = wakeups || matches!(scripts, Scripts::Auto | Scripts::Native);
+        self.resp3 = false;
         self.tracking = false;
         self.invalidated.clear();
         self.functions = scripts == Scripts::Function;
@@ -533,16 +552,18 @@ impl<T> Conn<T> {
                         Frame::Error(_) | Frame::BulkError(_)
                     );
                     if resp3 && !refused {
+                        self.resp3 = true;
                         // Only now: on a connection still in RESP2, the server would send
                         // invalidations as ordinary arrays, which no FIFO could tell from
                         // replies. Queued after the commands already written, so a read sent
                         // before the reply to this counts as untracked (it costs a wake-up,
                         // never a wrong reply).
-                        encode_command(&mut self.out, &[b"CLIENT", b"TRACKING", b"ON"]);
+                        encode_command(&mut self.out, &[b"CLIENT", b"TRACKING", b"ON", b"OPTIN"]);
                         self.owed.push_back(Owner::Tracking);
                     }
                     continue;
                 }
+                Owner::Caching => continue,
                 Owner::Tracking => {
                     self.tracking = matches!(frame.without_attributes(), Frame::Simple(s) if s.as_ref() == b"OK");
                     continue;
@@ -609,6 +630,7 @@ impl<T> Conn<T> {
         self.inb.clear();
         self.scripted.clear();
         self.decoder.reset();
+        self.resp3 = false;
         self.tracking = false;
         self.invalidated.clear();
         self.retry_at = Some(crate::core::time::later(now, self.backoff));
@@ -723,8 +745,13 @@ mod tests {
                 let mut c: Conn<u64> = Conn::new(MAX_OWED);
                 open(&mut c);
                 for tag in 1..=4 {
-                    c.queue(tag, Instant::now(), |b| b.put_slice(b"x"), OnNoscript::Report)
-                        .unwrap();
+                    c.queue(
+                        tag,
+                        Instant::now(),
+                        |b| b.put_slice(b"x"),
+                        OnNoscript::Report,
+                    )
+                    .unwrap();
                 }
                 let mut replies = Vec::new();
                 let mut pushed = Vec::new();
@@ -779,9 +806,15 @@ mod tests {
         assert!(c.out.starts_with(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"));
         assert!(!contains(&c.out, b"TRACKING"));
         c.out.clear();
-        feed(&mut c, b"%2\r\n+server\r\n+redis\r\n+version\r\n+7.0.15\r\n");
+        feed(
+            &mut c,
+            b"%2\r\n+server\r\n+redis\r\n+version\r\n+7.0.15\r\n",
+        );
         assert!(c.next_reply().unwrap().is_none());
-        assert!(contains(&c.out, b"$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$2\r\nON\r\n"));
+        assert!(contains(
+            &c.out,
+            b"$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$2\r\nON\r\n"
+        ));
         assert!(!c.tracking());
         c.queue(5, Instant::now(), |b| b.put_slice(b"x"), OnNoscript::Report)
             .unwrap();
@@ -796,7 +829,8 @@ mod tests {
         c.out.clear();
         c.queue(6, Instant::now(), |b| b.put_slice(b"x"), OnNoscript::Report)
             .unwrap();
-        let mut replies = b"-NOPERM this user has no permissions to run the 'hello' command\r\n".to_vec();
+        let mut replies =
+            b"-NOPERM this user has no permissions to run the 'hello' command\r\n".to_vec();
         replies.extend(b"$3\r\nsha\r\n".repeat(crate::core::script::ALL.len()));
         replies.extend(b":1\r\n");
         feed(&mut c, &replies);

@@ -268,8 +268,13 @@ impl<U> Engine<U> {
         cmd.encode(&mut wire, form);
         let may_go_native =
             matches!(self.scripts, Scripts::Auto | Scripts::Native) && cmd.has_native_form();
+        let watch = cmd.kind == crate::core::command::OpKind::Watch;
         for i in 0..self.nodes.len() {
             let tag = Tag::of(slot, gen);
+            if watch && self.nodes[i].link != Link::Closed {
+                // Right before the read: the server tracks the key of the next command only.
+                self.nodes[i].conn.queue_caching();
+            }
             let queued = match self.native_on(i, may_go_native) {
                 Ok(Some(native)) => self.queue_native(i, tag, cmd, native, t1),
                 Ok(None) => self.queue_on(i, tag, cmd.expect(), &wire, form, t1),

@@ -328,7 +328,7 @@ pub(crate) fn wake_jitter() -> Duration {
 /// every node, in a round that waits for all of them.
 pub(crate) fn watch_command<'a>(key: &'a [Name], token: &'a Token) -> (Command<'a>, Until) {
     let cmd = Command {
-        kind: OpKind::Pttl,
+        kind: OpKind::Watch,
         resources: key,
         token,
         ttl_ms: 0,
@@ -576,9 +576,18 @@ mod tests {
         let no_quorum = || Error::NoQuorum {
             nodes: crate::error::NodeReports(Vec::new()),
         };
-        assert!(matches!(retry.after(no_quorum(), &names(&["a"]), now), Next::Wait(_)));
-        assert!(matches!(retry.after(no_quorum(), &names(&["a"]), now), Next::Wait(_)));
-        assert!(matches!(retry.after(no_quorum(), &names(&["a"]), now), Next::Fail(_)));
+        assert!(matches!(
+            retry.after(no_quorum(), &names(&["a"]), now),
+            Next::Wait(_)
+        ));
+        assert!(matches!(
+            retry.after(no_quorum(), &names(&["a"]), now),
+            Next::Wait(_)
+        ));
+        assert!(matches!(
+            retry.after(no_quorum(), &names(&["a"]), now),
+            Next::Fail(_)
+        ));
         let off = Builder::<crate::Redlock>::default()
             .nodes(["127.0.0.1:1"])
             .wakeups(false)

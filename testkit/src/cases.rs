@@ -1239,10 +1239,16 @@ where
         waiter.unlock(&lock).unwrap();
     });
     let stats = waiter.stats();
-    let pushing = stats.nodes[..4].iter().filter(|n| n.invalidations > 0).count();
+    let pushing = stats.nodes[..4]
+        .iter()
+        .filter(|n| n.invalidations > 0)
+        .count();
     assert!(pushing >= 3, "{stats:?}");
     assert_eq!(stats.nodes[4].invalidations, 0, "{stats:?}");
-    assert!(stats.nodes.iter().all(|n| n.protocol_errors == 0), "{stats:?}");
+    assert!(
+        stats.nodes.iter().all(|n| n.protocol_errors == 0),
+        "{stats:?}"
+    );
 }
 
 /// A push that never comes (the masters' active expiry is off, so the holder's key expires

@@ -270,7 +270,9 @@ impl LockClient for AsyncClient {
         self.rt.block_on(self.client.lock_within(r, ttl, max_wait))
     }
     fn stats(&self) -> redlock_mux::Stats {
-        self.rt.block_on(self.client.stats()).expect("the driver runs")
+        self.rt
+            .block_on(self.client.stats())
+            .expect("the driver runs")
     }
     fn idle(&self, d: Duration) {
         // The driver task runs while the runtime is driven; a current-thread runtime is

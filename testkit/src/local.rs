@@ -57,7 +57,9 @@ pub fn redis_server_path() -> io::Result<PathBuf> {
 /// The major version of the server binary ([`redis_server_path`]), from `--version`
 /// (`Redis server v=7.0.15 ...`, `Valkey server v=9.1.2 ...`).
 pub fn server_major_version() -> io::Result<u32> {
-    let out = Command::new(redis_server_path()?).arg("--version").output()?;
+    let out = Command::new(redis_server_path()?)
+        .arg("--version")
+        .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.split_whitespace()
         .find_map(|w| w.strip_prefix("v="))

@@ -580,7 +580,11 @@ fn servers_with_native_commands_get_them_and_others_get_scripts() {
 
 /// An invalidation push of `key`.
 fn invalidate(key: &str) -> Vec<u8> {
-    format!(">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{key}\r\n", key.len()).into_bytes()
+    format!(
+        ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{key}\r\n",
+        key.len()
+    )
+    .into_bytes()
 }
 
 #[test]
@@ -639,7 +643,8 @@ fn a_dropped_connection_wakes_every_watch_and_unwatch_forgets() {
     sim.e.watch(1, b"res");
     sim.e.watch(2, b"res");
     sim.e.unwatch(2);
-    sim.e.handle_closed(0, NodeOutcome::Io(io::ErrorKind::ConnectionReset), sim.now);
+    sim.e
+        .handle_closed(0, NodeOutcome::Io(io::ErrorKind::ConnectionReset), sim.now);
     assert_eq!(sim.e.poll_woken(), Some((1, Wake::Dropped)));
     assert_eq!(sim.e.poll_woken(), None);
     // A fired watch not yet polled is forgotten by unwatch too.
