@@ -45,6 +45,10 @@ pub struct Global {
     /// The key of the fencing counter on every master.
     #[arg(long, default_value = redlock_mux::DEFAULT_FENCING_KEY, global = true)]
     pub fencing_key: String,
+    /// Wait for a held lock by polling (sleeping the retry delay between rounds) instead of
+    /// being woken by the masters when the holder lets go (RESP3 client-side tracking).
+    #[arg(long, env = "REDLOCK_NO_WAKEUPS", global = true)]
+    pub no_wakeups: bool,
     /// How releases and extensions are sent: `auto` (native commands where the server has
     /// them, Lua scripts elsewhere), `eval` (scripts everywhere), `function` (the scripts as a
     /// function library, FUNCTION LOAD + FCALL: for users whose ACL denies EVAL), `native`
@@ -342,6 +346,7 @@ impl Global {
             .retry(self.retries.saturating_add(1), self.retry_delay)
             .fencing(self.fencing)
             .fencing_key(self.fencing_key.clone())
+            .wakeups(!self.no_wakeups)
             .scripts(self.scripts.into());
         #[cfg(feature = "tls")]
         let builder = {

@@ -25,7 +25,6 @@ use std::process::ExitStatus;
 use std::task::Poll;
 use std::time::Duration;
 
-use rand::Rng;
 use redlock_mux::{loss_margin, AsyncRedlock, Error, KeepAlive, Lock, LockGuard, Token};
 use tokio::process::Command;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -72,8 +71,9 @@ pub fn run(global: &Global, a: &RunArgs) -> Result<u8, Failure> {
     code
 }
 
-/// Acquires with the configured retries, or, given `wait`, with as many rounds as fit in it.
-/// The lock is kept alive without limit: a command may run for hours.
+/// Acquires with the configured retries, or, given `wait`, with as many rounds as fit in it
+/// (woken by the masters when the holder lets go, unless `--no-wakeups`). The lock is kept
+/// alive without limit: a command may run for hours.
 async fn acquire(
     redlock: &AsyncRedlock,
     resources: &[&str],
@@ -84,24 +84,8 @@ async fn acquire(
     let Some(wait) = wait else {
         return redlock.lock_many_guarded_with(resources, ttl, policy).await;
     };
-    let start = Instant::now();
-    let delay = redlock.config().retry_delay();
-    loop {
-        match redlock.try_lock_many(resources, ttl).await {
-            Ok(lock) => return Ok(redlock.keep_alive(lock, policy)),
-            Err(
-                e @ (Error::Conflict { .. } | Error::NoQuorum { .. } | Error::ValiditySpent { .. }),
-            ) => {
-                // The same spread as the client's own retries: [delay/2, delay].
-                let pause = rand::rng().random_range(delay / 2..=delay);
-                if start.elapsed().saturating_add(pause) >= wait {
-                    return Err(e);
-                }
-                sleep(pause).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let lock = redlock.lock_many_within(resources, ttl, wait).await?;
+    Ok(redlock.keep_alive(lock, policy))
 }
 
 /// How often the rest of the command's group is looked at once the command itself has exited.

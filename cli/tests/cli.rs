@@ -595,6 +595,60 @@ fn run_excludes_a_second_run_of_the_same_resource() {
     assert!(second_ran.exists(), "runs once the lock is free");
 }
 
+/// `run --wait` waits for a held lock by being woken by the masters when the holder lets go:
+/// with a retry delay of 30 s (polling would first try again after 15 s), the waiting run
+/// starts its command moments after the first run ends.
+#[test]
+fn run_wait_is_woken_when_the_holder_lets_go() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-wake");
+    let scratch = Scratch::new("wake");
+    let mut first = redlock(&nodes);
+    first
+        .args(["run", "--resource", &key])
+        .args(shell_until(&scratch, "", ""));
+    let first = first.spawn().expect("spawn first run");
+    wait_for_file(&scratch.file("ready"), "the first run's command to start");
+
+    let second_ran = scratch.file("second-ran");
+    let mut second = Command::new(env!("CARGO_BIN_EXE_redlock"));
+    second
+        .env("REDLOCK_NODES", nodes.join(","))
+        .args(["--node-timeout", "200ms", "--retry-delay", "30s"])
+        .args(["run", "--resource", &key, "--wait", "120s", "--", "touch"])
+        .arg(&second_ran)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut second = second.spawn().expect("spawn the waiting run");
+    // Its refused try is followed by the read that the masters track.
+    let tracked = |a: &String| {
+        let info = redis(a, &["INFO", "stats"]);
+        let text = String::from_utf8_lossy(info.as_bytes().expect("INFO is a string")).into_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("tracking_total_keys:"))
+            .is_some_and(|n| n.trim() != "0")
+    };
+    wait_until(LIMIT, "the waiting run's read tracked", || {
+        assert!(
+            second.try_wait().expect("try_wait").is_none(),
+            "the waiting run ended early"
+        );
+        nodes.iter().filter(|a| tracked(a)).count() >= 2
+    });
+    assert!(!second_ran.exists(), "the second command must wait");
+    fs::write(scratch.file("go"), b"").unwrap();
+    let o = finish(first, "first run");
+    assert!(status_of(&o).success(), "{}", stderr(&o));
+    let released = Instant::now();
+    let o = finish(second, "waiting run");
+    assert!(status_of(&o).success(), "{}", stderr(&o));
+    assert!(second_ran.exists(), "the waiting command ran");
+    let waited = released.elapsed();
+    assert!(waited < Duration::from_secs(15), "woken after {waited:?}");
+}
+
 /// Every catchable terminating signal reaches the command, and redlock waits for it, so the
 /// command never runs on after redlock released the lock (safety review, item 4: before,
 /// SIGHUP and SIGQUIT ended redlock at once, exit 129/131, the key was released, and the

@@ -474,6 +474,19 @@ impl Redlock {
         self.with_retries(&names, ttl, Retry::new(&self.shared.config))
     }
 
+    /// [`lock_many`](Redlock::lock_many), trying for up to `max_wait` as
+    /// [`lock_within`](Redlock::lock_within) does.
+    pub fn lock_many_within(
+        &self,
+        resources: &[&str],
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock, Error> {
+        let names = crate::lock::names(resources)?;
+        let retry = Retry::within(&self.shared.config, max_wait, Instant::now());
+        self.with_retries(&names, ttl, retry)
+    }
+
     /// One round of [`lock_many`](Redlock::lock_many), no retries.
     pub fn try_lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
         self.acquire(crate::lock::names(resources)?, ttl)

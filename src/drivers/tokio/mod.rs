@@ -165,6 +165,19 @@ impl AsyncRedlock {
         self.with_retries(&names, ttl, retry).await
     }
 
+    /// [`lock_many`](Self::lock_many), trying for up to `max_wait` as
+    /// [`lock_within`](Self::lock_within) does.
+    pub async fn lock_many_within(
+        &self,
+        resources: &[&str],
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock, Error> {
+        let names = crate::lock::names(resources)?;
+        let retry = Retry::within(&self.inner.config, max_wait, Instant::now());
+        self.with_retries(&names, ttl, retry).await
+    }
+
     /// One round of [`lock_many`](Self::lock_many), no retries.
     pub async fn try_lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
         self.acquire(crate::lock::names(resources)?, ttl).await
