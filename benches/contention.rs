@@ -1,157 +1,220 @@
-//! Contention: N clients, each with its own connections, loop lock (with retries) - hold for a
-//! fixed short time - unlock on one resource, on five local masters. Reports acquisitions per
-//! second, the hand-off latency (from one holder starting its release to the next holder's
-//! lock returning; p50 and p99) and, where the client lets us count them, rounds per
-//! acquisition. This is the polling baseline that server-pushed wake-ups (issue 14) are to
-//! beat: every client here waits for a held lock by sleeping its retry delay.
+//! Contention: N clients, each with its own connections (as separate processes would have),
+//! loop lock - hold for a fixed short time - unlock - work outside the lock for a fixed short
+//! time, on one resource, on five local masters. Reports acquisitions per second, the hand-off
+//! latency (from one holder starting its release to another client's lock returning; p50 and
+//! p99), the acquire rounds per acquisition (the masters' `SET` count, where the client
+//! acquires with `SET`), and the busiest client's share.
+//!
+//! The time outside the lock (`--think-ms`, as long as the hold by default) is what makes the
+//! lock change hands: a client that looped straight back would take the lock it just released
+//! before any waiter could, polling or not, and the table would measure nothing about waiting.
+//!
+//! Clients: redlock-mux's blocking client with wake-ups on (the default) and off (polling:
+//! the retry delay between tries), its async client with wake-ups, rslock and node-redlock
+//! (each with its own retries; both poll).
 //!
 //! Run: `cargo run --release --manifest-path benches/Cargo.toml --bin contention --
-//! [--seconds 3] [--levels 2,8,32] [--hold-ms 1]`
+//! [--seconds 3] [--levels 2,8,32] [--hold-ms 1] [--think-ms 1]`
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::arg;
+use redlock_mux::resp::Frame;
 use testkit::local::LocalCluster;
 
 const TTL: Duration = Duration::from_secs(10);
-const RESOURCE: &str = "bench:contended";
 
-/// One holder's tenure: when its lock returned, and when it started to release.
+/// One holder's tenure: when its lock returned, and when it started to release (ns since the
+/// cell's start).
 #[derive(Debug, Clone, Copy)]
 struct Tenure {
     holder: usize,
-    acquired: Instant,
-    released: Instant,
+    acquired: u64,
+    released: u64,
 }
 
-#[derive(Default)]
-struct Outcome {
-    tenures: Mutex<Vec<Tenure>>,
-    rounds: AtomicU64,
-    counted: AtomicBool,
-}
-
-impl Outcome {
-    fn report(&self, name: &str, clients: usize, elapsed: Duration) -> String {
-        let mut t = self.tenures.lock().unwrap().clone();
-        t.sort_by_key(|t| t.acquired);
-        // A hand-off is to another client: a holder that takes the lock again at once is not
-        // one (it did not wait).
-        let mut handoffs: Vec<u64> = t
-            .windows(2)
-            .filter(|w| w[1].acquired >= w[0].released && w[1].holder != w[0].holder)
-            .map(|w| (w[1].acquired - w[0].released).as_nanos() as u64)
-            .collect();
-        let mut per_holder = vec![0usize; clients.max(1)];
-        for x in &t {
-            per_holder[x.holder.min(clients.max(1) - 1)] += 1;
-        }
-        let top = per_holder.iter().max().copied().unwrap_or(0);
-        handoffs.sort_unstable();
-        let q = |p: f64| {
-            if handoffs.is_empty() {
-                return f64::NAN;
-            }
-            let rank = ((p * handoffs.len() as f64).ceil() as usize).clamp(1, handoffs.len());
-            handoffs[rank - 1] as f64 / 1e6
-        };
-        let rounds = if self.counted.load(Ordering::Relaxed) && !t.is_empty() {
-            format!(
-                "{:.1}",
-                self.rounds.load(Ordering::Relaxed) as f64 / t.len() as f64
-            )
-        } else {
-            "–".to_string()
-        };
-        format!(
-            "| {clients} | {name} | {:.0} | {} | {:.2} | {:.2} | {rounds} | {:.0}% |",
-            t.len() as f64 / elapsed.as_secs_f64(),
-            handoffs.len(),
-            q(0.5),
-            q(0.99),
-            100.0 * top as f64 / t.len().max(1) as f64
-        )
+/// How many `SET`s node `addr` has run.
+fn sets(addr: &str) -> u64 {
+    match testkit::redis(addr, &["INFO", "commandstats"]) {
+        Frame::Bulk(b) => String::from_utf8_lossy(&b)
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
     }
 }
 
-/// redlock-mux's blocking client: one `Redlock` per client thread, `try_lock` rounds with the
-/// same randomized delay `lock` uses, counted.
-fn mux_blocking(nodes: &[String], clients: usize, slice: Duration, hold: Duration) -> String {
-    let out = Arc::new(Outcome::default());
-    out.counted.store(true, Ordering::Relaxed);
+fn report(
+    name: &str,
+    clients: usize,
+    mut t: Vec<Tenure>,
+    elapsed: Duration,
+    set_rounds: Option<u64>,
+) -> String {
+    t.sort_by_key(|t| t.acquired);
+    // A hand-off is to another client.
+    let mut handoffs: Vec<u64> = t
+        .windows(2)
+        .filter(|w| w[1].acquired >= w[0].released && w[1].holder != w[0].holder)
+        .map(|w| w[1].acquired - w[0].released)
+        .collect();
+    let mut per_holder = vec![0usize; clients.max(1)];
+    for x in &t {
+        per_holder[x.holder.min(clients.max(1) - 1)] += 1;
+    }
+    let top = per_holder.iter().max().copied().unwrap_or(0);
+    handoffs.sort_unstable();
+    let q = |p: f64| {
+        if handoffs.is_empty() {
+            return f64::NAN;
+        }
+        let rank = ((p * handoffs.len() as f64).ceil() as usize).clamp(1, handoffs.len());
+        handoffs[rank - 1] as f64 / 1e6
+    };
+    let rounds = match set_rounds {
+        Some(n) if !t.is_empty() => format!("{:.1}", n as f64 / t.len() as f64),
+        _ => "–".to_string(),
+    };
+    format!(
+        "| {clients} | {name} | {:.0} | {} | {:.2} | {:.2} | {rounds} | {:.0}% |",
+        t.len() as f64 / elapsed.as_secs_f64(),
+        handoffs.len(),
+        q(0.5),
+        q(0.99),
+        100.0 * top as f64 / t.len().max(1) as f64
+    )
+}
+
+struct Cell<'a> {
+    nodes: &'a [String],
+    resource: String,
+    clients: usize,
+    slice: Duration,
+    hold: Duration,
+    think: Duration,
+}
+
+fn ns(start: Instant) -> u64 {
+    start.elapsed().as_nanos() as u64
+}
+
+/// redlock-mux's blocking client, one `Redlock` per client thread, `lock_within` (wake-ups on
+/// or off) until the cell's end.
+fn mux_blocking(cell: &Cell<'_>, wakeups: bool) -> Vec<Tenure> {
+    let out = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
     std::thread::scope(|s| {
-        for holder in 0..clients {
+        for holder in 0..cell.clients {
             let out = out.clone();
             let client = redlock_mux::Redlock::builder()
-                .nodes(nodes)
+                .nodes(cell.nodes)
                 .node_timeout(Duration::from_millis(200))
+                .wakeups(wakeups)
                 .build()
                 .unwrap();
             s.spawn(move || {
-                let delay = client.config().retry_delay();
-                while start.elapsed() < slice {
-                    out.rounds.fetch_add(1, Ordering::Relaxed);
-                    match client.try_lock(RESOURCE, TTL) {
-                        Ok(lock) => {
-                            let acquired = Instant::now();
-                            std::thread::sleep(hold);
-                            let released = Instant::now();
-                            let _ = client.unlock(&lock);
-                            out.tenures.lock().unwrap().push(Tenure {
-                                holder,
-                                acquired,
-                                released,
-                            });
-                        }
-                        Err(_) => {
-                            let ms = rand::random_range(delay.as_millis() / 2..=delay.as_millis());
-                            std::thread::sleep(Duration::from_millis(ms as u64));
-                        }
-                    }
+                while let Some(left) = cell.slice.checked_sub(start.elapsed()) {
+                    let Ok(lock) = client.lock_within(&cell.resource, TTL, left) else {
+                        continue;
+                    };
+                    let acquired = ns(start);
+                    std::thread::sleep(cell.hold);
+                    let released = ns(start);
+                    let _ = client.unlock(&lock);
+                    out.lock().unwrap().push(Tenure {
+                        holder,
+                        acquired,
+                        released,
+                    });
+                    std::thread::sleep(cell.think);
                 }
             });
         }
     });
-    out.report(
-        "redlock-mux blocking (polling: try_lock + retry delay)",
-        clients,
-        start.elapsed(),
-    )
+    let t = out.lock().unwrap().clone();
+    t
 }
 
-/// rslock: one `LockManager` per client task, its `lock` (which retries on its own) until it
-/// returns a lock.
-fn rslock(nodes: &[String], clients: usize, slice: Duration, hold: Duration) -> String {
-    let urls: Vec<String> = nodes.iter().map(|n| format!("redis://{n}")).collect();
+/// redlock-mux's async client with wake-ups, one `AsyncRedlock` per client task.
+fn mux_async(cell: &Cell<'_>) -> Vec<Tenure> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let out = Arc::new(Outcome::default());
+    let out = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
     rt.block_on(async {
         let mut tasks = Vec::new();
-        for holder in 0..clients {
+        for holder in 0..cell.clients {
+            let client = redlock_mux::AsyncRedlock::builder()
+                .nodes(cell.nodes)
+                .node_timeout(Duration::from_millis(200))
+                .build()
+                .unwrap();
+            let (out, resource) = (out.clone(), cell.resource.clone());
+            let (slice, hold, think) = (cell.slice, cell.hold, cell.think);
+            tasks.push(tokio::spawn(async move {
+                while let Some(left) = slice.checked_sub(start.elapsed()) {
+                    let Ok(lock) = client.lock_within(&resource, TTL, left).await else {
+                        continue;
+                    };
+                    let acquired = ns(start);
+                    tokio::time::sleep(hold).await;
+                    let released = ns(start);
+                    let _ = client.unlock(&lock).await;
+                    out.lock().unwrap().push(Tenure {
+                        holder,
+                        acquired,
+                        released,
+                    });
+                    tokio::time::sleep(think).await;
+                }
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    });
+    let t = out.lock().unwrap().clone();
+    t
+}
+
+/// rslock: one `LockManager` per client task, its `lock` (which retries on its own).
+fn rslock(cell: &Cell<'_>) -> Vec<Tenure> {
+    let urls: Vec<String> = cell.nodes.iter().map(|n| format!("redis://{n}")).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let start = Instant::now();
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for holder in 0..cell.clients {
             let mgr = rslock::LockManager::new(urls.clone());
-            let out = out.clone();
+            let (out, resource) = (out.clone(), cell.resource.clone());
+            let (slice, hold, think) = (cell.slice, cell.hold, cell.think);
             tasks.push(tokio::spawn(async move {
                 while start.elapsed() < slice {
-                    if let Ok(lock) = mgr.lock(RESOURCE.as_bytes(), TTL).await {
-                        let acquired = Instant::now();
+                    if let Ok(lock) = mgr.lock(resource.as_bytes(), TTL).await {
+                        let acquired = ns(start);
                         tokio::time::sleep(hold).await;
-                        let released = Instant::now();
+                        let released = ns(start);
                         mgr.unlock(&lock).await;
-                        out.tenures.lock().unwrap().push(Tenure {
+                        out.lock().unwrap().push(Tenure {
                             holder,
                             acquired,
                             released,
                         });
+                        tokio::time::sleep(think).await;
                     }
                 }
             }));
@@ -160,27 +223,101 @@ fn rslock(nodes: &[String], clients: usize, slice: Duration, hold: Duration) -> 
             let _ = t.await;
         }
     });
-    out.report("rslock 0.10 (its own retries)", clients, start.elapsed())
+    let t = out.lock().unwrap().clone();
+    t
+}
+
+/// node-redlock through `benches/node/contend.js`; `None` when its modules are not installed.
+fn node(cell: &Cell<'_>) -> Option<Vec<Tenure>> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("node");
+    if !dir.join("node_modules").is_dir() {
+        eprintln!("node-redlock: skipped (run `npm ci` in benches/node)");
+        return None;
+    }
+    let o = Command::new("node")
+        .arg(dir.join("contend.js"))
+        .args(["--clients", &cell.clients.to_string()])
+        .args(["--seconds", &cell.slice.as_secs_f64().to_string()])
+        .args(["--hold-ms", &cell.hold.as_millis().to_string()])
+        .args(["--think-ms", &cell.think.as_millis().to_string()])
+        .args(["--nodes", &cell.nodes.join(",")])
+        .output()
+        .ok()?;
+    if !o.status.success() {
+        eprintln!("node-redlock: {}", String::from_utf8_lossy(&o.stderr));
+        return None;
+    }
+    Some(
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split(' ').map(|x| x.parse::<u64>().ok());
+                Some(Tenure {
+                    holder: f.next()?? as usize,
+                    acquired: f.next()??,
+                    released: f.next()??,
+                })
+            })
+            .collect(),
+    )
 }
 
 fn main() {
     let seconds: f64 = arg("--seconds", 3.0);
     let levels: String = arg("--levels", "2,8,32".to_string());
     let hold = Duration::from_millis(arg("--hold-ms", 1));
+    let think = Duration::from_millis(arg("--think-ms", 1));
     let slice = Duration::from_secs_f64(seconds);
     let cluster = LocalCluster::start(5).expect("five redis-server (scripts/install-deps)");
     let nodes = cluster.addrs();
     println!(
-        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock on one resource, five local masters, {seconds} s per cell. Hand-off: from a holder starting its release to another client's lock returning, in ms (a holder taking the lock straight back is not a hand-off; the busiest client's share shows how often that happens)."
+        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock - {think:?} outside the lock, on one resource, five local masters, {seconds} s per cell. Hand-off: from a holder starting its release to another client's lock returning, in ms. Rounds: the masters' SET count per acquisition (– where the client does not acquire with SET)."
     );
     println!();
     println!("| clients | client | acquisitions/s | hand-offs | hand-off p50 | hand-off p99 | rounds per acquisition | busiest client's share |");
     println!("|---|---|---|---|---|---|---|---|");
+    let mut cell_no = 0;
     for n in levels
         .split(',')
         .filter_map(|l| l.trim().parse::<usize>().ok())
     {
-        println!("{}", mux_blocking(&nodes, n, slice, hold));
-        println!("{}", rslock(&nodes, n, slice, hold));
+        type Run<'a> = Box<dyn Fn(&Cell<'_>) -> Option<Vec<Tenure>> + 'a>;
+        let runs: Vec<(&str, bool, Run<'_>)> = vec![
+            (
+                "redlock-mux blocking, wake-ups on",
+                true,
+                Box::new(|c: &Cell<'_>| Some(mux_blocking(c, true))),
+            ),
+            (
+                "redlock-mux async (multi-thread), wake-ups on",
+                true,
+                Box::new(|c: &Cell<'_>| Some(mux_async(c))),
+            ),
+            (
+                "redlock-mux blocking, wake-ups off (polling)",
+                true,
+                Box::new(|c: &Cell<'_>| Some(mux_blocking(c, false))),
+            ),
+            ("rslock 0.10 (its own retries)", true, Box::new(|c: &Cell<'_>| Some(rslock(c)))),
+            ("node-redlock 4.2 (its own retries)", false, Box::new(node)),
+        ];
+        for (name, counts_sets, run) in runs {
+            cell_no += 1;
+            let cell = Cell {
+                nodes: &nodes,
+                resource: format!("bench:contended:{cell_no}"),
+                clients: n,
+                slice,
+                hold,
+                think,
+            };
+            let before: u64 = nodes.iter().map(|a| sets(a)).sum();
+            let started = Instant::now();
+            let Some(tenures) = run(&cell) else { continue };
+            let elapsed = started.elapsed().min(slice.mul_f64(1.5)).max(slice);
+            let after: u64 = nodes.iter().map(|a| sets(a)).sum();
+            let rounds = counts_sets.then(|| (after - before) / nodes.len() as u64);
+            println!("{}", report(name, n, tenures, elapsed, rounds));
+        }
     }
 }

@@ -324,6 +324,13 @@ pub(crate) fn wake_jitter() -> Duration {
     Duration::from_micros(rand::rng().random_range(0..=us))
 }
 
+/// The async client's jitter: a random number of yields to the runtime (its timer cannot
+/// sleep less than a millisecond).
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+pub(crate) fn wake_yields() -> u32 {
+    rand::rng().random_range(0..=4)
+}
+
 /// The read that makes the tracking servers note `key` (and tells when it expires): `PTTL` on
 /// every node, in a round that waits for all of them.
 pub(crate) fn watch_command<'a>(key: &'a [Name], token: &'a Token) -> (Command<'a>, Until) {

@@ -241,7 +241,11 @@ impl AsyncRedlock {
             why = fired => {
                 let Ok(why) = why else { return };
                 crate::observe::waited(resource, why.as_str(), started.elapsed());
-                tokio::time::sleep(op::wake_jitter()).await;
+                // The jitter as a few yields: tokio's timer counts whole milliseconds, so a
+                // sleep of a few hundred microseconds would cost a millisecond or more.
+                for _ in 0..op::wake_yields() {
+                    tokio::task::yield_now().await;
+                }
             }
             _ = tokio::time::sleep(timer) => {
                 crate::observe::waited(resource, "timer", started.elapsed());
