@@ -27,6 +27,9 @@ fn main() {
     let urls: Vec<String> = addrs.iter().map(|a| format!("redis://{a}")).collect();
     let ttl_ms = TTL.as_millis() as u64;
     let key = |i: u64| format!("instr:{client}:{}:{i}", std::process::id());
+    // REDLOCK_WAKEUPS=0: redlock-mux's clients without wake-ups (RESP2, no tracking), to
+    // measure what wake-ups cost an uncontended pair.
+    let wakeups = std::env::var("REDLOCK_WAKEUPS").map_or(true, |v| v != "0");
     match client.as_str() {
         "reference" => {
             let mut f = FanOut::connect(&addrs).expect("connect");
@@ -40,6 +43,7 @@ fn main() {
             let c = redlock_mux::Redlock::builder()
                 .nodes(&addrs)
                 .node_timeout(NODE_TIMEOUT)
+                .wakeups(wakeups)
                 .build()
                 .expect("client");
             for i in 0..pairs {
@@ -53,6 +57,7 @@ fn main() {
                 let c = redlock_mux::AsyncRedlock::builder()
                     .nodes(&addrs)
                     .node_timeout(NODE_TIMEOUT)
+                    .wakeups(wakeups)
                     .build_async()
                     .expect("client");
                 for i in 0..pairs {
