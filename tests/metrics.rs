@@ -55,3 +55,57 @@ fn operations_are_counted_by_kind_and_outcome() {
     });
     assert!(timed, "{snapshot:?}");
 }
+
+/// A waiter woken by the masters' push is counted under its cause, and its wait timed.
+#[test]
+fn a_wait_is_counted_by_what_woke_it() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let c = testkit::cluster(3);
+    let key = testkit::resource("metered-wait");
+    let holder = testkit::builder(&c).build().unwrap();
+    let lock = holder.lock(&key, Duration::from_secs(60)).unwrap();
+    let addrs = c.addrs();
+    let releaser = std::thread::spawn(move || {
+        // Released once the waiter's read is tracked on a quorum.
+        let tracked = |a: &String| match testkit::redis(a, &["INFO", "stats"]) {
+            redlock_mux::resp::Frame::Bulk(b) => String::from_utf8_lossy(&b)
+                .lines()
+                .find_map(|l| l.strip_prefix("tracking_total_keys:"))
+                .is_some_and(|n| n.trim() != "0"),
+            _ => false,
+        };
+        testkit::wait_until(Duration::from_secs(20), "the waiter's read tracked", || {
+            addrs.iter().filter(|a| tracked(a)).count() >= 2
+        });
+        holder.unlock(&lock).unwrap();
+    });
+    metrics::with_local_recorder(&recorder, || {
+        let waiter = testkit::builder(&c)
+            .retry(1000, Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let got = waiter
+            .lock_within(&key, Duration::from_secs(10), Duration::from_secs(60))
+            .unwrap();
+        waiter.unlock(&got).unwrap();
+    });
+    releaser.join().unwrap();
+    let snapshot = snapshotter.snapshot().into_vec();
+    let pushed = snapshot.iter().find_map(|(key, _, _, value)| {
+        let k = key.key();
+        let push = k
+            .labels()
+            .any(|l| l.key() == "cause" && l.value() == "push");
+        match (k.name() == "redlock_waits_total" && push, value) {
+            (true, DebugValue::Counter(n)) => Some(*n),
+            _ => None,
+        }
+    });
+    assert_eq!(pushed, Some(1), "{snapshot:?}");
+    let timed = snapshot.iter().any(|(key, _, _, value)| {
+        key.key().name() == "redlock_wait_seconds"
+            && matches!(value, DebugValue::Histogram(v) if v.len() == 1)
+    });
+    assert!(timed, "{snapshot:?}");
+}
