@@ -114,10 +114,18 @@ impl Driver {
     /// no thread to drive them otherwise), or `deadline` passes. Returns whether nothing is
     /// left owed.
     pub(super) fn service(&mut self, deadline: Instant) -> bool {
+        self.pump_until(deadline, |d| {
+            let tls_busy = d.socks.iter().flatten().any(Stream::busy);
+            !d.engine.owes_scripted() && !tls_busy
+        })
+    }
+
+    /// Writes, reads and waits, with no round open, until `done` holds (checked after each
+    /// pass) or `deadline` passes; returns whether `done` held.
+    fn pump_until(&mut self, deadline: Instant, done: impl Fn(&Self) -> bool) -> bool {
         loop {
             self.sync();
-            let tls_busy = self.socks.iter().flatten().any(Stream::busy);
-            if !self.engine.owes_scripted() && !tls_busy {
+            if done(self) {
                 return true;
             }
             let now = Instant::now();
@@ -142,22 +150,7 @@ impl Driver {
     /// woken (another thread needs the driver), or `deadline` passes.
     pub(super) fn idle(&mut self, deadline: Instant) {
         self.woke = false;
-        loop {
-            self.sync();
-            if self.woke || self.engine.has_woken() {
-                return;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return;
-            }
-            let wait = self
-                .engine
-                .poll_timeout()
-                .map_or(deadline, |t| t.min(deadline));
-            self.pump(Some(wait.saturating_duration_since(now)));
-            self.engine.handle_timeout(self.now);
-        }
+        self.pump_until(deadline, |d| d.woke || d.engine.has_woken());
     }
 
     /// Drops every connection (reopened on next use): after a round that panicked, what they
