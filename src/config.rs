@@ -680,16 +680,17 @@ impl<C> Builder<C> {
     /// Whether `lock` waits for a held resource by being told (the default) rather than by
     /// sleeping out the retry delay.
     ///
-    /// On: every connection asks its server for RESP3 and client-side tracking (`HELLO 3`,
-    /// `CLIENT TRACKING ON`). After a try refused because the resource is held, the waiter
-    /// reads the key's `PTTL` on every node, which makes the servers that track note it, and
+    /// On: every connection asks its server for RESP3 and opt-in client-side tracking (`HELLO
+    /// 3`, then `CLIENT TRACKING ON OPTIN`). After a try refused because the resource is held,
+    /// the waiter reads the key's `PTTL` on every node right after `CLIENT CACHING YES`, which
+    /// makes the servers that track note it (no other read is tracked), and
     /// then waits for the first of: an invalidation pushed by any master (the key was deleted,
     /// changed or expired there), a dropped connection, the moment the `PTTL`s say a quorum of
     /// keys will have expired, and the usual random retry delay. A push is only a hint: the lock
     /// is still granted by a quorum of `SET NX` alone, and a push that is lost or late costs at
     /// most the timer. Nodes whose server has no RESP3 or tracking (Redis before 6, or an ACL
-    /// that denies `HELLO` or `CLIENT`) take no part in the pushes, and only their `PTTL`
-    /// counts. An uncontended `lock` sends nothing more.
+    /// that denies `CLIENT`) take no part in the pushes, and only their `PTTL` counts. An
+    /// uncontended `lock` sends nothing more.
     ///
     /// Off: the waiter sleeps the random retry delay between tries, as classic Redlock
     /// clients do, and connections stay on RESP2.

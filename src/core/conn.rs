@@ -68,11 +68,11 @@ enum Owner<T> {
     Handshake,
     /// `HELLO` (without a protocol version, or `HELLO 3` when wake-ups are on): the server
     /// says what it is (name and version), which tells whether it has native
-    /// compare-and-delete commands. An error (a server older than `HELLO`, an ACL that denies
-    /// it) leaves it unknown, and the connection on RESP2.
+    /// compare-and-delete commands. An error (a server older than `HELLO`, or one where it was
+    /// renamed away) leaves it unknown, and the connection on RESP2.
     Hello {
         /// It asked for RESP3: a reply that is not an error switches the connection to it,
-        /// and `CLIENT TRACKING ON` follows.
+        /// and `CLIENT TRACKING ON OPTIN` follows.
         resp3: bool,
     },
     /// `CLIENT TRACKING ON OPTIN`, sent once the server has agreed to RESP3: `+OK` means

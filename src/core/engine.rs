@@ -527,8 +527,8 @@ impl<U> Engine<U> {
     /// watch fires once, when a tracking master pushes an invalidation of the key or any
     /// connection closes, and [`poll_woken`](Engine::poll_woken) then yields `id`. Register it
     /// before the read that makes the servers track the key, so that no push is missed.
-    pub(crate) fn watch(&mut self, id: u64, key: &[u8]) {
-        self.watches.push((id, key.into()));
+    pub(crate) fn watch(&mut self, id: u64, key: Box<[u8]>) {
+        self.watches.push((id, key));
     }
 
     /// Forgets waiter `id`'s watch, if it has not fired (and a firing not yet polled).

@@ -303,15 +303,8 @@ pub(crate) enum Next {
     Fail(Error),
     /// Wait this long, then try again.
     Wait(Duration),
-    /// The resource is held: watch `key` (register the watch, then read its `PTTL` on every
-    /// node with [`watch_command`]), and try again when a push or a dropped connection wakes
-    /// the waiter (after [`wake_jitter`]), or after [`Retry::timer`], whichever comes first.
-    Watch {
-        /// The resource a node found held.
-        key: Name,
-        /// The longest the wait may be (the retry delay, or what is left of `lock_within`).
-        wait: Duration,
-    },
+    /// The resource is held: wait for it to change ([`Waiting`]), then try again.
+    Watch(Waiting),
 }
 
 /// The most a woken waiter waits before its next try, at random: waiters woken by the same
@@ -331,18 +324,77 @@ pub(crate) fn wake_yields() -> u32 {
     rand::rng().random_range(0..=4)
 }
 
-/// The read that makes the tracking servers note `key` (and tells when it expires): `PTTL` on
-/// every node, in a round that waits for all of them.
-pub(crate) fn watch_command<'a>(key: &'a [Name], token: &'a Token) -> (Command<'a>, Until) {
-    let cmd = Command {
-        kind: OpKind::Watch,
-        resources: key,
-        token,
-        ttl_ms: 0,
-        counter: None,
-        fence_value: 0,
-    };
-    (cmd, Until::AllIn)
+/// A waiter's watch of a held resource, in the order both clients follow:
+/// 1. register a watch of [`key`](Waiting::key) with the engine (before anything is sent, so
+///    that no push is missed);
+/// 2. run [`round`](Waiting::round): `CLIENT CACHING YES` + `PTTL key` on every node, which
+///    makes the tracking servers note the key and tells when it expires;
+/// 3. wait until [`deadline`](Waiting::deadline) unless the watch fires first;
+/// 4. take the watch back, and [`end`](Waiting::end) the wait (pausing for the jitter if it
+///    says so).
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    key: [Name; 1],
+    /// (The read carries no token; a command needs one.)
+    token: Token,
+    wait: Duration,
+    started: Instant,
+}
+
+impl Waiting {
+    /// A wait for `key` of at most `wait` (what [`Retry::after`] allowed), starting at `now`.
+    pub(crate) fn new(key: Name, wait: Duration, now: Instant) -> Waiting {
+        Waiting {
+            key: [key],
+            token: Token::generate(),
+            wait,
+            started: now,
+        }
+    }
+
+    /// The key to watch.
+    pub(crate) fn key(&self) -> Box<[u8]> {
+        self.key[0].as_bytes().into()
+    }
+
+    /// The read that makes the tracking servers note the key, in a round that waits for every
+    /// node.
+    pub(crate) fn round(&self) -> (Command<'_>, Until) {
+        let cmd = Command {
+            kind: OpKind::Watch,
+            resources: &self.key,
+            token: &self.token,
+            ttl_ms: 0,
+            counter: None,
+            fence_value: 0,
+        };
+        (cmd, Until::AllIn)
+    }
+
+    /// Until when to wait, read at `now` after the round: the [`Retry::timer`] its `PTTL`s
+    /// give. `None`: no wait (the round could not run: the client is going away, and the next
+    /// try says so).
+    pub(crate) fn deadline(
+        &self,
+        cfg: &Config,
+        read: &Result<(Round, Instant), Error>,
+        now: Instant,
+    ) -> Option<Instant> {
+        let (round, _) = read.as_ref().ok()?;
+        Some(crate::core::time::later(
+            now,
+            Retry::timer(cfg, round, self.wait),
+        ))
+    }
+
+    /// The wait is over: woken by the watch (`Some(cause)`) or by the timer. Records it; `true`
+    /// when the waiter should pause for the jitter before its next try (it was woken, as
+    /// other waiters of the same push may have been).
+    pub(crate) fn end(self, woken: Option<crate::core::engine::Wake>) -> bool {
+        let cause = woken.map_or("timer", |w| w.as_str());
+        crate::observe::waited(self.key[0].as_str(), cause, self.started.elapsed());
+        woken.is_some()
+    }
 }
 
 impl Retry {
@@ -370,7 +422,8 @@ impl Retry {
     /// After a try of `names` that ended with `err` at `now`: give up, or wait (watching the
     /// held resource when wake-ups are on), then try again. Waits are uniform in
     /// [delay/2, delay] (which keeps competing clients from retrying in step), cut short at
-    /// the deadline of `lock_within`.
+    /// the deadline of `lock_within`. A plain wait is recorded (observability) as it is
+    /// decided.
     pub(crate) fn after(&mut self, err: Error, names: &[Name], now: Instant) -> Next {
         let retriable = matches!(
             err,
@@ -400,11 +453,15 @@ impl Retry {
                     .map(Name::new)
                     .or_else(|| names.first().cloned());
                 match key {
-                    Some(key) => Next::Watch { key, wait },
+                    Some(key) => Next::Watch(Waiting::new(key, wait, now)),
                     None => Next::Wait(wait),
                 }
             }
-            _ => Next::Wait(wait),
+            _ => {
+                let resource = names.first().map_or("", Name::as_str);
+                crate::observe::waited(resource, "delay", wait);
+                Next::Wait(wait)
+            }
         }
     }
 
@@ -567,15 +624,15 @@ mod tests {
         let on = cfg(false);
         let mut retry = Retry::new(&on);
         match retry.after(conflict(Some("b")), &names(&["a", "b"]), now) {
-            Next::Watch { key, wait } => {
-                assert_eq!(key.as_str(), "b");
-                assert!(wait <= on.retry_delay && wait >= on.retry_delay / 2);
+            Next::Watch(w) => {
+                assert_eq!(&*w.key(), b"b");
+                assert!(w.wait <= on.retry_delay && w.wait >= on.retry_delay / 2);
             }
             other => panic!("{other:?}"),
         }
         // A single resource's conflict names none: the resource itself is watched.
         match retry.after(conflict(None), &names(&["a"]), now) {
-            Next::Watch { key, .. } => assert_eq!(key.as_str(), "a"),
+            Next::Watch(w) => assert_eq!(&*w.key(), b"a"),
             other => panic!("{other:?}"),
         }
         // Failed nodes are no reason to watch; the tries still run out.
@@ -615,8 +672,8 @@ mod tests {
         for k in 0..10u64 {
             let at = now + Duration::from_millis(k);
             match retry.after(conflict(None), &names(&["a"]), at) {
-                Next::Watch { wait, .. } => {
-                    assert!(wait <= Duration::from_millis(30 - k), "{k}: {wait:?}")
+                Next::Watch(w) => {
+                    assert!(w.wait <= Duration::from_millis(30 - k), "{k}: {:?}", w.wait)
                 }
                 other => panic!("{other:?}"),
             }

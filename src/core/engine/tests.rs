@@ -601,8 +601,8 @@ fn a_pushed_invalidation_wakes_the_watches_of_its_key_once_and_never_votes() {
         assert!(at(b"TRACKING") > at(b"PTTL"), "node {i}");
     }
     assert_eq!(sim.e.tracking(), 0);
-    sim.e.watch(7, b"res");
-    sim.e.watch(8, b"other");
+    sim.e.watch(7, b"res"[..].into());
+    sim.e.watch(8, b"other"[..].into());
     // Pushes before, between and after the replies (to the round, then to the tracking
     // request), on every node: the round takes its reply, the pushes go to the watches.
     for i in 0..3 {
@@ -640,15 +640,15 @@ fn a_dropped_connection_wakes_every_watch_and_unwatch_forgets() {
         sim.sent(i);
         sim.reply(i, b":-2\r\n+OK\r\n");
     }
-    sim.e.watch(1, b"res");
-    sim.e.watch(2, b"res");
+    sim.e.watch(1, b"res"[..].into());
+    sim.e.watch(2, b"res"[..].into());
     sim.e.unwatch(2);
     sim.e
         .handle_closed(0, NodeOutcome::Io(io::ErrorKind::ConnectionReset), sim.now);
     assert_eq!(sim.e.poll_woken(), Some((1, Wake::Dropped)));
     assert_eq!(sim.e.poll_woken(), None);
     // A fired watch not yet polled is forgotten by unwatch too.
-    sim.e.watch(3, b"res");
+    sim.e.watch(3, b"res"[..].into());
     sim.reply(1, &invalidate("res"));
     sim.e.unwatch(3);
     assert_eq!(sim.e.poll_woken(), None);

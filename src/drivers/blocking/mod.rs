@@ -108,7 +108,7 @@ impl Queue {
     /// Hands the engine the watches registered and taken back since it last ran.
     fn sync_watches(&mut self, driver: &mut Driver) {
         for (id, key) in self.watch.drain(..) {
-            driver.engine.watch(id, &key);
+            driver.engine.watch(id, key);
         }
         for id in self.unwatch.drain(..) {
             driver.engine.unwatch(id);
@@ -498,50 +498,36 @@ impl Redlock {
                 Ok(lock) => return Ok(lock),
                 Err(e) => match retry.after(e, names, Instant::now()) {
                     Next::Fail(e) => return Err(e),
-                    Next::Wait(d) => {
-                        std::thread::sleep(d);
-                        crate::observe::waited(names[0].as_str(), "delay", d);
-                    }
-                    Next::Watch { key, wait } => self.watch(key, wait),
+                    Next::Wait(d) => std::thread::sleep(d),
+                    Next::Watch(waiting) => self.watch(waiting),
                 },
             }
         }
     }
 
-    /// Waits for `key` to change (see [`Builder::wakeups`]): a watch registered with the
-    /// engine, the `PTTL` read that makes the servers track the key, then the first of the
-    /// watch firing (and a short jitter) and the timer. While no round runs, a waiter reads
-    /// the pushes itself in the driver ([`Driver::idle`](io::Driver::idle)), and gives the
-    /// driver up to any caller with a round to run; the others park until woken.
-    fn watch(&self, key: Name, wait: Duration) {
-        let started = Instant::now();
+    /// Waits for a held resource to change, in the order [`Waiting`](op::Waiting) gives: the
+    /// watch registered, the read, then the first of the watch firing and the timer. While no
+    /// round runs, a waiter reads the pushes itself in the driver
+    /// ([`Driver::idle`](io::Driver::idle)), and gives the driver up to any caller with a
+    /// round to run; the others park until woken.
+    fn watch(&self, waiting: op::Waiting) {
         let id = self
             .shared
             .next_watch
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.queue().watch.push((id, key.as_bytes().into()));
-        let names = [key];
-        let token = Token::generate();
-        let (cmd, until) = op::watch_command(&names, &token);
-        let woken = match self.submit(cmd, until) {
-            Ok((round, _)) => {
-                let timer = Retry::timer(&self.shared.config, &round, wait);
-                self.wait_woken(id, crate::core::time::later(Instant::now(), timer))
-            }
-            Err(_) => None,
-        };
+        self.queue().watch.push((id, waiting.key()));
+        let (cmd, until) = waiting.round();
+        let read = self.submit(cmd, until);
+        let deadline = waiting.deadline(&self.shared.config, &read, Instant::now());
+        let woken = deadline.and_then(|deadline| self.wait_woken(id, deadline));
         {
             let mut q = self.queue();
             q.unwatch.push(id);
             q.woken.retain(|(w, _)| *w != id);
         }
-        let resource = names[0].as_str();
-        match woken {
-            Some(why) => {
-                crate::observe::waited(resource, why.as_str(), started.elapsed());
-                std::thread::sleep(op::wake_jitter());
-            }
-            None => crate::observe::waited(resource, "timer", started.elapsed()),
+        // (No wait, no record of one, when the read could not run.)
+        if deadline.is_some() && waiting.end(woken) {
+            std::thread::sleep(op::wake_jitter());
         }
     }
 

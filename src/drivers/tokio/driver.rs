@@ -187,7 +187,7 @@ impl Driver {
                     let _ = reply.send(self.engine.stats());
                 }
                 Poll::Ready(Some(Msg::Watch { id, key, woken })) => {
-                    self.engine.watch(id, &key);
+                    self.engine.watch(id, key);
                     self.waiters.push((id, woken));
                 }
                 Poll::Ready(Some(Msg::Unwatch { id })) => {

@@ -194,32 +194,24 @@ impl AsyncRedlock {
                 Ok(lock) => return Ok(lock),
                 Err(e) => match retry.after(e, names, Instant::now()) {
                     Next::Fail(e) => return Err(e),
-                    Next::Wait(d) => {
-                        tokio::time::sleep(d).await;
-                        crate::observe::waited(names[0].as_str(), "delay", d);
-                    }
-                    Next::Watch { key, wait } => self.watch(key, wait).await,
+                    Next::Wait(d) => tokio::time::sleep(d).await,
+                    Next::Watch(waiting) => self.watch(waiting).await,
                 },
             }
         }
     }
 
-    /// Waits for `key` to change (see [`Builder::wakeups`](crate::Builder::wakeups)): a watch
-    /// registered with the driver, the `PTTL` read that makes the servers track the key, then
-    /// the first of the watch firing (and a short jitter) and the timer.
-    async fn watch(&self, key: Name, wait: Duration) {
-        let started = Instant::now();
+    /// Waits for a held resource to change, in the order [`Waiting`](op::Waiting) gives: the
+    /// watch registered with the driver, the read, then the first of the watch firing and the
+    /// timer.
+    async fn watch(&self, waiting: op::Waiting) {
         let id = self
             .inner
             .next_watch
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (woken, fired) = oneshot::channel();
-        let registered = self.inner.tx.send(Msg::Watch {
-            id,
-            key: key.as_bytes().into(),
-            woken,
-        });
-        if registered.is_err() {
+        let key = waiting.key();
+        if self.inner.tx.send(Msg::Watch { id, key, woken }).is_err() {
             // The driver is gone: the next try says so.
             return;
         }
@@ -228,27 +220,20 @@ impl AsyncRedlock {
             inner: &self.inner,
             id,
         };
-        let cfg = &self.inner.config;
-        let names = [key];
-        let token = crate::Token::generate();
-        let (cmd, until) = op::watch_command(&names, &token);
-        let timer = match self.round(OwnedCommand::new(&cmd), until).await {
-            Ok((round, _)) => Retry::timer(cfg, &round, wait),
-            Err(_) => return,
+        let (cmd, until) = waiting.round();
+        let read = self.round(OwnedCommand::new(&cmd), until).await;
+        let Some(deadline) = waiting.deadline(&self.inner.config, &read, Instant::now()) else {
+            return;
         };
-        let resource = names[0].as_str();
-        tokio::select! {
-            why = fired => {
-                let Ok(why) = why else { return };
-                crate::observe::waited(resource, why.as_str(), started.elapsed());
-                // The jitter as a few yields: tokio's timer counts whole milliseconds, so a
-                // sleep of a few hundred microseconds would cost a millisecond or more.
-                for _ in 0..op::wake_yields() {
-                    tokio::task::yield_now().await;
-                }
-            }
-            _ = tokio::time::sleep(timer) => {
-                crate::observe::waited(resource, "timer", started.elapsed());
+        let woken = tokio::select! {
+            why = fired => why.ok(),
+            _ = tokio::time::sleep_until(deadline.into()) => None,
+        };
+        if waiting.end(woken) {
+            // The jitter as a few yields: tokio's timer counts whole milliseconds, so a sleep
+            // of a few hundred microseconds would cost a millisecond or more.
+            for _ in 0..op::wake_yields() {
+                tokio::task::yield_now().await;
             }
         }
     }
