@@ -1282,7 +1282,15 @@ where
     // Not before the holder's keys expired (safety), and long before the retry delay.
     assert!(waited >= held.validity().min(ttl) / 2, "{waited:?}");
     assert!(waited < delay / 4, "the waiter took {waited:?}");
-    held_everywhere(&waiter, &c.addrs(), &key, lock.token());
+    // A quorum holds the waiter's token. Not necessarily every node: the timer fires when a
+    // quorum of the old keys has expired, and a node whose key was set a moment later may
+    // still refuse the waiter's SET NX (its old key then expires unread).
+    let holding = c
+        .addrs()
+        .iter()
+        .filter(|a| get(a, &key).as_deref() == Some(lock.token().as_str()))
+        .count();
+    assert!(holding >= 3, "{holding} of 5 nodes hold the waiter's token");
 }
 
 /// Masters that know no RESP3 (no `HELLO`, as before Redis 6): connections stay on RESP2, no
