@@ -298,7 +298,11 @@ fn main() {
                 true,
                 Box::new(|c: &Cell<'_>| Some(mux_blocking(c, false))),
             ),
-            ("rslock 0.10 (its own retries)", true, Box::new(|c: &Cell<'_>| Some(rslock(c)))),
+            (
+                "rslock 0.10 (its own retries)",
+                true,
+                Box::new(|c: &Cell<'_>| Some(rslock(c))),
+            ),
             ("node-redlock 4.2 (its own retries)", false, Box::new(node)),
         ];
         for (name, counts_sets, run) in runs {

@@ -13,6 +13,8 @@
 //! against the reference measured in the same turns.
 //!
 //! Run: `bash benches/table` (builds, runs this with `--callgrind`, writes benches/TABLE.md).
+//! `--plot DIR` also draws `DIR/throughput.svg` (pairs/s against callers, every client) and
+//! `DIR/latency-64.svg` (the pair latency distribution at 64 callers; `--latency-at N`).
 
 mod common;
 
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::plot;
 use common::reference::{FanOut, Pipelined};
 use common::{arg, flag, runtime, token, us, Samples};
 use testkit::local::LocalCluster;
@@ -249,6 +252,22 @@ impl Client {
         }
     }
 
+    /// The label of this client's line in the plots.
+    fn short(&self) -> String {
+        match self {
+            Client::Reference { .. } => "reference (fan-out at 1, then pipelined)".into(),
+            Client::MuxBlocking { .. } => "redlock-mux blocking".into(),
+            Client::MuxAsync { multi, .. } => format!("redlock-mux async ({})", flavour(*multi)),
+            Client::Rslock { multi, .. } => format!("rslock 0.10 ({})", flavour(*multi)),
+            Client::RedlockCrate { .. } => "redlock 2.0".into(),
+            Client::Node { .. } => "node-redlock 4.2".into(),
+        }
+    }
+
+    fn ours(&self) -> bool {
+        matches!(self, Client::MuxBlocking { .. } | Client::MuxAsync { .. })
+    }
+
     fn is_rslock_mt(&self) -> bool {
         matches!(self, Client::Rslock { multi: true, .. })
     }
@@ -459,6 +478,22 @@ fn main() {
     let slice = Duration::from_secs_f64(seconds);
     let mut clients = Client::all(&addrs);
     let turns = AtomicU64::new(0);
+    // For the plots: each client's pairs/s at each level, and the pair latencies at the level
+    // the latency picture shows.
+    let plot_dir: Option<std::path::PathBuf> = std::env::args()
+        .position(|a| a == "--plot")
+        .and_then(|i| std::env::args().nth(i + 1))
+        .map(Into::into);
+    let latency_at: usize = arg("--latency-at", 64);
+    let mut lines: Vec<plot::Line> = clients
+        .iter()
+        .map(|c| plot::Line {
+            label: c.short(),
+            ours: c.ours(),
+            points: Vec::new(),
+        })
+        .collect();
+    let mut latencies: Vec<Samples> = Vec::new();
 
     println!("| callers | client | pairs/s | x ref | x rslock (mt) | pair p50 | pair p99 | pair p999 | lock p50 |");
     println!("|---|---|---|---|---|---|---|---|---|");
@@ -507,12 +542,50 @@ fn main() {
                 us(cell.pair.quantile(0.999)),
             );
         }
+        for (line, cell) in lines.iter_mut().zip(&cells) {
+            line.points.push((callers as f64, cell.pps()));
+        }
+        if callers == latency_at {
+            latencies = cells.into_iter().map(|c| c.pair).collect();
+        }
         eprintln!("{callers}-way done");
     }
     println!(
         "\nLatencies in µs. x ref: pairs/s against the reference at the same concurrency, same turns; \
          x rslock (mt): against rslock on its default multi-thread runtime. {rounds} turns of {seconds} s per cell."
     );
+
+    if let Some(dir) = plot_dir {
+        let machine = format!(
+            "{} vCPU, 5 local masters",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        let tput = dir.join("throughput.svg");
+        plot::throughput(
+            &tput,
+            &format!("Uncontended lock + unlock pairs per second ({machine})"),
+            &lines,
+        )
+        .unwrap_or_else(|e| panic!("drawing {}: {e}", tput.display()));
+        eprintln!("drew {}", tput.display());
+        if latencies.is_empty() {
+            eprintln!("no latency picture: --levels does not include {latency_at}");
+        } else {
+            let lat = dir.join(format!("latency-{latency_at}.svg"));
+            let clients: Vec<(String, bool, &Samples)> = clients
+                .iter()
+                .zip(&latencies)
+                .map(|(c, s)| (c.short(), c.ours(), s))
+                .collect();
+            plot::latency(
+                &lat,
+                &format!("Pair latency at {latency_at} callers ({machine})"),
+                &clients,
+            )
+            .unwrap_or_else(|e| panic!("drawing {}: {e}", lat.display()));
+            eprintln!("drew {}", lat.display());
+        }
+    }
 
     if flag("--callgrind") {
         let (small, large) = (arg("--small", 200u64), arg("--large", 1200u64));

@@ -2,6 +2,7 @@
 //! statistics, and the report table.
 #![allow(dead_code)]
 
+pub mod plot;
 pub mod reference;
 
 use std::time::Duration;
