@@ -73,3 +73,54 @@ fn every_operation_is_a_span_with_its_outcome_and_no_whole_token() {
     assert!(out.contains(&format!("token=\"{}\"", &token[..8])), "{out}");
     assert!(!out.contains(&token), "the whole token was logged:\n{out}");
 }
+
+#[test]
+fn a_waiter_woken_by_a_push_is_an_event_with_its_cause() {
+    let buf = Buffer::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    let c = testkit::cluster(3);
+    let key = testkit::resource("traced-wait");
+    let holder = testkit::builder(&c).build().unwrap();
+    let lock = holder.lock(&key, Duration::from_secs(60)).unwrap();
+    let addrs = c.addrs();
+    let releaser = std::thread::spawn(move || {
+        // Released once the waiter's read is tracked on a quorum, so that the release pushes.
+        let tracked = |a: &String| match testkit::redis(a, &["INFO", "stats"]) {
+            redlock_mux::resp::Frame::Bulk(b) => String::from_utf8_lossy(&b)
+                .lines()
+                .find_map(|l| l.strip_prefix("tracking_total_keys:"))
+                .is_some_and(|n| n.trim() != "0"),
+            _ => false,
+        };
+        testkit::wait_until(Duration::from_secs(20), "the waiter's read tracked", || {
+            addrs.iter().filter(|a| tracked(a)).count() >= 2
+        });
+        holder.unlock(&lock).unwrap();
+    });
+    tracing::subscriber::with_default(subscriber, || {
+        // A retry delay far past the test's patience: only a push can end the wait in time.
+        let waiter = testkit::builder(&c)
+            .retry(1000, Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let got = waiter
+            .lock_within(&key, Duration::from_secs(10), Duration::from_secs(60))
+            .unwrap();
+        waiter.unlock(&got).unwrap();
+    });
+    releaser.join().unwrap();
+    let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let woken: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("redlock: waiter woken"))
+        .collect();
+    assert_eq!(woken.len(), 1, "{out}");
+    assert!(woken[0].contains("cause=\"push\""), "{out}");
+    assert!(woken[0].contains(&key), "{out}");
+    assert!(woken[0].contains("waited_us="), "{out}");
+}
