@@ -49,6 +49,19 @@ pub struct Global {
     /// being woken by the masters when the holder lets go (RESP3 client-side tracking).
     #[arg(long, env = "REDLOCK_NO_WAKEUPS", global = true)]
     pub no_wakeups: bool,
+    /// Print the library's spans and events on stderr as they happen: one line per operation
+    /// (resource, outcome, elapsed, every node's answer on failure, a token's first 8
+    /// characters), reconnects, script fallbacks, wake-ups, extensions and losses.
+    #[cfg(feature = "trace")]
+    #[arg(long, env = "REDLOCK_TRACE", global = true)]
+    pub trace: bool,
+    /// When the command ends, write the library's metrics to FILE in Prometheus' text format
+    /// (`-` for stdout): operations by outcome and their latency, reconnects, script
+    /// fallbacks, extensions, losses, waits by what ended them. The file is replaced whole
+    /// (written beside it, then renamed), as node_exporter's textfile collector wants.
+    #[cfg(feature = "metrics")]
+    #[arg(long, value_name = "FILE", env = "REDLOCK_METRICS", global = true)]
+    pub metrics: Option<std::path::PathBuf>,
     /// How releases and extensions are sent: `auto` (native commands where the server has
     /// them, Lua scripts elsewhere), `eval` (scripts everywhere), `function` (the scripts as a
     /// function library, FUNCTION LOAD + FCALL: for users whose ACL denies EVAL), `native`
@@ -248,6 +261,11 @@ pub struct BenchArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also draw the run's latency histogram (lock rounds and whole pairs, with p50, p99 and
+    /// p999 marked) as an SVG picture in FILE.
+    #[cfg(feature = "plot")]
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// `redlock demo`.

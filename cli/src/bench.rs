@@ -83,6 +83,19 @@ pub fn bench(global: &Global, a: &BenchArgs) -> Result<u8, Failure> {
     } else {
         print!("{}", report.text());
     }
+    #[cfg(feature = "plot")]
+    if let Some(path) = &a.plot {
+        crate::plot::histogram(
+            path,
+            &format!(
+                "redlock bench: {} pairs in {:.1}s; {}",
+                stats::thousands(rec.pairs),
+                a.duration.as_secs_f64(),
+                report.header()
+            ),
+            &[("pair", &rec.pair), ("lock", &rec.lock)],
+        )?;
+    }
     if rec.pairs == 0 && rec.errors > 0 {
         return Err(Failure::new(
             exit::UNAVAILABLE,

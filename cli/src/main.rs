@@ -9,6 +9,9 @@ mod bench;
 mod demo;
 mod exit;
 mod lockcmd;
+mod observe;
+#[cfg(feature = "plot")]
+mod plot;
 mod run;
 mod stats;
 
@@ -35,11 +38,27 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    match dispatch(cli) {
-        Ok(code) => ExitCode::from(code),
+    let observers = match observe::start(&cli.global) {
+        Ok(o) => o,
         Err(f) => {
             eprintln!("redlock: {}", f.message);
-            ExitCode::from(f.code)
+            return ExitCode::from(f.code);
+        }
+    };
+    let code = match dispatch(cli) {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("redlock: {}", f.message);
+            f.code
+        }
+    };
+    // The metrics are written whatever the subcommand returned; failing to write them only
+    // changes an exit status that said all was well.
+    match observers.finish() {
+        Ok(()) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("redlock: {}", f.message);
+            ExitCode::from(if code == 0 { f.code } else { code })
         }
     }
 }

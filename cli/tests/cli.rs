@@ -946,3 +946,127 @@ fn absurd_durations_are_bad_arguments() {
         assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: {}", stderr(&o));
     }
 }
+
+#[cfg(feature = "trace")]
+#[test]
+fn run_trace_shows_each_operation_without_the_whole_token() {
+    let c = cluster(3);
+    let key = resource("cli-trace");
+    let mut cmd = redlock(&c.addrs());
+    cmd.args(["--trace", "run", "--resource", &key, "--"])
+        .args(["sh", "-c", "echo $REDLOCK_TOKEN"]);
+    let o = output(cmd, "run --trace");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let token = stdout(&o).trim().to_string();
+    assert_eq!(token.len(), 40, "{token:?}");
+    let err = stderr(&o);
+    let closed = |op: &str| {
+        err.lines().any(|l| {
+            l.contains("close")
+                && l.contains(&format!("op=\"{op}\""))
+                && l.contains("outcome=\"ok\"")
+                && l.contains(&key)
+        })
+    };
+    assert!(closed("acquire"), "{err}");
+    assert!(closed("release"), "{err}");
+    assert!(err.contains(&format!("token=\"{}\"", &token[..8])), "{err}");
+    assert!(!err.contains(&token), "the whole token on stderr:\n{err}");
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_are_written_when_the_command_ends() {
+    let c = cluster(3);
+    let key = resource("cli-metrics");
+    let scratch = Scratch::new("metrics");
+    let file = scratch.file("run.prom");
+    // run: the lock and its release are counted and timed, whatever the command's status.
+    let mut cmd = redlock(&c.addrs());
+    cmd.args([
+        "--metrics",
+        file.to_str().unwrap(),
+        "run",
+        "--resource",
+        &key,
+    ])
+    .args(["--", "sh", "-c", "exit 3"]);
+    let o = output(cmd, "run --metrics");
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    let text = fs::read_to_string(&file).expect("the metrics file");
+    for line in [
+        "redlock_operations_total{op=\"acquire\",outcome=\"ok\"} 1",
+        "redlock_operations_total{op=\"release\",outcome=\"ok\"} 1",
+        "redlock_operation_seconds_count{op=\"acquire\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+    }
+    assert!(text.contains("redlock_operation_seconds_bucket{op=\"acquire\",le=\"+Inf\"} 1"));
+    let left: Vec<_> = fs::read_dir(&scratch.0).unwrap().collect();
+    assert_eq!(left.len(), 1, "no temporary file left beside it: {left:?}");
+
+    // bench: every pair it reports is an acquisition counted.
+    let mut cmd = redlock(&c.addrs());
+    cmd.args(["--metrics", file.to_str().unwrap(), "bench", "--json"])
+        .args([
+            "--duration",
+            "300ms",
+            "--warmup",
+            "50ms",
+            "--client",
+            "blocking",
+        ]);
+    let o = output(cmd, "bench --metrics");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let json = stdout(&o);
+    let pairs: u64 = json
+        .split("\"pairs\":")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("pairs in {json}"));
+    let text = fs::read_to_string(&file).unwrap();
+    let acquired: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("redlock_operations_total{op=\"acquire\",outcome=\"ok\"} "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("acquisitions in:\n{text}"));
+    assert!(
+        pairs > 0 && acquired >= pairs,
+        "{acquired} < {pairs}:\n{text}"
+    );
+
+    // A directory that does not exist is refused before anything runs.
+    let marker = scratch.file("ran");
+    let mut cmd = redlock(&c.addrs());
+    cmd.args([
+        "--metrics",
+        "/nonexistent/dir/x.prom",
+        "run",
+        "--resource",
+        &key,
+    ])
+    .args(["--", "touch", marker.to_str().unwrap()]);
+    let o = output(cmd, "run --metrics into nowhere");
+    assert_fails(&o, 2, "/nonexistent/dir");
+    assert!(!marker.exists(), "the command ran");
+}
+
+#[cfg(feature = "plot")]
+#[test]
+fn bench_plot_draws_the_latency_histogram() {
+    let c = cluster(3);
+    let scratch = Scratch::new("plot");
+    let svg = scratch.file("bench.svg");
+    let mut cmd = redlock(&c.addrs());
+    cmd.args(["bench", "--duration", "300ms", "--warmup", "50ms"])
+        .args(["--plot", svg.to_str().unwrap()]);
+    let o = output(cmd, "bench --plot");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = fs::read_to_string(&svg).expect("the picture");
+    assert!(text.starts_with("<svg"), "{}", &text[..text.len().min(200)]);
+    for label in ["pair p50", "pair p99", "share of rounds", "redlock bench: "] {
+        assert!(text.contains(label), "{label} in the picture");
+    }
+    assert!(text.matches("<rect").count() > 3, "bars drawn");
+}
