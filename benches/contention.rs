@@ -37,17 +37,34 @@ struct Tenure {
     released: u64,
 }
 
-/// How many `SET`s node `addr` has run.
-fn sets(addr: &str) -> u64 {
-    match testkit::redis(addr, &["INFO", "commandstats"]) {
-        Frame::Bulk(b) => String::from_utf8_lossy(&b)
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
-            .and_then(|rest| rest.split(',').next())
+/// How many `SET`s node `addr` has run, and how many commands of any kind but `INFO` (the
+/// bench's own reads of these counts).
+fn calls(addr: &str) -> (u64, u64) {
+    let Frame::Bulk(b) = testkit::redis(addr, &["INFO", "commandstats"]) else {
+        return (0, 0);
+    };
+    let mut sets = 0;
+    let mut all = 0;
+    for line in String::from_utf8_lossy(&b).lines() {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(":calls="))
+        else {
+            continue;
+        };
+        let n: u64 = rest
+            .split(',')
+            .next()
             .and_then(|n| n.parse().ok())
-            .unwrap_or(0),
-        _ => 0,
+            .unwrap_or(0);
+        if name == "set" {
+            sets = n;
+        }
+        if name != "info" {
+            all += n;
+        }
     }
+    (sets, all)
 }
 
 fn report(
@@ -56,6 +73,7 @@ fn report(
     mut t: Vec<Tenure>,
     elapsed: Duration,
     set_rounds: Option<u64>,
+    commands: u64,
 ) -> String {
     t.sort_by_key(|t| t.acquired);
     // A hand-off is to another client.
@@ -82,11 +100,12 @@ fn report(
         _ => "–".to_string(),
     };
     format!(
-        "| {clients} | {name} | {:.0} | {} | {:.2} | {:.2} | {rounds} | {:.0}% |",
+        "| {clients} | {name} | {:.0} | {} | {:.2} | {:.2} | {rounds} | {:.1} | {:.0}% |",
         t.len() as f64 / elapsed.as_secs_f64(),
         handoffs.len(),
         q(0.5),
         q(0.99),
+        commands as f64 / t.len().max(1) as f64,
         100.0 * top as f64 / t.len().max(1) as f64
     )
 }
@@ -271,11 +290,11 @@ fn main() {
     let cluster = LocalCluster::start(5).expect("five redis-server (scripts/install-deps)");
     let nodes = cluster.addrs();
     println!(
-        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock - {think:?} outside the lock, on one resource, five local masters, {seconds} s per cell. Hand-off: from a holder starting its release to another client's lock returning, in ms. Rounds: the masters' SET count per acquisition (– where the client does not acquire with SET)."
+        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock - {think:?} outside the lock, on one resource, five local masters, {seconds} s per cell. Hand-off: from a holder starting its release to another client's lock returning, in ms. Rounds: the masters' SET count per acquisition (– where the client does not acquire with SET). Commands: every command a master ran (acquire, release, reads, tracking), per master and acquisition."
     );
     println!();
-    println!("| clients | client | acquisitions/s | hand-offs | hand-off p50 | hand-off p99 | rounds per acquisition | busiest client's share |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| clients | client | acquisitions/s | hand-offs | hand-off p50 | hand-off p99 | rounds per acquisition | commands per acquisition | busiest client's share |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut cell_no = 0;
     for n in levels
         .split(',')
@@ -315,13 +334,21 @@ fn main() {
                 hold,
                 think,
             };
-            let before: u64 = nodes.iter().map(|a| sets(a)).sum();
+            let sum = || {
+                nodes
+                    .iter()
+                    .map(|a| calls(a))
+                    .fold((0, 0), |(s, c), (a, b)| (s + a, c + b))
+            };
+            let before = sum();
             let started = Instant::now();
             let Some(tenures) = run(&cell) else { continue };
             let elapsed = started.elapsed().min(slice.mul_f64(1.5)).max(slice);
-            let after: u64 = nodes.iter().map(|a| sets(a)).sum();
-            let rounds = counts_sets.then(|| (after - before) / nodes.len() as u64);
-            println!("{}", report(name, n, tenures, elapsed, rounds));
+            let after = sum();
+            let per_node = |d: u64| d / nodes.len() as u64;
+            let rounds = counts_sets.then(|| per_node(after.0 - before.0));
+            let commands = per_node(after.1 - before.1);
+            println!("{}", report(name, n, tenures, elapsed, rounds, commands));
         }
     }
 }

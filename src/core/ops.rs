@@ -180,13 +180,20 @@ impl Acquisition {
             (Phase::Done(r), _) => Phase::Done(r),
             (_, Err(err)) => Phase::Release(err),
             (Phase::Acquire, Ok((round, t1))) => match acquired(cfg, &round, t1, now, self.ttl) {
-                Err(Error::Conflict { nodes, .. }) => Phase::Release(Error::Conflict {
-                    nodes,
-                    held: round
-                        .held_key()
-                        .and_then(|k| self.names.get(k))
-                        .map(|n| n.as_str().to_string()),
-                }),
+                Err(Error::Conflict { nodes, .. }) => {
+                    let err = Error::Conflict {
+                        nodes,
+                        held: round
+                            .held_key()
+                            .and_then(|k| self.names.get(k))
+                            .map(|n| n.as_str().to_string()),
+                    };
+                    if refused_everywhere(&round) {
+                        Phase::Done(Err(err))
+                    } else {
+                        Phase::Release(err)
+                    }
+                }
                 Err(err) => Phase::Release(err),
                 Ok(_) if cfg.fencing.is_some() && cfg.fence_writeback() => Phase::Fence {
                     t1,
@@ -228,6 +235,17 @@ impl Acquisition {
             _ => Err(Error::Aborted),
         }
     }
+}
+
+/// Whether no node of a lost acquire round can hold any of its keys: every node answered that
+/// another token holds one (`SET NX` refused; the acquire script rolled back what it had set)
+/// or was not asked (down). Then there is nothing to release, and a waiter in a herd saves a
+/// round on every node; a node that timed out, failed or was still to answer may have set a
+/// key, so any other outcome releases.
+fn refused_everywhere(round: &Round) -> bool {
+    round
+        .reports_iter()
+        .all(|o| matches!(o, NodeOutcome::Held | NodeOutcome::Down))
 }
 
 /// Whether the refusals alone decided a lost round: the nodes that failed (rather than
@@ -579,17 +597,39 @@ mod tests {
     }
 
     #[test]
-    fn a_conflict_names_the_held_resource_and_releases() {
+    fn a_conflict_names_the_held_resource_and_releases_unless_refused_everywhere() {
         let cfg = cfg(false);
-        let mut acq = Acquisition::new(&cfg, names(&["a", "b", "c"]), TTL).unwrap();
-        let t1 = Instant::now();
         let held = |k| (NodeOutcome::Held, Extra::HeldKey(k));
-        acq.advance(&cfg, Ok((round(&[held(2), held(1), held(2)]), t1)), t1);
-        assert_eq!(acq.round(&cfg).unwrap().0.kind, OpKind::Release);
-        acq.advance(&cfg, Ok((round(&[]), t1)), t1);
-        match acq.finish() {
-            Err(Error::Conflict { held, .. }) => assert_eq!(held.as_deref(), Some("b")),
-            other => panic!("{other:?}"),
+        let t1 = Instant::now();
+        // One node answered too late to count: it may have set a key, so the keys are
+        // released before the conflict is returned.
+        let late = (NodeOutcome::Undecided, Extra::None);
+        let timeout = (NodeOutcome::Timeout, Extra::None);
+        for other in [late, timeout, (NodeOutcome::Ok, Extra::None)] {
+            let mut acq = Acquisition::new(&cfg, names(&["a", "b", "c"]), TTL).unwrap();
+            let votes = [held(1), held(2), held(2), held(2), other.clone()];
+            acq.advance(&cfg, Ok((round(&votes), t1)), t1);
+            assert_eq!(
+                acq.round(&cfg).unwrap().0.kind,
+                OpKind::Release,
+                "{other:?}"
+            );
+            acq.advance(&cfg, Ok((round(&[]), t1)), t1);
+            match acq.finish() {
+                Err(Error::Conflict { held, .. }) => assert_eq!(held.as_deref(), Some("b")),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Every node refused (or was not asked): none holds a key of ours, nothing to release.
+        for last in [held(2), (NodeOutcome::Down, Extra::None)] {
+            let mut acq = Acquisition::new(&cfg, names(&["a", "b", "c"]), TTL).unwrap();
+            let votes = [held(2), held(1), held(2), held(2), last];
+            acq.advance(&cfg, Ok((round(&votes), t1)), t1);
+            assert!(acq.round(&cfg).is_none());
+            match acq.finish() {
+                Err(Error::Conflict { held, .. }) => assert_eq!(held.as_deref(), Some("b")),
+                other => panic!("{other:?}"),
+            }
         }
     }
 
