@@ -68,15 +68,8 @@ fn a_wait_is_counted_by_what_woke_it() {
     let addrs = c.addrs();
     let releaser = std::thread::spawn(move || {
         // Released once the waiter's read is tracked on a quorum.
-        let tracked = |a: &String| match testkit::redis(a, &["INFO", "stats"]) {
-            redlock_mux::resp::Frame::Bulk(b) => String::from_utf8_lossy(&b)
-                .lines()
-                .find_map(|l| l.strip_prefix("tracking_total_keys:"))
-                .is_some_and(|n| n.trim() != "0"),
-            _ => false,
-        };
         testkit::wait_until(Duration::from_secs(20), "the waiter's read tracked", || {
-            addrs.iter().filter(|a| tracked(a)).count() >= 2
+            testkit::tracking_nodes(&addrs) >= 2
         });
         holder.unlock(&lock).unwrap();
     });

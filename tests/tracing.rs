@@ -22,8 +22,8 @@ impl Write for Buffer {
     }
 }
 
-#[test]
-fn every_operation_is_a_span_with_its_outcome_and_no_whole_token() {
+/// A subscriber of everything at debug level and above, spans on close, into a buffer.
+fn capture() -> (Buffer, impl tracing::Subscriber + Send + Sync) {
     let buf = Buffer::default();
     let writer = buf.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -32,6 +32,12 @@ fn every_operation_is_a_span_with_its_outcome_and_no_whole_token() {
         .with_max_level(tracing::Level::DEBUG)
         .with_span_events(FmtSpan::CLOSE)
         .finish();
+    (buf, subscriber)
+}
+
+#[test]
+fn every_operation_is_a_span_with_its_outcome_and_no_whole_token() {
+    let (buf, subscriber) = capture();
     let c = testkit::cluster(3);
     let key = testkit::resource("traced");
     let token = tracing::subscriber::with_default(subscriber, || {
@@ -76,13 +82,7 @@ fn every_operation_is_a_span_with_its_outcome_and_no_whole_token() {
 
 #[test]
 fn a_waiter_woken_by_a_push_is_an_event_with_its_cause() {
-    let buf = Buffer::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
+    let (buf, subscriber) = capture();
     let c = testkit::cluster(3);
     let key = testkit::resource("traced-wait");
     let holder = testkit::builder(&c).build().unwrap();
@@ -90,15 +90,8 @@ fn a_waiter_woken_by_a_push_is_an_event_with_its_cause() {
     let addrs = c.addrs();
     let releaser = std::thread::spawn(move || {
         // Released once the waiter's read is tracked on a quorum, so that the release pushes.
-        let tracked = |a: &String| match testkit::redis(a, &["INFO", "stats"]) {
-            redlock_mux::resp::Frame::Bulk(b) => String::from_utf8_lossy(&b)
-                .lines()
-                .find_map(|l| l.strip_prefix("tracking_total_keys:"))
-                .is_some_and(|n| n.trim() != "0"),
-            _ => false,
-        };
         testkit::wait_until(Duration::from_secs(20), "the waiter's read tracked", || {
-            addrs.iter().filter(|a| tracked(a)).count() >= 2
+            testkit::tracking_nodes(&addrs) >= 2
         });
         holder.unlock(&lock).unwrap();
     });

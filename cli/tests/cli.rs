@@ -119,6 +119,15 @@ fn send_signal(pid: u32, sig: &str) {
     assert!(st.success(), "kill -{sig} {pid}");
 }
 
+/// A whole-number field of the one-line JSON object `bench --json` prints.
+fn json_number(json: &str, field: &str) -> u64 {
+    json.split(&format!("\"{field}\":"))
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{field} in {json}"))
+}
+
 fn status_of(o: &Output) -> ExitStatus {
     o.status
 }
@@ -767,12 +776,7 @@ fn bench_reports_pairs_and_percentiles_as_json() {
         let o = output(cmd, "bench");
         assert_eq!(code(&o), 0, "{}", stderr(&o));
         let json = stdout(&o);
-        let pairs: u64 = json
-            .split("\"pairs\":")
-            .nth(1)
-            .and_then(|s| s.split(',').next())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("pairs in {json}"));
+        let pairs = json_number(&json, "pairs");
         assert!(pairs > 0, "{json}");
         assert!(json.contains("\"errors\":0,"), "{json}");
         assert!(
@@ -1019,12 +1023,7 @@ fn metrics_are_written_when_the_command_ends() {
     let o = output(cmd, "bench --metrics");
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let json = stdout(&o);
-    let pairs: u64 = json
-        .split("\"pairs\":")
-        .nth(1)
-        .and_then(|s| s.split(',').next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("pairs in {json}"));
+    let pairs = json_number(&json, "pairs");
     let text = fs::read_to_string(&file).unwrap();
     let acquired: u64 = text
         .lines()

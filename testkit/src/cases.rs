@@ -1182,22 +1182,6 @@ pub fn inspect_shows_each_nodes_holder_and_ttl<F: Flavor>() {
     });
 }
 
-/// How many of `addrs` track at least one key for some client (`INFO`'s
-/// `tracking_total_keys`).
-fn tracking_nodes(addrs: &[String]) -> usize {
-    addrs
-        .iter()
-        .filter(|a| match redis(a, &["INFO", "stats"]) {
-            Frame::Bulk(b) => String::from_utf8_lossy(&b)
-                .lines()
-                .find_map(|l| l.strip_prefix("tracking_total_keys:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .is_some_and(|n| n > 0),
-            _ => false,
-        })
-        .count()
-}
-
 /// A server that knows no `HELLO` (as before Redis 6): no RESP3, so no pushes.
 const NO_HELLO: &[&str] = &["--rename-command", "HELLO", ""];
 

@@ -109,6 +109,22 @@ pub fn builder(cluster: &LocalCluster) -> Builder {
         .retry(3, Duration::from_millis(20))
 }
 
+/// How many of `addrs` track at least one key for some client (`INFO`'s
+/// `tracking_total_keys`): a waiter's read is tracked there, so a release there will push.
+pub fn tracking_nodes(addrs: &[String]) -> usize {
+    addrs
+        .iter()
+        .filter(|a| match redis(a, &["INFO", "stats"]) {
+            Frame::Bulk(b) => String::from_utf8_lossy(&b)
+                .lines()
+                .find_map(|l| l.strip_prefix("tracking_total_keys:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .is_some_and(|n| n > 0),
+            _ => false,
+        })
+        .count()
+}
+
 /// Sends one command to a server over a fresh plain connection and returns the reply.
 pub fn redis(addr: &str, args: &[&str]) -> Frame {
     let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
