@@ -63,16 +63,7 @@ fn a_wait_is_counted_by_what_woke_it() {
     let snapshotter = recorder.snapshotter();
     let c = testkit::cluster(3);
     let key = testkit::resource("metered-wait");
-    let holder = testkit::builder(&c).build().unwrap();
-    let lock = holder.lock(&key, Duration::from_secs(60)).unwrap();
-    let addrs = c.addrs();
-    let releaser = std::thread::spawn(move || {
-        // Released once the waiter's read is tracked on a quorum.
-        testkit::wait_until(Duration::from_secs(20), "the waiter's read tracked", || {
-            testkit::tracking_nodes(&addrs) >= 2
-        });
-        holder.unlock(&lock).unwrap();
-    });
+    let releaser = testkit::release_once_a_waiter_is_tracked(&c, &key);
     metrics::with_local_recorder(&recorder, || {
         let waiter = testkit::builder(&c)
             .retry(1000, Duration::from_secs(30))

@@ -85,16 +85,7 @@ fn a_waiter_woken_by_a_push_is_an_event_with_its_cause() {
     let (buf, subscriber) = capture();
     let c = testkit::cluster(3);
     let key = testkit::resource("traced-wait");
-    let holder = testkit::builder(&c).build().unwrap();
-    let lock = holder.lock(&key, Duration::from_secs(60)).unwrap();
-    let addrs = c.addrs();
-    let releaser = std::thread::spawn(move || {
-        // Released once the waiter's read is tracked on a quorum, so that the release pushes.
-        testkit::wait_until(Duration::from_secs(20), "the waiter's read tracked", || {
-            testkit::tracking_nodes(&addrs) >= 2
-        });
-        holder.unlock(&lock).unwrap();
-    });
+    let releaser = testkit::release_once_a_waiter_is_tracked(&c, &key);
     tracing::subscriber::with_default(subscriber, || {
         // A retry delay far past the test's patience: only a push can end the wait in time.
         let waiter = testkit::builder(&c)

@@ -125,6 +125,27 @@ pub fn tracking_nodes(addrs: &[String]) -> usize {
         .count()
 }
 
+/// Takes `key` for a minute with a client of its own and releases it, from a thread, once a
+/// quorum of the cluster's masters tracks a key for some client: a waiter's read is in, so the
+/// release will push an invalidation to it. Join the handle after the waiter is done.
+pub fn release_once_a_waiter_is_tracked(
+    c: &LocalCluster,
+    key: &str,
+) -> std::thread::JoinHandle<()> {
+    let holder = builder(c).build().expect("holder client");
+    let lock = holder
+        .lock(key, Duration::from_secs(60))
+        .expect("the holder's lock");
+    let addrs = c.addrs();
+    let quorum = addrs.len() / 2 + 1;
+    std::thread::spawn(move || {
+        wait_until(Duration::from_secs(20), "the waiter's read tracked", || {
+            tracking_nodes(&addrs) >= quorum
+        });
+        holder.unlock(&lock).expect("the holder's release");
+    })
+}
+
 /// Sends one command to a server over a fresh plain connection and returns the reply.
 pub fn redis(addr: &str, args: &[&str]) -> Frame {
     let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
