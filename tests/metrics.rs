@@ -65,14 +65,7 @@ fn a_wait_is_counted_by_what_woke_it() {
     let key = testkit::resource("metered-wait");
     let releaser = testkit::release_once_a_waiter_is_tracked(&c, &key);
     metrics::with_local_recorder(&recorder, || {
-        let waiter = testkit::builder(&c)
-            .retry(1000, Duration::from_secs(30))
-            .build()
-            .unwrap();
-        let got = waiter
-            .lock_within(&key, Duration::from_secs(10), Duration::from_secs(60))
-            .unwrap();
-        waiter.unlock(&got).unwrap();
+        testkit::wait_for_a_push_and_take(&c, &key);
     });
     releaser.join().unwrap();
     let snapshot = snapshotter.snapshot().into_vec();

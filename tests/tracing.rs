@@ -87,15 +87,7 @@ fn a_waiter_woken_by_a_push_is_an_event_with_its_cause() {
     let key = testkit::resource("traced-wait");
     let releaser = testkit::release_once_a_waiter_is_tracked(&c, &key);
     tracing::subscriber::with_default(subscriber, || {
-        // A retry delay far past the test's patience: only a push can end the wait in time.
-        let waiter = testkit::builder(&c)
-            .retry(1000, Duration::from_secs(30))
-            .build()
-            .unwrap();
-        let got = waiter
-            .lock_within(&key, Duration::from_secs(10), Duration::from_secs(60))
-            .unwrap();
-        waiter.unlock(&got).unwrap();
+        testkit::wait_for_a_push_and_take(&c, &key);
     });
     releaser.join().unwrap();
     let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();

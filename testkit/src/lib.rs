@@ -146,6 +146,20 @@ pub fn release_once_a_waiter_is_tracked(
     })
 }
 
+/// A waiter with a retry delay of 30 s (far past any test's patience, so that only a push
+/// ends its wait in time) takes `key` within a minute and releases it; with
+/// [`release_once_a_waiter_is_tracked`], the wait is ended by the holder's release.
+pub fn wait_for_a_push_and_take(c: &LocalCluster, key: &str) {
+    let waiter = builder(c)
+        .retry(1000, Duration::from_secs(30))
+        .build()
+        .expect("waiter client");
+    let got = waiter
+        .lock_within(key, Duration::from_secs(10), Duration::from_secs(60))
+        .expect("the waiter's lock");
+    waiter.unlock(&got).expect("the waiter's release");
+}
+
 /// Sends one command to a server over a fresh plain connection and returns the reply.
 pub fn redis(addr: &str, args: &[&str]) -> Frame {
     let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
