@@ -239,9 +239,10 @@ impl Acquisition {
 
 /// Whether no node of a lost acquire round can hold any of its keys: every node answered that
 /// another token holds one (`SET NX` refused; the acquire script rolled back what it had set)
-/// or was not asked (down). Then there is nothing to release, and a waiter in a herd saves a
-/// round on every node; a node that timed out, failed or was still to answer may have set a
-/// key, so any other outcome releases.
+/// or was not asked (down). Then there is nothing to release and the release round is
+/// skipped. A node that timed out, failed or was still to answer may have set a key, so any
+/// other outcome releases; with fail-fast on, a lost round usually ends before every node has
+/// answered, so the saving is mostly for fail-fast off, where every answer is awaited.
 fn refused_everywhere(round: &Round) -> bool {
     round
         .reports_iter()
