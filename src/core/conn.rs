@@ -664,12 +664,6 @@ impl<T> Conn<T> {
         !self.scripted.is_empty() || !self.out.is_empty()
     }
 
-    /// Whether any reply is owed on this connection.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn owes_any(&self) -> bool {
-        !self.owed.is_empty()
-    }
-
     /// Whether a connect may be tried at `now`.
     pub(crate) fn may_connect(&self, now: Instant) -> bool {
         self.retry_at.is_none_or(|t| now >= t)

@@ -537,8 +537,8 @@ impl<U> Engine<U> {
         self.woken.retain(|(w, _)| *w != id);
     }
 
-    /// Whether any watch waits: the driver must then read idle connections too.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    /// Whether any watch waits.
+    #[cfg(test)]
     pub(crate) fn watching(&self) -> bool {
         !self.watches.is_empty()
     }
@@ -665,15 +665,6 @@ impl<U> Engine<U> {
         self.nodes
             .iter()
             .any(|n| n.link != Link::Closed && n.conn.owes_scripted())
-    }
-
-    /// Whether node `i`'s connection owes any reply (to an operation, a fired command, the
-    /// login or the script preloads).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn owes_reply(&self, i: usize) -> bool {
-        self.nodes
-            .get(i)
-            .is_some_and(|n| n.link != Link::Closed && n.conn.owes_any())
     }
 
     /// Whether anything is waiting to be written to an open connection.

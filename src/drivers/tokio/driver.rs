@@ -8,8 +8,10 @@
 //! once the engine has decided it. Every rule (deadlines, reply routing, failures, reconnects)
 //! is the engine's.
 //!
-//! Readiness follows tokio's contract: `poll_read_ready` / `poll_write_ready` register the
-//! task's waker, `try_read` / `try_write` clear readiness when they would block.
+//! Readiness follows tokio's contract: `try_read` / `try_write` clear readiness when they would
+//! block, and `poll_read_ready` / `poll_write_ready` then register a waker. Each node's socket
+//! registers a waker of its own (`wake.rs`), so a pass polls only the sockets that have news,
+//! bytes to write, or no waker registered yet.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Sleep;
 
 use super::stream::{Connecting, Stream};
+use super::wake::{Node, NodeWakers};
 use crate::config::Config;
 use crate::core::command::OwnedCommand;
 use crate::core::engine::{Engine, IoEvent, Wake};
@@ -53,15 +56,6 @@ pub(crate) enum Msg {
     Unwatch { id: u64 },
 }
 
-/// Which nodes a pass reads from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reads {
-    /// Every connected node (rounds are starting: an idle connection may have closed).
-    All,
-    /// Only nodes that owe a reply.
-    Owing,
-}
-
 /// The driver task's state.
 pub(crate) struct Driver {
     rx: mpsc::UnboundedReceiver<Msg>,
@@ -69,6 +63,11 @@ pub(crate) struct Driver {
     engine: Engine<oneshot::Sender<Round>>,
     socks: Vec<Option<Stream>>,
     connecting: Vec<Option<Connecting>>,
+    /// Per node: whether its socket (or connect) has a waker registered and nothing happened
+    /// since, so a pass with nothing to write to it can leave it alone.
+    armed: Vec<bool>,
+    /// The nodes' wakers (made at the first poll, for the task's waker).
+    wakers: Option<NodeWakers>,
     sleep: Pin<Box<Sleep>>,
     scratch: Box<[u8]>,
     /// Whether the last poll yielded to let more rounds arrive before writing.
@@ -92,6 +91,8 @@ impl Driver {
             engine: Engine::new(config),
             socks: config.nodes.iter().map(|_| None).collect(),
             connecting: config.nodes.iter().map(|_| None).collect(),
+            armed: config.nodes.iter().map(|_| false).collect(),
+            wakers: None,
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
             deferred: false,
@@ -112,6 +113,16 @@ impl Driver {
     /// they register the waker (`Pending`), so the task is woken again by whatever comes next.
     /// Only a deadline already due sends it round once more.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let nodes = match &self.wakers {
+            Some(w) if w.wakes(cx.waker()) => w.nodes(),
+            _ => {
+                // The first poll, or a new task waker: every node registers (again).
+                let w = NodeWakers::new(self.socks.len(), cx.waker());
+                let nodes = w.nodes();
+                self.wakers = Some(w);
+                nodes
+            }
+        };
         loop {
             self.now = Instant::now();
             let arrived = self.take_messages(cx, self.now);
@@ -129,11 +140,8 @@ impl Driver {
                 self.engine.note_batch(self.batch);
                 self.batch = 0;
             }
-            // Waiters watch keys: every connection is read, for the pushes.
-            let all = arrived || self.engine.watching();
-            for i in 0..self.socks.len() {
-                let reads = if all { Reads::All } else { Reads::Owing };
-                self.poll_node(i, cx, reads);
+            for (i, node) in nodes.iter().enumerate() {
+                self.poll_node(i, node);
             }
             self.engine.handle_timeout(self.now);
             self.apply_io();
@@ -208,9 +216,11 @@ impl Driver {
                 IoEvent::Close(i) => {
                     self.socks[i] = None;
                     self.connecting[i] = None;
+                    self.armed[i] = false;
                 }
                 IoEvent::Connect(i) => {
                     self.socks[i] = None;
+                    self.armed[i] = false;
                     #[cfg(feature = "tls")]
                     let tls = match crate::drivers::tls_for(&self.tls, self.engine.addr(i)) {
                         Ok(tls) => tls,
@@ -228,32 +238,42 @@ impl Driver {
         }
     }
 
-    /// Drives node `i`'s connect, writes and reads. A node that owes no reply is read only
-    /// with [`Reads::All`] (when rounds start): what an idle connection can say is only that
-    /// it closed, and that matters to the next round, which looks first.
-    fn poll_node(&mut self, i: usize, cx: &mut Context<'_>, reads: Reads) {
+    /// Drives node `i`'s connect, writes and reads, as far as there is anything to do: its
+    /// socket is read (or its connect polled) only when its waker was woken or none is
+    /// registered, written only when the engine has bytes for it.
+    fn poll_node(&mut self, i: usize, node: &Node) {
+        let news = node.take() || !self.armed[i];
+        let mut cx = Context::from_waker(node.waker());
         if let Some(fut) = self.connecting[i].as_mut() {
-            match fut.as_mut().poll(cx) {
-                Poll::Pending => return,
+            if !news {
+                return;
+            }
+            match fut.as_mut().poll(&mut cx) {
+                Poll::Pending => {
+                    self.armed[i] = true;
+                    return;
+                }
                 Poll::Ready(Ok(sock)) => {
                     self.socks[i] = Some(sock);
                     self.connecting[i] = None;
+                    self.armed[i] = false;
                     self.engine.handle_connected(i);
                 }
                 Poll::Ready(Err(e)) => {
                     self.connecting[i] = None;
+                    self.armed[i] = false;
                     self.engine.handle_closed(i, outcome_of(&e), self.now);
                     return;
                 }
             }
         }
-        if let Err(e) = self.write_node(i, cx) {
+        if let Err(e) = self.write_node(i, &mut cx) {
             return self.closed_node(i, e);
         }
-        if reads == Reads::Owing && !self.engine.owes_reply(i) {
+        if !news && self.armed[i] {
             return;
         }
-        if let Err(e) = self.read_node(i, cx) {
+        if let Err(e) = self.read_node(i, &mut cx) {
             self.closed_node(i, e);
         }
     }
@@ -261,52 +281,60 @@ impl Driver {
     /// Node `i`'s socket failed: dropped, and the engine told.
     fn closed_node(&mut self, i: usize, e: std::io::Error) {
         self.socks[i] = None;
+        self.armed[i] = false;
         self.engine.handle_closed(i, outcome_of(&e), self.now);
     }
 
+    /// Writes what the engine has for node `i` until it is all written or the socket would
+    /// block (then the node's waker is registered for writing).
     fn write_node(&mut self, i: usize, cx: &mut Context<'_>) -> std::io::Result<()> {
         loop {
             let out = self.engine.transmit(i);
             let Some(sock) = self.socks[i].as_mut() else {
                 return Ok(());
             };
-            if out.is_empty() && !sock.wants_write() {
-                return Ok(());
-            }
-            match sock.poll_write_ready(cx) {
-                Poll::Pending => return Ok(()),
-                Poll::Ready(Err(e)) => return Err(e),
-                Poll::Ready(Ok(())) => {}
-            }
             if out.is_empty() {
+                if !sock.wants_write() {
+                    return Ok(());
+                }
                 // Only a TLS session's ciphertext is left.
+                match sock.poll_write_ready(cx) {
+                    Poll::Pending => return Ok(()),
+                    Poll::Ready(Err(e)) => return Err(e),
+                    Poll::Ready(Ok(())) => {}
+                }
                 match sock.try_flush() {
                     Ok(()) if sock.wants_write() => continue,
                     Ok(()) => return Ok(()),
                     Err(e) => return Err(e),
                 }
             }
+            // The write is tried first: a socket that is known not to be writable answers
+            // `WouldBlock` without a system call, and only then is a waker registered.
             match sock.try_write(out) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => self.engine.handle_written(i, n),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    match sock.poll_write_ready(cx) {
+                        Poll::Pending => return Ok(()),
+                        Poll::Ready(Err(e)) => return Err(e),
+                        Poll::Ready(Ok(())) => {}
+                    }
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
     }
 
-    /// Reads everything available on node `i` and hands it to the engine.
+    /// Reads everything available on node `i` and hands it to the engine, until the socket
+    /// would block and the node's waker is registered for reading.
     fn read_node(&mut self, i: usize, cx: &mut Context<'_>) -> std::io::Result<()> {
         loop {
             let Some(sock) = self.socks[i].as_mut() else {
                 return Ok(());
             };
-            match sock.poll_read_ready(cx) {
-                Poll::Pending => return Ok(()),
-                Poll::Ready(Err(e)) => return Err(e),
-                Poll::Ready(Ok(())) => {}
-            }
+            // Read first, as written first: the readiness check comes only when it would block.
             match sock.try_read(&mut self.scratch) {
                 Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => {
@@ -316,7 +344,16 @@ impl Driver {
                     self.apply_io();
                     self.write_node(i, cx)?;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    match sock.poll_read_ready(cx) {
+                        Poll::Pending => {
+                            self.armed[i] = true;
+                            return Ok(());
+                        }
+                        Poll::Ready(Err(e)) => return Err(e),
+                        Poll::Ready(Ok(())) => {}
+                    }
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }

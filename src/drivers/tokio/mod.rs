@@ -9,6 +9,7 @@
 mod driver;
 mod guard;
 mod stream;
+mod wake;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
