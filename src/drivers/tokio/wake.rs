@@ -121,7 +121,9 @@ mod tests {
         assert!((0..3).all(|i| w.node(i).take()));
         assert!((0..3).all(|i| !w.node(i).take()));
         w.node(1).waker().wake_by_ref();
-        w.node(1).waker().clone().wake();
+        // By value, as tokio wakes a registered waker it takes back.
+        let taken = w.node(1).waker().clone();
+        taken.wake();
         assert_eq!(count.0.load(Ordering::SeqCst), 2);
         assert!(!w.node(0).take());
         assert!(w.node(1).take());
