@@ -217,16 +217,29 @@ pub fn wait_serving<C: LockClient>(
     client: &C,
     limit: Duration,
     why: &str,
-    mut cond: impl FnMut() -> bool,
+    cond: impl FnMut() -> bool,
 ) {
+    assert!(
+        serve_until(client, limit, cond),
+        "timed out after {limit:?} waiting for {why}"
+    );
+}
+
+/// [`wait_serving`] that says whether `cond` came to hold within `limit` instead of panicking,
+/// for a caller whose message needs what the last check saw.
+pub fn serve_until<C: LockClient>(
+    client: &C,
+    limit: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> bool {
     let deadline = Instant::now() + limit;
     while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {why}"
-        );
+        if Instant::now() >= deadline {
+            return false;
+        }
         client.idle(Duration::from_millis(2));
     }
+    true
 }
 
 /// Waits until every node holds no key at all, `client` serving what it owes meanwhile (the
