@@ -603,6 +603,13 @@ fn take_scalar(tok: Tok, buf: &mut BytesMut, end: usize) -> Frame {
         b
     }
     match tok {
+        // The commonest reply of all (`SET` won, `SET ... XX`, `CLIENT ...`): a static string
+        // instead of a shared slice of the buffer, which would cost a reference count now and
+        // a release later. Still no copy.
+        Tok::Simple(s, e) if &buf[s..e] == b"OK" => {
+            buf.advance(end);
+            Frame::Simple(Bytes::from_static(b"OK"))
+        }
         Tok::Simple(s, e) => Frame::Simple(payload(buf, s, e, end)),
         Tok::Error(s, e) => Frame::Error(payload(buf, s, e, end)),
         Tok::Bulk(s, e) | Tok::Chunk(s, e) => Frame::Bulk(payload(buf, s, e, end)),

@@ -54,6 +54,31 @@ impl IntBuf {
     }
 }
 
+/// Writes `len` (under 1000, as the short path of [`encode_command`] guarantees, or any other
+/// length) in decimal at the start of `dst`; returns how many digits that took.
+#[inline]
+fn put_len(dst: &mut [u8], len: usize) -> usize {
+    // Digits by value: `len % 10` and `len / 10` are exact for every `usize`.
+    if len < 10 {
+        dst[0] = b'0' + len as u8;
+        1
+    } else if len < 100 {
+        dst[0] = b'0' + (len / 10) as u8;
+        dst[1] = b'0' + (len % 10) as u8;
+        2
+    } else if len < 1000 {
+        dst[0] = b'0' + (len / 100) as u8;
+        dst[1] = b'0' + (len / 10 % 10) as u8;
+        dst[2] = b'0' + (len % 10) as u8;
+        3
+    } else {
+        let mut ib = IntBuf::new();
+        let digits = ib.format(count(len));
+        dst[..digits.len()].copy_from_slice(digits);
+        digits.len()
+    }
+}
+
 /// Writes a type byte, a decimal number and CRLF: the header of a counted frame.
 #[inline]
 fn put_header(dst: &mut impl BufMut, ty: u8, n: i64) {
@@ -104,21 +129,21 @@ pub fn encode_command(dst: &mut impl BufMut, args: &[&[u8]]) {
     // array header and the last CRLF 5 more for up to 99 arguments: the stack buffer holds it.
     if args.len() <= 16 && payload + 8 * args.len() + 8 <= SMALL {
         let mut buf = [0u8; SMALL];
-        let mut ib = IntBuf::new();
-        let mut n = 0;
-        let mut put = |bytes: &[u8], n: &mut usize| {
-            buf[*n..*n + bytes.len()].copy_from_slice(bytes);
-            *n += bytes.len();
-        };
-        put(b"*", &mut n);
-        put(ib.format(count(args.len())), &mut n);
+        buf[0] = b'*';
+        let mut n = 1 + put_len(&mut buf[1..], args.len());
+        // Byte stores rather than slice copies for the headers: a copy of a few bytes whose
+        // length is not known at compile time is a call; only the arguments are copied.
         for arg in args {
-            put(b"\r\n$", &mut n);
-            put(ib.format(count(arg.len())), &mut n);
-            put(b"\r\n", &mut n);
-            put(arg, &mut n);
+            buf[n..n + 3].copy_from_slice(b"\r\n$");
+            n += 3;
+            n += put_len(&mut buf[n..], arg.len());
+            buf[n..n + 2].copy_from_slice(b"\r\n");
+            n += 2;
+            buf[n..n + arg.len()].copy_from_slice(arg);
+            n += arg.len();
         }
-        put(b"\r\n", &mut n);
+        buf[n..n + 2].copy_from_slice(b"\r\n");
+        n += 2;
         dst.put_slice(&buf[..n]);
         return;
     }

@@ -713,6 +713,22 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
     ]
 }
 
+#[test]
+fn command_lengths_at_every_digit_boundary() {
+    // The short path writes lengths digit by digit up to 999; the long path formats them.
+    for len in [
+        0, 1, 9, 10, 11, 99, 100, 101, 199, 200, 240, 999, 1000, 1001, 65_536,
+    ] {
+        let arg = vec![b'x'; len];
+        let mut got = BytesMut::new();
+        crate::encode_command(&mut got, &[b"GET", &arg]);
+        let mut want = format!("*2\r\n$3\r\nGET\r\n${len}\r\n").into_bytes();
+        want.extend_from_slice(&arg);
+        want.extend_from_slice(b"\r\n");
+        assert_eq!(&got[..], &want[..], "length {len}");
+    }
+}
+
 fn encoded(f: &Frame, streamed: bool) -> Vec<u8> {
     let mut v = Vec::new();
     if streamed {
