@@ -512,6 +512,12 @@ impl<T> Conn<T> {
     /// consumed here. `Ok(None)` when no whole reply has arrived.
     pub(crate) fn next_reply(&mut self) -> Result<Option<(T, Frame)>, ConnError> {
         loop {
+            // Every read ends by asking once more; with nothing buffered there is nothing to
+            // decode (a decoder keeps no bytes of its own, and one that failed has had its
+            // connection failed, which resets it).
+            if self.inb.is_empty() {
+                return Ok(None);
+            }
             let frame = match self.decoder.decode(&mut self.inb) {
                 Ok(Some(f)) => f,
                 Ok(None) => return Ok(None),

@@ -69,6 +69,8 @@ pub(crate) struct Driver {
     /// The nodes' wakers (made at the first poll, for the task's waker).
     wakers: Option<NodeWakers>,
     sleep: Pin<Box<Sleep>>,
+    /// Whether `sleep` has been polled with the task's waker since it was last moved.
+    sleep_registered: bool,
     scratch: Box<[u8]>,
     /// Whether the last poll yielded to let more rounds arrive before writing.
     deferred: bool,
@@ -94,6 +96,7 @@ impl Driver {
             armed: config.nodes.iter().map(|_| false).collect(),
             wakers: None,
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            sleep_registered: false,
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
             deferred: false,
             batch: 0,
@@ -119,6 +122,7 @@ impl Driver {
                 // The first poll, or a new task waker: every node registers (again).
                 let w = NodeWakers::new(self.socks.len(), cx.waker());
                 let nodes = w.nodes();
+                self.sleep_registered = false;
                 self.wakers = Some(w);
                 nodes
             }
@@ -157,19 +161,35 @@ impl Driver {
             if self.closed && self.engine.in_flight() == 0 && !self.engine.wants_write() {
                 return Poll::Ready(());
             }
-            // Arm the timer for the engine's next deadline; if it is already due, go round.
-            let mut due = false;
-            if let Some(deadline) = self.engine.poll_timeout() {
-                let deadline = tokio::time::Instant::from_std(deadline);
-                if self.sleep.deadline() != deadline {
-                    self.sleep.as_mut().reset(deadline);
-                }
-                due = self.sleep.as_mut().poll(cx).is_ready();
-            }
-            if !due {
+            if !self.arm_timer(cx) {
                 return Poll::Pending;
             }
         }
+    }
+
+    /// Makes sure the timer fires by the engine's next deadline; returns whether that deadline
+    /// is already due (then the pass goes round again).
+    ///
+    /// Every round brings a deadline of its own, a node timeout after it starts, but the timer
+    /// is moved only when it would fire too late, or has fired: one that fires early costs a
+    /// pass that finds nothing due, while moving it costs a timer-wheel removal and insertion
+    /// per round. So under steady load it is moved about once per node timeout.
+    fn arm_timer(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(deadline) = self.engine.poll_timeout() else {
+            return false;
+        };
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let armed = self.sleep.deadline();
+        if deadline < armed || armed <= tokio::time::Instant::from_std(self.now) {
+            self.sleep.as_mut().reset(deadline);
+            self.sleep_registered = false;
+        }
+        if self.sleep_registered {
+            return false;
+        }
+        let due = self.sleep.as_mut().poll(cx).is_ready();
+        self.sleep_registered = !due;
+        due
     }
 
     /// Hands the engine every message waiting in the channel. Returns whether there was any.
@@ -267,8 +287,10 @@ impl Driver {
                 }
             }
         }
-        if let Err(e) = self.write_node(i, &mut cx) {
-            return self.closed_node(i, e);
+        if self.has_output(i) {
+            if let Err(e) = self.write_node(i, &mut cx) {
+                return self.closed_node(i, e);
+            }
         }
         if !news && self.armed[i] {
             return;
@@ -283,6 +305,12 @@ impl Driver {
         self.socks[i] = None;
         self.armed[i] = false;
         self.engine.handle_closed(i, outcome_of(&e), self.now);
+    }
+
+    /// Whether node `i` has anything to write: the engine's bytes, or a TLS session's.
+    fn has_output(&self, i: usize) -> bool {
+        !self.engine.transmit(i).is_empty()
+            || self.socks[i].as_ref().is_some_and(Stream::wants_write)
     }
 
     /// Writes what the engine has for node `i` until it is all written or the socket would
@@ -342,7 +370,9 @@ impl Driver {
                     // The input may have asked for the socket to go (a protocol error), or
                     // for bytes to go out (the EVAL form after a NOSCRIPT).
                     self.apply_io();
-                    self.write_node(i, cx)?;
+                    if self.has_output(i) {
+                        self.write_node(i, cx)?;
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     match sock.poll_read_ready(cx) {

@@ -249,18 +249,16 @@ impl AsyncRedlock {
 
     async fn acquire_rounds(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
         let cfg = &self.inner.config;
-        let mut acq = Acquisition::new(cfg, names, ttl)?;
         // From here until the outcome is known, dropping this future releases the token.
-        let mut guard = ReleaseOnDrop {
+        let mut acq = ReleaseOnDrop {
             inner: &self.inner,
-            cmd: Some(OwnedCommand::new(&acq.release())),
+            acq: Some(Acquisition::new(cfg, names, ttl)?),
         };
         while let Some((cmd, until)) = acq.round(cfg) {
             // (A driver that is gone answers at once: the keys then expire.)
-            let round = self.round(OwnedCommand::new(&cmd), until).await;
+            let round = self.round(cmd, until).await;
             acq.advance(cfg, round, Instant::now());
         }
-        guard.cmd = None;
         acq.finish()
     }
 
@@ -381,17 +379,41 @@ impl AsyncRedlock {
     }
 }
 
-/// Releases a token on every node, fire and forget, when an acquisition is dropped after its
-/// `SET`s may have gone out. The driver writes it after anything queued before it (the `SET`s
-/// of the same token included), so it cannot overtake them.
+/// An acquisition that releases its token on every node, fire and forget, if it is dropped
+/// before its outcome is known (its `SET`s may have gone out). The driver writes that release
+/// after anything queued before it (the `SET`s of the same token included), so it cannot
+/// overtake them. The release command is made only then: a finished acquisition costs nothing.
 struct ReleaseOnDrop<'a> {
     inner: &'a Inner,
-    cmd: Option<OwnedCommand>,
+    /// Taken by `finish`.
+    acq: Option<Acquisition>,
+}
+
+impl ReleaseOnDrop<'_> {
+    /// The next round to run, as the driver takes it.
+    fn round(&self, cfg: &Config) -> Option<(OwnedCommand, Until)> {
+        let (cmd, until) = self.acq.as_ref()?.round(cfg)?;
+        Some((OwnedCommand::new(&cmd), until))
+    }
+
+    fn advance(&mut self, cfg: &Config, round: Result<(Round, Instant), Error>, now: Instant) {
+        if let Some(acq) = self.acq.as_mut() {
+            acq.advance(cfg, round, now);
+        }
+    }
+
+    /// The outcome; nothing is released after this.
+    fn finish(mut self) -> Result<Lock, Error> {
+        self.acq
+            .take()
+            .map_or(Err(Error::Aborted), Acquisition::finish)
+    }
 }
 
 impl Drop for ReleaseOnDrop<'_> {
     fn drop(&mut self) {
-        if let Some(cmd) = self.cmd.take() {
+        if let Some(acq) = self.acq.take() {
+            let cmd = OwnedCommand::new(&acq.release());
             let _ = self.inner.tx.send(Msg::Fire { cmd });
         }
     }
