@@ -322,13 +322,16 @@ impl Client {
             }
             Client::MuxBlocking { client } => {
                 let c = &*client;
-                threads(callers, slice, tag, &|_, key| {
+                let before = c.stats();
+                let r = threads(callers, slice, tag, &|_, key| {
                     let t0 = Instant::now();
                     let lock = c.lock(key, TTL).expect("mux lock");
                     let took = t0.elapsed();
                     c.unlock(&lock).expect("mux unlock");
                     took
-                })
+                });
+                mean_batch("blocking", callers, &before, &c.stats());
+                r
             }
             Client::MuxAsync { rt, client, .. } => {
                 let client = client.clone();
@@ -371,6 +374,17 @@ impl Client {
             }
             Client::Node { addrs } => node_turn(addrs, callers, slice),
         }
+    }
+}
+
+/// Prints (to stderr, beside the table) how many operations shared each write pass in a turn.
+fn mean_batch(client: &str, callers: usize, before: &redlock_mux::Stats, after: &redlock_mux::Stats) {
+    let (b, o) = (
+        after.batches - before.batches,
+        after.batched_ops - before.batched_ops,
+    );
+    if b > 0 {
+        eprintln!("{client} at {callers}: mean batch {:.1}", o as f64 / b as f64);
     }
 }
 
@@ -477,6 +491,15 @@ fn main() {
     let addrs = cluster.addrs();
     let slice = Duration::from_secs_f64(seconds);
     let mut clients = Client::all(&addrs);
+    // `--only mux`: the reference and the clients whose short name contains any of the given
+    // words (comma-separated), for a quick look at a few columns.
+    let only: String = arg("--only", String::new());
+    if !only.is_empty() {
+        clients.retain(|c| {
+            matches!(c, Client::Reference { .. })
+                || only.split(',').any(|w| c.short().contains(w.trim()))
+        });
+    }
     let turns = AtomicU64::new(0);
     // For the plots: each client's pairs/s at each level, and the pair latencies at the level
     // the latency picture shows.

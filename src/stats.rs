@@ -68,9 +68,23 @@ pub struct Stats {
     pub nodes: Vec<NodeStats>,
     /// The most operations one write pass has carried (above 1 once callers were pipelined).
     pub largest_batch: usize,
+    /// Write passes that started operations.
+    pub batches: u64,
+    /// Operations those passes started: `batched_ops / batches` is the mean batch, how many
+    /// callers' commands shared each write (and each of the masters' reads).
+    pub batched_ops: u64,
 }
 
 impl Stats {
+    /// The mean number of operations per write pass; 0 before the first.
+    pub fn mean_batch(&self) -> f64 {
+        if self.batches == 0 {
+            0.0
+        } else {
+            self.batched_ops as f64 / self.batches as f64
+        }
+    }
+
     /// Buffer bytes held by all connections together.
     pub fn buffered_bytes(&self) -> usize {
         self.nodes.iter().map(|n| n.buffered_bytes).sum()

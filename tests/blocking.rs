@@ -116,10 +116,16 @@ fn threads_sharing_a_client_are_pipelined_in_one_round() {
             });
         }
     });
+    let stats = client.stats();
     assert!(
-        client.stats().largest_batch > 1,
+        stats.largest_batch > 1,
         "16 threads on one client: some rounds must carry several callers' commands"
     );
+    // Every operation was counted in a write pass: at least 800 acquisitions and 800 releases
+    // (more only if a round had to be retried).
+    assert!(stats.batched_ops >= 2 * 16 * 50, "{stats:?}");
+    assert!(stats.batches < stats.batched_ops, "{stats:?}");
+    assert!(stats.mean_batch() > 1.0, "{stats:?}");
     // Every key was released: nothing of the 800 pairs is left on any node. (The last
     // fail-fast releases may still be on their way to the two slowest nodes.)
     testkit::all_empty_serving(&client, &c.addrs());

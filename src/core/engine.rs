@@ -153,6 +153,9 @@ pub(crate) struct Engine<U> {
     io: VecDeque<IoEvent>,
     completed: VecDeque<Completed<U>>,
     largest_batch: usize,
+    /// Write passes noted, and the operations they carried.
+    batches: u64,
+    batched_ops: u64,
     /// The command being queued, encoded once for every node.
     wire: BytesMut,
     /// Its native form, for the nodes that take it.
@@ -213,6 +216,8 @@ impl<U> Engine<U> {
             io: VecDeque::new(),
             completed: VecDeque::new(),
             largest_batch: 0,
+            batches: 0,
+            batched_ops: 0,
             wire: BytesMut::with_capacity(512),
             native_wire: BytesMut::with_capacity(128),
             connecting: 0,
@@ -365,6 +370,8 @@ impl<U> Engine<U> {
     /// Records how many operations one write pass carried (for [`Stats::largest_batch`]).
     pub(crate) fn note_batch(&mut self, n: usize) {
         self.largest_batch = self.largest_batch.max(n);
+        self.batches += 1;
+        self.batched_ops += n as u64;
     }
 
     /// Queues the command whose replies look like `expect`, encoded in `wire` (a script in the given form) on node
@@ -702,6 +709,8 @@ impl<U> Engine<U> {
                 })
                 .collect(),
             largest_batch: self.largest_batch,
+            batches: self.batches,
+            batched_ops: self.batched_ops,
         }
     }
 

@@ -328,7 +328,7 @@ impl Redlock {
     /// `busy`.
     fn run_batch(&self, own: Option<(Command<'_>, Until)>) -> Option<(Round, Instant)> {
         // Ends the turn however this returns, so that a waiter is never left asleep.
-        let _turn = EndTurn(self);
+        let turn = EndTurn(self);
         // Only the caller that set `busy` gets here, so this lock is never contended.
         let mut driver = self.driver();
         let requests: Vec<Request> = {
@@ -385,7 +385,16 @@ impl Redlock {
                     .map(|(r, round)| (r.ticket, Some((round, t1)))),
             );
             orphans.answered = true;
+            // Who goes first: the next round, or this batch's callers? Woken first, the
+            // callers queue their next operations while the turn is still held, and the next
+            // round carries them: larger batches, fewer reads for the masters. But when a full
+            // batch already waits, the next round cannot grow: it starts at once, and the
+            // masters work on it while these callers are woken.
+            let full = q.waiting.len() * 2 >= requests.len();
             drop(q);
+            if full {
+                drop(turn);
+            }
             for r in &requests {
                 r.caller.unpark();
             }
