@@ -333,9 +333,15 @@ impl Client {
                 mean_batch("blocking", callers, &before, &c.stats());
                 r
             }
-            Client::MuxAsync { rt, client, .. } => {
+            Client::MuxAsync { rt, client, multi } => {
+                let stats = |c: &redlock_mux::AsyncRedlock| {
+                    rt.block_on(c.stats()).expect("the driver runs")
+                };
+                let before = stats(client);
+                let name = format!("async ({})", flavour(*multi));
+                let c = client.clone();
                 let client = client.clone();
-                tasks(rt, callers, slice, tag, move |key| {
+                let r = tasks(rt, callers, slice, tag, move |key| {
                     let client = client.clone();
                     async move {
                         let t0 = Instant::now();
@@ -344,7 +350,9 @@ impl Client {
                         client.unlock(&lock).await.expect("mux unlock");
                         took
                     }
-                })
+                });
+                mean_batch(&name, callers, &before, &stats(&c));
+                r
             }
             Client::Rslock { rt, mgr, .. } => {
                 let mgr = mgr.clone();
