@@ -82,6 +82,9 @@ pub use crate::inspect::{Holder, Inspection, NodeState};
 pub use crate::lock::{Lock, MAX_RESOURCES};
 pub use crate::stats::{NodeStats, Stats};
 
+#[cfg(feature = "metrics")]
+pub use crate::observe::describe_metrics;
+
 /// Re-exported: the RESP codec this crate speaks.
 pub use resp;
 

@@ -216,6 +216,54 @@ pub(crate) fn lost(resource: &str, loss: &crate::Loss) {
     }
 }
 
+/// Describes every metric this library records (its unit and what it counts) to the recorder
+/// installed now, so that exporters can print them (Prometheus's `# HELP` lines). Call it once,
+/// after installing the recorder; recording works without it.
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    use metrics::{describe_counter, describe_histogram, Unit};
+    describe_counter!(
+        "redlock_operations_total",
+        Unit::Count,
+        "Lock operations by op (acquire, release, extend, inspect) and outcome (ok, or the error's kind)."
+    );
+    describe_histogram!(
+        "redlock_operation_seconds",
+        Unit::Seconds,
+        "Time each lock operation took, by op, retries of an acquisition included."
+    );
+    describe_counter!(
+        "redlock_reconnects_total",
+        Unit::Count,
+        "Connections to a master opened again after one failed."
+    );
+    describe_counter!(
+        "redlock_script_fallbacks_total",
+        Unit::Count,
+        "EVALSHA commands answered NOSCRIPT and sent again as EVAL."
+    );
+    describe_counter!(
+        "redlock_guard_extensions_total",
+        Unit::Count,
+        "Extensions a lock guard made to keep its lock alive."
+    );
+    describe_counter!(
+        "redlock_guard_losses_total",
+        Unit::Count,
+        "Locks a guard lost, by cause (extend_failed, extend_too_slow, expired)."
+    );
+    describe_counter!(
+        "redlock_waits_total",
+        Unit::Count,
+        "Waits for a held lock that ended, by what ended them (push, dropped, timer, delay)."
+    );
+    describe_histogram!(
+        "redlock_wait_seconds",
+        Unit::Seconds,
+        "How long a caller waited for a held lock before trying again."
+    );
+}
+
 /// The metrics, with keys built at compile time: recording one allocates nothing, whether a
 /// recorder is installed or not.
 #[cfg(feature = "metrics")]

@@ -56,6 +56,50 @@ fn operations_are_counted_by_kind_and_outcome() {
     assert!(timed, "{snapshot:?}");
 }
 
+/// Every metric the docs list is described, with its unit, for exporters to print.
+#[test]
+fn every_metric_is_described_with_its_unit() {
+    use metrics_util::debugging::Snapshotter;
+    const COUNTERS: [&str; 6] = [
+        "redlock_operations_total",
+        "redlock_reconnects_total",
+        "redlock_script_fallbacks_total",
+        "redlock_guard_extensions_total",
+        "redlock_guard_losses_total",
+        "redlock_waits_total",
+    ];
+    const HISTOGRAMS: [&str; 2] = ["redlock_operation_seconds", "redlock_wait_seconds"];
+    let recorder = DebuggingRecorder::new();
+    let snapshotter: Snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        redlock_mux::describe_metrics();
+        // The debugging recorder lists registered metrics only.
+        for name in COUNTERS {
+            metrics::counter!(name).increment(0);
+        }
+        for name in HISTOGRAMS {
+            metrics::histogram!(name).record(0.0);
+        }
+    });
+    let snapshot = snapshotter.snapshot().into_vec();
+    for name in COUNTERS.iter().chain(&HISTOGRAMS) {
+        let (_, unit, help, _) = snapshot
+            .iter()
+            .find(|(key, ..)| key.key().name() == *name)
+            .unwrap_or_else(|| panic!("{name} registered: {snapshot:?}"));
+        let want = if name.ends_with("_seconds") {
+            metrics::Unit::Seconds
+        } else {
+            metrics::Unit::Count
+        };
+        assert_eq!(*unit, Some(want), "{name}");
+        assert!(
+            help.as_ref().is_some_and(|h| h.len() > 20),
+            "{name}: {help:?}"
+        );
+    }
+}
+
 /// A waiter woken by the masters' push is counted under its cause, and its wait timed.
 #[test]
 fn a_wait_is_counted_by_what_woke_it() {

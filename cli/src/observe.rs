@@ -121,6 +121,8 @@ mod metrics_file {
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder)
                 .map_err(|e| Failure::new(exit::OS, format!("--metrics: {e}")))?;
+            // `# HELP` and the unit for each of the library's metrics.
+            redlock_mux::describe_metrics();
             let upkeep = handle.clone();
             // Dies with the process; it only ever folds samples.
             std::thread::Builder::new()

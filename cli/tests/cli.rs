@@ -1006,6 +1006,12 @@ fn metrics_are_written_when_the_command_ends() {
         assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
     }
     assert!(text.contains("redlock_operation_seconds_bucket{op=\"acquire\",le=\"+Inf\"} 1"));
+    // Described: exporters print what each metric counts.
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("# HELP redlock_operations_total ")),
+        "{text}"
+    );
     let left: Vec<_> = fs::read_dir(&scratch.0).unwrap().collect();
     assert_eq!(left.len(), 1, "no temporary file left beside it: {left:?}");
 
