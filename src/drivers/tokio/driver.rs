@@ -169,7 +169,7 @@ impl Driver {
     /// The timer is moved to each new deadline and polled on every pass. (Leaving an early
     /// timer in place and polling it only after a move saved ~300 instructions per pair, but
     /// lost a wake-up under load: `many_concurrent_tasks_with_a_node_paused_are_all_correct`
-    /// hung 1 run in 3 with every worker parked and no timer in tokio's wheel.)
+    /// hung 2 runs in 5 with every worker parked and no timer in tokio's wheel.)
     fn arm_timer(&mut self, cx: &mut Context<'_>) -> bool {
         let Some(deadline) = self.engine.poll_timeout() else {
             return false;
