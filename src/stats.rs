@@ -30,6 +30,9 @@ pub struct NodeStats {
     pub connects: u64,
     /// Connections dropped because a reply was owed far past every deadline.
     pub stale_replaced: u64,
+    /// Connections dropped because a reply could not answer the command it was matched to
+    /// (or a sentinel came back wrong): the stream had lost or gained bytes.
+    pub desyncs: u64,
     /// Replies read after their round had ended, and dropped.
     pub late_replies: u64,
     /// `EVALSHA`s answered `NOSCRIPT` and sent again as `EVAL`.

@@ -4,12 +4,13 @@
 //! within the node timeout; the others make the quorum; and once the fault heals the node
 //! votes again, its connection in step.
 
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use redlock_mux::NodeOutcome;
 use testkit::proxy::{Fault, Proxy};
 use testkit::{
-    cluster, lost_round, measured_slack, resource, AsyncMulti, Blocking, Flavor, LockClient,
+    cluster, lost_round, measured_slack, redis, resource, AsyncMulti, Blocking, Flavor, LockClient,
 };
 
 const TTL: Duration = Duration::from_secs(10);
@@ -107,3 +108,102 @@ fault_cases!(
     reply_dribbled_a_byte_at_a_time => Fault::Slow { delay: Duration::from_millis(60) },
         |o| *o == NodeOutcome::Timeout;
 );
+
+/// A command to node 4 vanishes in the middle of its stream (`Fault::LoseBytes`, which no real
+/// network does to TCP), then two rounds go out at once: one for a resource node 4 holds for
+/// another client, one for a resource free there. Matched by position alone, node 4's replies
+/// would land one command early, and the held resource would be granted node 4's `+OK` for the
+/// free one. The client must notice the stream is out of step, drop the connection before it
+/// takes any reply for another command, and have node 4 back within a round or two.
+fn lost_bytes<F: Flavor>()
+where
+    F::Client: Sync,
+{
+    let c = cluster(5);
+    let proxy = Proxy::start(c.servers()[4].addr());
+    let mut addrs = c.addrs();
+    addrs[4] = proxy.addr();
+    let client = F::build(
+        redlock_mux::Redlock::builder()
+            .nodes(&addrs)
+            .node_timeout(NODE_TIMEOUT)
+            .fail_fast(false)
+            .retry(1, Duration::ZERO),
+    )
+    .unwrap();
+    assert_eq!(node4_answer(&client, &addrs).0, NodeOutcome::Ok);
+
+    proxy.set(Fault::LoseBytes);
+    let lost = client
+        .try_lock(&resource("lost"), TTL)
+        .expect("won on the other four while node 4's SET is lost");
+    proxy.set(Fault::Pass);
+    // The round waited node 4 out; its reply is now owed past the deadline.
+    std::thread::sleep(Duration::from_millis(10));
+
+    let (held, free) = (resource("held"), resource("free"));
+    for a in &addrs[0..3] {
+        redis(a, &["SET", &held, "foreign", "PX", "60000"]);
+        redis(a, &["SET", &free, "foreign", "PX", "60000"]);
+    }
+    redis(&c.addrs()[4], &["SET", &held, "foreign", "PX", "60000"]);
+    let node4 = |r: Result<redlock_mux::Lock, redlock_mux::Error>| match r {
+        Err(
+            redlock_mux::Error::Conflict { nodes, .. } | redlock_mux::Error::NoQuorum { nodes },
+        ) => nodes.0[4].outcome.clone(),
+        other => panic!("expected a lost round, got {other:?}"),
+    };
+    let barrier = Barrier::new(2);
+    let (on_held, on_free) = std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            barrier.wait();
+            client.try_lock(&held, TTL)
+        });
+        let b = s.spawn(|| {
+            barrier.wait();
+            client.try_lock(&free, TTL)
+        });
+        (node4(a.join().unwrap()), node4(b.join().unwrap()))
+    });
+    assert_ne!(
+        on_held,
+        NodeOutcome::Ok,
+        "node 4 holds it for another client, yet its vote was yes: a reply taken for another command"
+    );
+    assert_ne!(
+        on_free,
+        NodeOutcome::Held,
+        "node 4 has no key for it, yet its vote was held: a reply taken for another command"
+    );
+    assert!(
+        client.stats().nodes[4].desyncs >= 1,
+        "the stream out of step was noticed: {:?}",
+        client.stats().nodes[4]
+    );
+
+    // Recovery: the connection was dropped at once, so the next round opens a new one.
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let (outcome, _) = node4_answer(&client, &addrs);
+        answers.push(outcome);
+        if answers.last() == Some(&NodeOutcome::Ok) {
+            break;
+        }
+    }
+    assert_eq!(
+        answers.last(),
+        Some(&NodeOutcome::Ok),
+        "node 4 back within two rounds: {answers:?}"
+    );
+    let _ = client.unlock(&lost);
+}
+
+#[test]
+fn lost_bytes_are_noticed_and_the_node_recovers_blocking() {
+    lost_bytes::<Blocking>();
+}
+
+#[test]
+fn lost_bytes_are_noticed_and_the_node_recovers_async() {
+    lost_bytes::<AsyncMulti>();
+}

@@ -83,6 +83,31 @@ pub(crate) enum Expect {
     Pttl,
 }
 
+impl Expect {
+    /// Whether `reply` is of a shape that can answer a command of this kind: an error reply
+    /// answers anything; otherwise only the shapes [`Command::judge`] reads as a vote.
+    ///
+    /// A reply that cannot answer its command means the connection is out of step with its
+    /// commands (bytes lost or added in the middle of the stream, which TCP, TLS and Unix
+    /// sockets never do but a broken middlebox may): the engine then drops the connection
+    /// rather than read any more of it.
+    pub(crate) fn fits(self, reply: &Frame) -> bool {
+        let reply = reply.without_attributes();
+        match (self, reply) {
+            (_, Frame::Error(_) | Frame::BulkError(_)) => true,
+            (Expect::Set, Frame::Simple(s)) => s.as_ref() == b"OK",
+            (Expect::Set | Expect::Native | Expect::Get, f) if f.is_null() => true,
+            (Expect::Acquired | Expect::Pttl, Frame::Integer(_)) => true,
+            (Expect::Script, Frame::Integer(n)) => (-1..=1).contains(n),
+            (Expect::Native, Frame::Integer(n)) => (0..=1).contains(n),
+            (Expect::Native, Frame::Simple(s)) => s.as_ref() == b"OK",
+            // A sentinel's answer (see `Conn`) is never a value a lock command reads.
+            (Expect::Get, Frame::Bulk(b)) => !crate::core::conn::is_sync_reply(b),
+            _ => false,
+        }
+    }
+}
+
 /// What a reply says beside its vote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Extra {

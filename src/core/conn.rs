@@ -8,6 +8,14 @@
 //! for the answer to a later command. A reply with nothing owed, a protocol error, a failed
 //! login, or a queue grown past [`MAX_OWED`] means the connection can no longer be trusted:
 //! the driver drops it and reconnects after a backoff.
+//!
+//! That matching rests on the transport: an ordered byte stream that loses nothing (TCP, TLS,
+//! a Unix socket). A middlebox that drops bytes from the middle of a live stream would shift
+//! every later reply onto the command before it. Two checks catch such a stream and drop the
+//! connection before more of it is read: a reply whose shape cannot answer the command it is
+//! matched to (see `Expect::fits`), and a sentinel, `PING <nonce>`, queued ahead of new
+//! commands whenever a reply is owed past its deadline (a lost command or reply shows as a
+//! missing or misplaced nonce). See docs/redlock.md, "The transport".
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -34,6 +42,15 @@ pub(crate) fn stale_after(node_timeout: Duration) -> Duration {
     node_timeout
         .saturating_mul(4)
         .max(Duration::from_millis(500))
+}
+
+/// The start of every sentinel's nonce (`PING redlock-sync:<n>`); a `GET` reply that starts
+/// with it is a sentinel's answer out of place.
+const SYNC_PREFIX: &[u8] = b"redlock-sync:";
+
+/// Whether a bulk reply is a sentinel's answer (see [`Conn`]).
+pub(crate) fn is_sync_reply(b: &[u8]) -> bool {
+    b.starts_with(SYNC_PREFIX)
 }
 
 /// The decoder limits for replies to lock commands: far above anything a real reply needs,
@@ -85,6 +102,10 @@ enum Owner<T> {
     /// A `SCRIPT LOAD` sent so that `EVALSHA` finds the scripts: an error reply is ignored
     /// (the `EVAL` fallback covers a script that is missing).
     Preload,
+    /// A sentinel, `PING redlock-sync:<n>`, queued ahead of new commands while an older
+    /// reply is overdue: anything but the same nonce back means replies and commands are out
+    /// of step.
+    Sync(u32),
     /// A driver's command, when it was queued, the length of its copy at the head of
     /// [`Conn::scripted`] if it is an `EVALSHA` or `FCALL` (0: it is not), and which.
     Op(T, Instant, usize, OnNoscript),
@@ -101,6 +122,9 @@ pub(crate) enum ConnError {
     Handshake(String),
     /// Too many replies owed, or too many bytes waiting to be written.
     Stuck,
+    /// A reply that cannot answer the command it is matched to, or a sentinel answered
+    /// wrongly: the stream lost or gained bytes, and no later reply can be trusted.
+    Desync,
 }
 
 impl ConnError {
@@ -111,6 +135,9 @@ impl ConnError {
             ConnError::Unsolicited => NodeOutcome::Server("reply to a command never sent".into()),
             ConnError::Handshake(msg) => NodeOutcome::Server(msg.clone()),
             ConnError::Stuck => NodeOutcome::Timeout,
+            ConnError::Desync => NodeOutcome::Server(
+                "a reply out of step with its command (the connection was replaced)".into(),
+            ),
         }
     }
 }
@@ -250,6 +277,11 @@ pub(crate) struct Conn<T> {
     tracking: bool,
     /// Invalidations pushed since the engine last took them.
     invalidated: Vec<Invalidated>,
+    /// How long a command may wait for its reply before it is overdue (the node timeout): a
+    /// command queued while an older reply is overdue gets a sentinel ahead of it.
+    overdue_after: Duration,
+    /// The last sentinel's nonce.
+    syncs: u32,
 }
 
 /// What an invalidation push from a tracking server says changed.
@@ -286,9 +318,41 @@ fn invalidation(push: &[Frame]) -> Option<Option<&[Frame]>> {
     }
 }
 
+/// Writes sentinel `n`'s nonce into `out`; returns its length.
+fn sync_nonce(n: u32, digits: &mut resp::IntBuf, out: &mut [u8; 32]) -> usize {
+    let d = digits.format(i64::from(n));
+    let len = SYNC_PREFIX.len() + d.len();
+    out[..SYNC_PREFIX.len()].copy_from_slice(SYNC_PREFIX);
+    out[SYNC_PREFIX.len()..len].copy_from_slice(d);
+    len
+}
+
+/// Whether `reply` has a shape that can answer `owner`'s command (see `Expect::fits` for the
+/// driver's commands, which the engine checks): a login command's `+OK`, `HELLO`'s map, a
+/// script's digest, a sentinel's own nonce. An error reply answers any but a sentinel.
+fn owner_fits<T>(owner: &Owner<T>, reply: &Frame) -> bool {
+    let reply = reply.without_attributes();
+    let error = matches!(reply, Frame::Error(_) | Frame::BulkError(_));
+    match owner {
+        Owner::Sync(n) => {
+            let mut digits = resp::IntBuf::new();
+            let mut nonce = [0u8; 32];
+            let len = sync_nonce(*n, &mut digits, &mut nonce);
+            matches!(reply, Frame::Bulk(b) if b.as_ref() == &nonce[..len])
+        }
+        Owner::Handshake | Owner::Tracking | Owner::Caching => {
+            error || matches!(reply, Frame::Simple(_))
+        }
+        Owner::Hello { .. } => error || matches!(reply, Frame::Map(_) | Frame::Array(_)),
+        Owner::Preload => error || matches!(reply, Frame::Bulk(_) | Frame::Simple(_)),
+        Owner::Op(..) => true,
+    }
+}
+
 impl<T> Conn<T> {
-    /// A connection that may owe up to `max_owed` replies.
-    pub(crate) fn new(max_owed: usize) -> Self {
+    /// A connection that may owe up to `max_owed` replies, whose replies are overdue
+    /// `overdue_after` (the node timeout) after their command was queued.
+    pub(crate) fn new(max_owed: usize, overdue_after: Duration) -> Self {
         Conn {
             out: BytesMut::with_capacity(4096),
             inb: BytesMut::with_capacity(16 * 1024),
@@ -307,6 +371,8 @@ impl<T> Conn<T> {
             resp3: false,
             tracking: false,
             invalidated: Vec::new(),
+            overdue_after,
+            syncs: 0,
         }
     }
 
@@ -475,6 +541,9 @@ impl<T> Conn<T> {
         if self.owed.len() >= self.max_owed || self.out.len() >= MAX_PENDING_WRITE {
             return Err((ConnError::Stuck, tag));
         }
+        if self.needs_sync(now) {
+            self.queue_sync();
+        }
         let before = self.out.len();
         write(&mut self.out);
         let mut on_noscript = on_noscript;
@@ -495,6 +564,41 @@ impl<T> Conn<T> {
         };
         self.owed.push_back(Owner::Op(tag, now, len, on_noscript));
         Ok(())
+    }
+
+    /// Whether a command queued at `now` needs a sentinel ahead of it: some reply is overdue
+    /// (owed past the node timeout) and no sentinel has been queued since that command.
+    ///
+    /// Replies are owed in the order commands were queued, so the oldest command tells whether
+    /// any is overdue: one look at the queue's head on the hot path.
+    fn needs_sync(&self, now: Instant) -> bool {
+        let oldest = self.owed.iter().find_map(|o| match o {
+            Owner::Op(_, at, ..) => Some(*at),
+            _ => None,
+        });
+        let overdue = |at: Instant| now.saturating_duration_since(at) > self.overdue_after;
+        if !oldest.is_some_and(overdue) {
+            return false;
+        }
+        // From the newest back: a sentinel before any overdue command covers them all.
+        for o in self.owed.iter().rev() {
+            match o {
+                Owner::Sync(_) => return false,
+                Owner::Op(_, at, ..) if overdue(*at) => return true,
+                _ => {}
+            }
+        }
+        false
+    }
+
+    /// Queues a sentinel: `PING` with a nonce of this connection's.
+    fn queue_sync(&mut self) {
+        self.syncs = self.syncs.wrapping_add(1);
+        let mut n = resp::IntBuf::new();
+        let mut nonce = [0u8; 32];
+        let len = sync_nonce(self.syncs, &mut n, &mut nonce);
+        encode_command(&mut self.out, &[b"PING", &nonce[..len]]);
+        self.owed.push_back(Owner::Sync(self.syncs));
     }
 
     /// Appends bytes read from the socket.
@@ -530,7 +634,11 @@ impl<T> Conn<T> {
                 continue;
             }
             let owner = self.owed.pop_front().ok_or(ConnError::Unsolicited)?;
+            if !owner_fits(&owner, &frame) {
+                return Err(ConnError::Desync);
+            }
             match owner {
+                Owner::Sync(_) => continue,
                 Owner::Handshake => {
                     if let Frame::Error(msg) | Frame::BulkError(msg) = frame.without_attributes() {
                         return Err(ConnError::Handshake(
@@ -684,6 +792,8 @@ mod tests {
 
     /// A small limit, for the tests.
     const MAX_OWED: usize = 64;
+    /// The node timeout the tests' connections are built with.
+    const OVERDUE: Duration = Duration::from_millis(50);
     use crate::Token;
 
     fn addr(s: &str) -> NodeAddr {
@@ -702,7 +812,7 @@ mod tests {
 
     #[test]
     fn late_replies_are_matched_to_their_own_operation() {
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         open(&mut c);
         c.queue(1, Instant::now(), |b| b.put_slice(b"x"), OnNoscript::Report)
             .unwrap();
@@ -742,7 +852,7 @@ mod tests {
         for flush in [&b""[..], push_flush] {
             let stream = stream(flush);
             for split in 0..=stream.len() {
-                let mut c: Conn<u64> = Conn::new(MAX_OWED);
+                let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
                 open(&mut c);
                 for tag in 1..=4 {
                     c.queue(
@@ -787,7 +897,7 @@ mod tests {
     /// A flood of invalidations costs a bounded list: it collapses into `All`.
     #[test]
     fn a_flood_of_pushes_collapses_into_one_invalidation_of_everything() {
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         open(&mut c);
         let one = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n";
         feed(&mut c, &one.repeat(10_000));
@@ -801,7 +911,7 @@ mod tests {
     /// that refuses `HELLO 3` leaves the connection without tracking, and working.
     #[test]
     fn tracking_is_asked_for_only_after_the_server_agrees_to_resp3() {
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
         assert!(c.out.starts_with(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"));
         assert!(!contains(&c.out, b"TRACKING"));
@@ -845,7 +955,7 @@ mod tests {
 
     #[test]
     fn handshake_is_sent_first_and_its_errors_fail_the_connection() {
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         c.opened(&addr("redis://u:p@127.0.0.1:1/2"), Scripts::Eval, false);
         assert!(c.out.starts_with(
             b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
@@ -868,7 +978,7 @@ mod tests {
 
     #[test]
     fn protocol_errors_and_pushes() {
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         open(&mut c);
         c.queue(1, Instant::now(), |_| {}, OnNoscript::Report)
             .unwrap();
@@ -885,7 +995,7 @@ mod tests {
 
     #[test]
     fn too_many_owed_is_stuck() {
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         open(&mut c);
         let mut queued = 0;
         while c
@@ -905,7 +1015,7 @@ mod tests {
 
     #[test]
     fn backoff_doubles_and_resets_after_a_healthy_reply() {
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         let t = Instant::now();
         assert!(c.may_connect(t));
         let _ = c.failed(t);
@@ -928,7 +1038,7 @@ mod tests {
 
     #[test]
     fn a_reply_owed_past_the_limit_makes_the_connection_stale() {
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         open(&mut c);
         let t = Instant::now();
         assert!(!c.is_stale(t, Duration::from_millis(10)), "nothing owed");
@@ -997,7 +1107,7 @@ mod tests {
         let token = Token::generate();
         let res = [Name::new("res")];
         let release = command(OpKind::Release, &token, &res);
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         c.opened(&addr("127.0.0.1:1"), Scripts::Auto, false);
         // HELLO and the script preloads answered (the preloads refused by the ACL).
         let mut replies = b"*0\r\n".to_vec();
@@ -1044,7 +1154,7 @@ mod tests {
         assert!(c.out.windows(5).any(|w| w == b"FCALL"), "{:?}", c.out);
         assert!(!c.out.windows(7).any(|w| w == b"EVALSHA"));
         // Under Eval the refusal is handed over as it is.
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         c.opened(&addr("127.0.0.1:1"), Scripts::Eval, false);
         feed(
             &mut c,
@@ -1072,7 +1182,7 @@ mod tests {
             command(OpKind::Release, &token, &res),
             command(OpKind::Extend, &token, &res),
         );
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         let now = Instant::now();
         c.queue(
             1,
@@ -1126,7 +1236,7 @@ mod tests {
 
     #[test]
     fn partial_writes_advance() {
-        let mut c: Conn<u64> = Conn::new(MAX_OWED);
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         c.queue(
             1,
             Instant::now(),

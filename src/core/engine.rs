@@ -41,7 +41,7 @@ use smallvec::SmallVec;
 use crate::config::Scripts;
 use crate::config::{Config, NodeAddr};
 use crate::core::command::{Command, Expect, Extra, Form};
-use crate::core::conn::{stale_after, Conn, Invalidated, CONNECT_TIMEOUT};
+use crate::core::conn::{stale_after, Conn, ConnError, Invalidated, CONNECT_TIMEOUT};
 use crate::core::conn::{Native, OnNoscript};
 use crate::core::round::{Decision, Round, Until};
 use crate::error::NodeOutcome;
@@ -64,23 +64,21 @@ pub(crate) struct OpId {
 struct Tag {
     slot: u32,
     gen: u32,
-    /// The command went out as the server's native command (its reply is judged as such).
-    native: bool,
+    /// The shape of the reply, as the command went out (a native command's reply is judged
+    /// as such): checked for every reply, a late one too.
+    expect: Expect,
 }
 
 impl Tag {
-    const fn of(slot: u32, gen: u32) -> Tag {
-        Tag {
-            slot,
-            gen,
-            native: false,
-        }
+    const fn of(slot: u32, gen: u32, expect: Expect) -> Tag {
+        Tag { slot, gen, expect }
+    }
+
+    /// A tag to look operation (`slot`, `gen`) up by (its `expect` is not read).
+    const fn to_find(slot: u32, gen: u32) -> Tag {
+        Tag::of(slot, gen, Expect::Set)
     }
 }
-
-// Only the async client fires commands nobody waits for (a dropped acquisition's release).
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-const FIRE: Tag = Tag::of(0, 0);
 
 /// A node's connection as the driver should have it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +102,6 @@ struct Node {
 #[derive(Debug)]
 struct Op<U> {
     gen: u32,
-    expect: Expect,
     round: Round,
     user: U,
 }
@@ -203,7 +200,7 @@ impl<U> Engine<U> {
                 .iter()
                 .map(|addr| Node {
                     addr: addr.clone(),
-                    conn: Conn::new(MAX_OWED),
+                    conn: Conn::new(MAX_OWED, cfg.node_timeout),
                     link: Link::Closed,
                     stats: NodeStats::default(),
                 })
@@ -254,7 +251,6 @@ impl<U> Engine<U> {
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
         self.ops[slot as usize] = Some(Op {
             gen,
-            expect: cmd.expect(),
             round: Round::new(self.nodes.len(), self.quorum, until),
             user,
         });
@@ -275,7 +271,7 @@ impl<U> Engine<U> {
             matches!(self.scripts, Scripts::Auto | Scripts::Native) && cmd.has_native_form();
         let watch = cmd.kind == crate::core::command::OpKind::Watch;
         for i in 0..self.nodes.len() {
-            let tag = Tag::of(slot, gen);
+            let tag = Tag::of(slot, gen, cmd.expect());
             if watch && self.nodes[i].link != Link::Closed {
                 // Right before the read: the server tracks the key of the next command only.
                 self.nodes[i].conn.queue_caching();
@@ -335,7 +331,7 @@ impl<U> Engine<U> {
         wire.clear();
         cmd.encode_native(&mut wire, native);
         let tag = Tag {
-            native: true,
+            expect: Expect::Native,
             ..tag
         };
         let queued = self.queue_on(i, tag, Expect::Native, &wire, Form::Eval, now);
@@ -362,7 +358,14 @@ impl<U> Engine<U> {
         for i in 0..self.nodes.len() {
             // Best effort: a node that cannot take it has lost the key's connection anyway;
             // the key expires with its ttl.
-            let _ = self.queue_on(i, FIRE, cmd.expect(), &wire, form, now);
+            let _ = self.queue_on(
+                i,
+                Tag::of(0, 0, cmd.expect()),
+                cmd.expect(),
+                &wire,
+                form,
+                now,
+            );
         }
         self.wire = wire;
     }
@@ -470,16 +473,24 @@ impl<U> Engine<U> {
         loop {
             match self.nodes[i].conn.next_reply() {
                 Ok(Some((tag, frame))) => {
-                    let expect = match self.op(tag) {
-                        Some(op) if op.round.is_pending(i) && tag.native => Expect::Native,
-                        Some(op) if op.round.is_pending(i) => op.expect,
-                        // Late, or a reply to a fired command: read and dropped.
-                        _ => {
-                            self.nodes[i].stats.late_replies += 1;
-                            continue;
+                    if !tag.expect.fits(&frame) {
+                        // Out of step: no later reply on this connection can be trusted.
+                        // The command this reply was matched to fails with the rest.
+                        let outcome = ConnError::Desync.outcome();
+                        if self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
+                            self.vote(tag, i, outcome.clone());
                         }
-                    };
-                    let (mut outcome, extra) = Command::judge(expect, &frame);
+                        self.take_invalidated(i);
+                        self.nodes[i].stats.desyncs += 1;
+                        self.fail_node(i, &outcome, now, Socket::Held);
+                        return;
+                    }
+                    if !self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
+                        // Late, or a reply to a fired command: read and dropped.
+                        self.nodes[i].stats.late_replies += 1;
+                        continue;
+                    }
+                    let (mut outcome, extra) = Command::judge(tag.expect, &frame);
                     if let (NodeOutcome::Server(msg), Some(why)) =
                         (&mut outcome, self.nodes[i].conn.load_error())
                     {
@@ -496,6 +507,9 @@ impl<U> Engine<U> {
                 Ok(None) => return self.take_invalidated(i),
                 Err(e) => {
                     self.take_invalidated(i);
+                    if e == ConnError::Desync {
+                        self.nodes[i].stats.desyncs += 1;
+                    }
                     self.fail_node(i, &e.outcome(), now, Socket::Held);
                     return;
                 }
@@ -594,7 +608,7 @@ impl<U> Engine<U> {
                 break;
             }
             self.deadlines.pop();
-            let tag = Tag::of(slot, gen);
+            let tag = Tag::to_find(slot, gen);
             if let Some(op) = self.op_mut(tag) {
                 let mut timed_out: SmallVec<[usize; 8]> = SmallVec::new();
                 for i in 0..op.round_len() {
@@ -624,7 +638,7 @@ impl<U> Engine<U> {
     /// flight (and stops growing, and allocating, in a steady state).
     fn prune_deadlines(&mut self) {
         while let Some(&Reverse((_, slot, gen))) = self.deadlines.peek() {
-            if self.op(Tag::of(slot, gen)).is_some() {
+            if self.op(Tag::to_find(slot, gen)).is_some() {
                 break;
             }
             self.deadlines.pop();

@@ -72,7 +72,8 @@ pub(crate) fn finish_extend(
     lock.valid_until = lock.valid_until.min(extension_cap(cfg, t1, ttl));
     confirmed(cfg, round, false)?;
     let validity = validity_after(cfg, t1, now, ttl)?;
-    lock.valid_until = crate::core::time::later(t1, validity);
+    // The validity is what is left at `now`: `t1 + ttl - drift` (the elapsed time is in it once).
+    lock.valid_until = crate::core::time::later(now, validity);
     lock.ttl = ttl;
     Ok(())
 }
@@ -201,7 +202,8 @@ impl Acquisition {
                 },
                 Ok(validity) => {
                     let fence = cfg.fencing.is_some().then(|| round.counter());
-                    Phase::Done(Ok((crate::core::time::later(t1, validity), fence)))
+                    // Left at `now`: the lock holds until `t1 + ttl - drift`.
+                    Phase::Done(Ok((crate::core::time::later(now, validity), fence)))
                 }
             },
             (Phase::Fence { t1, fence }, Ok((round, _))) => {
@@ -212,7 +214,7 @@ impl Acquisition {
                 } else {
                     match validity_after(cfg, t1, now, self.ttl) {
                         Ok(validity) => {
-                            Phase::Done(Ok((crate::core::time::later(t1, validity), Some(fence))))
+                            Phase::Done(Ok((crate::core::time::later(now, validity), Some(fence))))
                         }
                         Err(err) => Phase::Release(err),
                     }
@@ -568,10 +570,16 @@ mod tests {
         assert!(acq.round(&cfg).is_none());
         let lock = acq.finish().unwrap();
         assert_eq!(lock.fencing_token(), Some(42));
-        let validity = lock.valid_until() - t1;
+        // What is left at the end is ttl - 3 s - drift, and the lock ends where the keys set
+        // in phase 1 may start to expire (ttl - drift after t1): the 3 s are taken off once.
+        let validity = lock.valid_until() - now;
         assert!(
             validity < Duration::from_secs(7) && validity > Duration::from_secs(6),
             "{validity:?}"
+        );
+        assert_eq!(
+            lock.valid_until(),
+            t1 + TTL - crate::core::rules::drift(TTL, cfg.drift_factor)
         );
     }
 

@@ -2,7 +2,13 @@
 //!
 //! Each accepted connection gets its own upstream connection and two pump threads. Faults
 //! apply to the node's replies (server to client), which is where a client's deadlines and
-//! FIFO are put to the test; `Blackhole` and `Drop` cut both ways. Loopback only.
+//! FIFO are put to the test; `Blackhole`, `LoseBytes` and `Drop` cut both ways. Loopback only.
+//!
+//! Every fault but one is something a real network does to a TCP connection: it delays bytes,
+//! holds them back, resets or closes the connection. None of those loses bytes from the middle
+//! of a stream that goes on. [`Fault::LoseBytes`] does, and is named so: it exists to check
+//! that the client notices a stream out of step with its commands, and stays out of the
+//! faults behind the safety counts.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -20,8 +26,14 @@ pub enum Fault {
     Pass,
     /// Hold every reply chunk for `fixed` plus a uniform random part of `jitter`.
     Latency { fixed: Duration, jitter: Duration },
-    /// Accept and read, never forward anything either way.
+    /// Forward nothing either way while it lasts, and read nothing either (the bytes wait in
+    /// the kernel's buffers): what a path that drops every packet does to TCP, whose
+    /// retransmissions deliver everything, in order, once the path heals.
     Blackhole,
+    /// Read and discard every byte, both ways, while the connection stays open. No real
+    /// network does this to a TCP stream (it would break the ordered, lossless stream the
+    /// client relies on); it checks that the client notices and replaces such a connection.
+    LoseBytes,
     /// Close every connection, existing and new.
     Drop,
     /// Forward half of the next reply chunk, then reset the client's connection (RST).
@@ -137,13 +149,18 @@ fn spawn_pumps(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                     let _ = to.shutdown(Shutdown::Both);
                     return;
                 }
+                if fault == Fault::Blackhole {
+                    // Held, not lost: read again once the path heals.
+                    std::thread::sleep(poll);
+                    continue;
+                }
                 match from.read(&mut buf) {
                     Ok(0) => {
                         let _ = to.shutdown(Shutdown::Write);
                         return;
                     }
                     Ok(n) => {
-                        if *shared.fault.lock().unwrap() == Fault::Blackhole {
+                        if *shared.fault.lock().unwrap() == Fault::LoseBytes {
                             continue;
                         }
                         if to.write_all(&buf[..n]).is_err() {
@@ -176,6 +193,10 @@ fn spawn_pumps(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                     let _ = to.shutdown(Shutdown::Write);
                     half_closed = true;
                 }
+                Fault::Blackhole => {
+                    std::thread::sleep(poll);
+                    continue;
+                }
                 _ => {}
             }
             let n = match from.read(&mut buf) {
@@ -200,7 +221,16 @@ fn spawn_pumps(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                     std::thread::sleep(fixed + extra);
                     to.write_all(&buf[..n])
                 }
-                Fault::Blackhole | Fault::Drop => Ok(()),
+                // Bytes read just as a blackhole began are held until it ends.
+                Fault::Blackhole => {
+                    while *shared.fault.lock().unwrap() == Fault::Blackhole
+                        && !shared.stop.load(Ordering::SeqCst)
+                    {
+                        std::thread::sleep(poll);
+                    }
+                    to.write_all(&buf[..n])
+                }
+                Fault::LoseBytes | Fault::Drop => Ok(()),
                 Fault::HalfClose => Ok(()),
                 Fault::ResetMidReply => {
                     let _ = to.write_all(&buf[..n.div_ceil(2)]);

@@ -339,8 +339,12 @@ fn a_connect_that_takes_too_long_fails() {
         s.e.transmit(2).is_empty(),
         "nothing written before the connect ends"
     );
-    s.reply(0, b"$1\r\nx\r\n$1\r\nx\r\n+OK\r\n");
-    s.reply(1, b"$1\r\nx\r\n$1\r\nx\r\n+OK\r\n");
+    // HELLO, the script preloads, then the SET.
+    let mut answer = HELLO_REDIS7.to_vec();
+    answer.extend(b"$1\r\nx\r\n".repeat(PRELOADS));
+    answer.extend(OK);
+    s.reply(0, &answer);
+    s.reply(1, &answer);
     s.advance(TIMEOUT);
     assert_eq!(s.completed().len(), 1);
     assert_eq!(s.e.poll_timeout(), Some(s.now - TIMEOUT + CONNECT_TIMEOUT));
@@ -652,4 +656,149 @@ fn a_dropped_connection_wakes_every_watch_and_unwatch_forgets() {
     sim.reply(1, &invalidate("res"));
     sim.e.unwatch(3);
     assert_eq!(sim.e.poll_woken(), None);
+}
+
+/// What a node that executed the commands in `sent` answers: each `PING <nonce>` with its
+/// nonce, each `SET` of a key in `held` with null, any other `SET` with `+OK`.
+fn answers(sent: &[u8], held: &[&[u8]]) -> Vec<u8> {
+    let mut d = resp::Decoder::default();
+    let mut buf = bytes::BytesMut::from(sent);
+    let mut out = Vec::new();
+    while let Ok(Some(resp::Frame::Array(args))) = d.decode(&mut buf) {
+        let arg = |k: usize| match args.get(k) {
+            Some(resp::Frame::Bulk(b)) => b.to_vec(),
+            _ => Vec::new(),
+        };
+        match arg(0).as_slice() {
+            b"PING" => {
+                let nonce = arg(1);
+                out.extend(format!("${}\r\n", nonce.len()).as_bytes());
+                out.extend(&nonce);
+                out.extend(b"\r\n");
+            }
+            b"SET" if held.contains(&arg(1).as_slice()) => out.extend(NULL),
+            _ => out.extend(OK),
+        }
+    }
+    out
+}
+
+#[test]
+fn a_reply_that_cannot_answer_its_command_replaces_the_connection() {
+    let mut s = Sim::new(3, false);
+    s.submit(OpKind::Acquire, false, 1);
+    s.io();
+    s.reply(0, OK);
+    s.reply(1, OK);
+    // An integer cannot answer SET NX: the stream is out of step.
+    s.reply(2, b":5\r\n");
+    let done = s.completed();
+    assert!(matches!(
+        done[0].round.reports_iter().nth(2),
+        Some(NodeOutcome::Server(m)) if m.contains("out of step")
+    ));
+    assert_eq!(s.io(), vec![IoEvent::Close(2)]);
+    assert_eq!(s.e.stats().nodes[2].desyncs, 1);
+
+    // A late reply is checked too: a round that timed out, then a reply no SET can have.
+    s.submit(OpKind::Acquire, false, 2);
+    s.io();
+    s.reply(0, OK);
+    s.reply(1, OK);
+    s.advance(TIMEOUT);
+    assert_eq!(s.completed().len(), 1);
+    s.reply(2, b"*0\r\n");
+    assert_eq!(s.io(), vec![IoEvent::Close(2)]);
+    assert_eq!(s.e.stats().nodes[2].desyncs, 2);
+}
+
+#[test]
+fn a_command_lost_in_the_stream_is_caught_before_a_shifted_reply_is_taken() {
+    // Node 2 never receives the first round's SET (a middlebox dropped its bytes). Then two
+    // rounds share a write pass: resource "y" is held everywhere, "z" is free. Were replies
+    // matched by position alone, the first round's late slot would swallow the reply to "y"
+    // and "y" would be granted node 2's `+OK` for "z".
+    let mut s = Sim::new(3, false);
+    s.submit(OpKind::Acquire, false, 1);
+    s.io();
+    for i in 0..3 {
+        s.sent(i);
+    }
+    s.reply(0, OK);
+    s.reply(1, OK);
+    s.advance(TIMEOUT + Duration::from_millis(1));
+    assert_eq!(s.completed().len(), 1);
+
+    let token = s.token;
+    let (y, z) = ([Name::new("y")], [Name::new("z")]);
+    for (res, user) in [(&y, 2), (&z, 3)] {
+        let cmd = Command {
+            kind: OpKind::Acquire,
+            resources: res,
+            token: &token,
+            ttl_ms: 10_000,
+            counter: None,
+            fence_value: 0,
+        };
+        s.e.submit(&cmd, Until::AllIn, s.now, user);
+    }
+    let mut to_node_2 = Vec::new();
+    for i in 0..3 {
+        let sent = s.sent(i);
+        let reply = answers(&sent, &[b"y"]);
+        s.reply(i, &reply);
+        to_node_2 = sent;
+    }
+    let done = s.completed();
+    assert_eq!(done.len(), 2);
+    for d in &done {
+        assert!(
+            !matches!(d.round.reports_iter().nth(2), Some(NodeOutcome::Ok)),
+            "round {} took a reply meant for another command: {:?}",
+            d.user,
+            d.round.reports_iter().nth(2)
+        );
+        let want = if d.user == 2 {
+            Decision::Lost
+        } else {
+            Decision::Won
+        };
+        assert_eq!(d.round.decision(), want, "round {}", d.user);
+    }
+    assert!(
+        to_node_2.starts_with(b"*2\r\n$4\r\nPING\r\n$14\r\nredlock-sync:1\r\n"),
+        "a sentinel goes ahead of the new commands: {:?}",
+        String::from_utf8_lossy(&to_node_2)
+    );
+    assert_eq!(s.io(), vec![IoEvent::Close(2)]);
+    assert_eq!(s.e.stats().nodes[2].desyncs, 1);
+}
+
+#[test]
+fn no_sentinel_while_every_reply_is_within_its_deadline() {
+    let mut s = Sim::new(3, true);
+    s.submit(OpKind::Acquire, true, 1);
+    s.io();
+    for i in 0..3 {
+        s.sent(i);
+    }
+    s.reply(0, OK);
+    s.reply(1, OK);
+    s.completed();
+    // Node 2 still owes the first reply, within its deadline: the next command goes alone.
+    s.now += TIMEOUT;
+    s.submit(OpKind::Acquire, true, 2);
+    assert_eq!(commands_in(&s.sent(2)), 1);
+    // Past it: one sentinel ahead of the next command, and none again for the one after.
+    s.now += Duration::from_millis(1);
+    s.submit(OpKind::Acquire, true, 3);
+    s.submit(OpKind::Acquire, true, 4);
+    let out = s.sent(2);
+    assert_eq!(commands_in(&out), 3);
+    assert_eq!(out.windows(4).filter(|w| w == b"PING").count(), 1);
+    // The node answers everything in order, the sentinel's nonce in its place: no
+    // desynchronisation, the connection stays.
+    s.reply(2, b"+OK\r\n+OK\r\n$14\r\nredlock-sync:1\r\n+OK\r\n+OK\r\n");
+    assert!(s.io().is_empty());
+    assert_eq!(s.e.stats().nodes[2].desyncs, 0);
 }
