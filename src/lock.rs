@@ -93,6 +93,8 @@ pub struct Lock {
     pub(crate) valid_until: Instant,
     pub(crate) ttl: Duration,
     pub(crate) fencing: Option<u64>,
+    /// The nodes (of the first 64) that granted the acquisition, one bit each.
+    pub(crate) granted: u64,
 }
 
 impl Lock {
@@ -107,6 +109,7 @@ impl Lock {
             valid_until: Instant::now(),
             ttl: Duration::ZERO,
             fencing: None,
+            granted: 0,
         }
     }
 
@@ -119,6 +122,7 @@ impl Lock {
             valid_until: Instant::now(),
             ttl: Duration::ZERO,
             fencing: None,
+            granted: 0,
         })
     }
 
@@ -163,6 +167,15 @@ impl Lock {
     /// The monotonic instant at which the validity runs out.
     pub fn valid_until(&self) -> Instant {
         self.valid_until
+    }
+
+    /// The nodes whose yes won this lock when it was acquired, by their index in the client's
+    /// node list (the first 64 nodes only), in order: at least a quorum. A node that answered
+    /// after the round was decided (fail-fast) may hold the key too and is not listed. Empty
+    /// for a lock made by [`from_token`](Lock::from_token). For diagnosis: which masters were
+    /// counted.
+    pub fn granted_by(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..64).filter(move |i| self.granted & (1 << i) != 0)
     }
 
     /// The ttl the lock was last acquired or extended with.

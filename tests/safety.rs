@@ -13,7 +13,7 @@ use testkit::{cluster, wait_until};
 fn contended_lock_without_faults_is_exclusive() {
     let report = soak::run(&SoakConfig {
         duration: Duration::from_secs(3),
-        faults: false,
+        faults: Vec::new(),
         ..SoakConfig::default()
     });
     eprintln!("{report}");

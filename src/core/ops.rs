@@ -101,16 +101,28 @@ pub(crate) struct Acquisition {
 #[derive(Debug)]
 enum Phase {
     Acquire,
-    /// Phase 1 won at `t1` (its start) with the highest counter `fence`.
+    /// Phase 1 won at `t1` (its start) with the highest counter `fence`, on the nodes of
+    /// `granted`.
     Fence {
         t1: Instant,
         fence: u64,
+        granted: u64,
     },
     /// Failed with this error; the release runs before it is returned.
     Release(Error),
-    /// Granted: valid until then, with this fencing token (the lock is built by `finish`,
-    /// which moves the names into it).
-    Done(Result<(Instant, Option<u64>), Error>),
+    /// Granted: valid until then, with this fencing token, by the nodes of the mask (the lock
+    /// is built by `finish`, which moves the names into it).
+    Done(Result<(Instant, Option<u64>, u64), Error>),
+}
+
+/// The nodes (of the first 64) that said yes in `round`, one bit each.
+fn granted_mask(round: &Round) -> u64 {
+    round
+        .reports_iter()
+        .take(64)
+        .enumerate()
+        .filter(|(_, o)| **o == NodeOutcome::Ok)
+        .fold(0, |mask, (i, _)| mask | 1 << i)
 }
 
 impl Acquisition {
@@ -199,14 +211,16 @@ impl Acquisition {
                 Ok(_) if cfg.fencing.is_some() && cfg.fence_writeback() => Phase::Fence {
                     t1,
                     fence: round.counter(),
+                    granted: granted_mask(&round),
                 },
                 Ok(validity) => {
                     let fence = cfg.fencing.is_some().then(|| round.counter());
                     // Left at `now`: the lock holds until `t1 + ttl - drift`.
-                    Phase::Done(Ok((crate::core::time::later(now, validity), fence)))
+                    let until = crate::core::time::later(now, validity);
+                    Phase::Done(Ok((until, fence, granted_mask(&round))))
                 }
             },
-            (Phase::Fence { t1, fence }, Ok((round, _))) => {
+            (Phase::Fence { t1, fence, granted }, Ok((round, _))) => {
                 if round.decision() != Decision::Won {
                     Phase::Release(Error::NoQuorum {
                         nodes: round.reports(&cfg.nodes),
@@ -214,7 +228,8 @@ impl Acquisition {
                 } else {
                     match validity_after(cfg, t1, now, self.ttl) {
                         Ok(validity) => {
-                            Phase::Done(Ok((crate::core::time::later(now, validity), Some(fence))))
+                            let until = crate::core::time::later(now, validity);
+                            Phase::Done(Ok((until, Some(fence), granted)))
                         }
                         Err(err) => Phase::Release(err),
                     }
@@ -226,12 +241,13 @@ impl Acquisition {
     /// The lock, or why there is none; [`Error::Aborted`] if called before the last round.
     pub(crate) fn finish(self) -> Result<Lock, Error> {
         match self.phase {
-            Phase::Done(Ok((valid_until, fencing))) => Ok(Lock {
+            Phase::Done(Ok((valid_until, fencing, granted))) => Ok(Lock {
                 resources: self.names,
                 token: self.token,
                 valid_until,
                 ttl: self.ttl,
                 fencing,
+                granted,
             }),
             Phase::Done(Err(e)) => Err(e),
             _ => Err(Error::Aborted),
@@ -651,7 +667,9 @@ mod tests {
         let yes = (NodeOutcome::Ok, Extra::None);
         acq.advance(&cfg, Ok((round(&[yes.clone(), yes.clone(), yes]), t1)), t1);
         assert!(acq.round(&cfg).is_none());
-        assert_eq!(acq.finish().unwrap().fencing_token(), None);
+        let lock = acq.finish().unwrap();
+        assert_eq!(lock.fencing_token(), None);
+        assert_eq!(lock.granted_by().collect::<Vec<_>>(), [0, 1, 2]);
         // The counter key is never a resource.
         let fenced = self::cfg(true);
         assert!(matches!(

@@ -28,6 +28,10 @@ pub struct Window {
     pub until: Instant,
     /// The fencing token, for a fenced lock.
     pub token: Option<u64>,
+    /// When the call that acquired it began (`from` when not told).
+    pub asked: Instant,
+    /// The nodes whose yes won it (`Lock::granted_by`), one bit each; 0 when not told.
+    pub granted: u64,
 }
 
 /// Two windows of one resource, the second after the first, whose tokens do not increase.
@@ -60,6 +64,30 @@ pub struct Section {
     from: Instant,
     valid_until: Instant,
     token: Option<u64>,
+    asked: Instant,
+    granted: u64,
+}
+
+impl Window {
+    /// The window in words, instants in milliseconds since `origin`: who held what, from when
+    /// it asked to when it stopped relying on it, with which token, granted by which nodes.
+    pub fn explain(&self, origin: Instant) -> String {
+        let ms = |t: Instant| t.saturating_duration_since(origin).as_secs_f64() * 1e3;
+        let nodes: Vec<String> = (0..64)
+            .filter(|i| self.granted & (1 << i) != 0)
+            .map(|i| i.to_string())
+            .collect();
+        format!(
+            "holder {} on resource {}: asked at {:.1} ms, held from {:.1} to {:.1} ms, token {}, granted by nodes [{}]",
+            self.holder,
+            self.resource,
+            ms(self.asked),
+            ms(self.from),
+            ms(self.until),
+            self.token.map_or("none".into(), |t| t.to_string()),
+            nodes.join(", ")
+        )
+    }
 }
 
 impl Checker {
@@ -92,7 +120,25 @@ impl Checker {
             from,
             valid_until,
             token,
+            asked: from,
+            granted: 0,
         }
+    }
+
+    /// [`enter_fenced`](Checker::enter_fenced) with what explains the window if it overlaps
+    /// another: when the acquiring call began, and the lock itself (its validity, token and
+    /// the nodes that granted it).
+    pub fn enter_lock(
+        &self,
+        holder: usize,
+        resource: usize,
+        asked: Instant,
+        lock: &redlock_mux::Lock,
+    ) -> Section {
+        let mut s = self.enter_fenced(holder, resource, lock.valid_until(), lock.fencing_token());
+        s.asked = asked;
+        s.granted = lock.granted_by().fold(0, |m, i| m | 1 << i);
+        s
     }
 
     /// Call right before releasing.
@@ -112,6 +158,8 @@ impl Checker {
                 from: s.from,
                 until,
                 token: s.token,
+                asked: s.asked,
+                granted: s.granted,
             });
         }
     }
@@ -234,6 +282,8 @@ mod tests {
             from: at + ms(10 * holder as u64),
             until: at + ms(10 * holder as u64 + 5),
             token: Some(token),
+            asked: at,
+            granted: 0,
         });
     }
 

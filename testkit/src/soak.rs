@@ -12,8 +12,108 @@ use crate::local::LocalCluster;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::checker::Checker;
+use crate::checker::{Checker, Window};
 use crate::proxy::{Fault, Proxy};
+
+/// A kind of fault the soak's schedule can inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// A master stopped with SIGSTOP, then resumed.
+    Pause,
+    /// A master killed, and restarted after the largest ttl (the delayed-restart rule).
+    Kill,
+    /// Replies delayed, some past the node timeout.
+    Latency,
+    /// Nothing forwarded either way for a while; the bytes are delivered when it ends.
+    Blackhole,
+    /// A connection reset halfway through a reply.
+    Reset,
+    /// The client's side of its connection closed (FIN), the server's left open.
+    HalfClose,
+    /// Replies dribbled a byte at a time.
+    Slow,
+    /// Every connection closed, new ones refused, for a while.
+    Drop,
+    /// Bytes discarded from live streams: no real network does this to TCP. Off unless
+    /// named; never part of the safety counts.
+    LoseBytes,
+}
+
+impl FaultKind {
+    /// Every kind, in the order the names are listed.
+    pub const ALL: [FaultKind; 9] = [
+        FaultKind::Pause,
+        FaultKind::Kill,
+        FaultKind::Latency,
+        FaultKind::Blackhole,
+        FaultKind::Reset,
+        FaultKind::HalfClose,
+        FaultKind::Slow,
+        FaultKind::Drop,
+        FaultKind::LoseBytes,
+    ];
+
+    /// The kinds a real network or host produces: the default mix, and the one behind the
+    /// safety counts.
+    pub fn real() -> Vec<FaultKind> {
+        FaultKind::ALL
+            .into_iter()
+            .filter(|k| *k != FaultKind::LoseBytes)
+            .collect()
+    }
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Pause => "pause",
+            FaultKind::Kill => "kill",
+            FaultKind::Latency => "latency",
+            FaultKind::Blackhole => "blackhole",
+            FaultKind::Reset => "reset",
+            FaultKind::HalfClose => "half-close",
+            FaultKind::Slow => "slow",
+            FaultKind::Drop => "drop",
+            FaultKind::LoseBytes => "lose-bytes",
+        }
+    }
+
+    /// A comma-separated list of names; `real` stands for [`FaultKind::real`], `none` for no
+    /// kind at all.
+    pub fn parse_list(list: &str) -> Result<Vec<FaultKind>, String> {
+        let mut out = Vec::new();
+        for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match word {
+                "none" => {}
+                "real" => out.extend(FaultKind::real()),
+                _ => out.push(
+                    FaultKind::ALL
+                        .into_iter()
+                        .find(|k| k.name() == word)
+                        .ok_or_else(|| {
+                            let names: Vec<&str> =
+                                FaultKind::ALL.iter().map(|k| k.name()).collect();
+                            format!(
+                                "unknown fault kind {word:?} (known: real, none, {})",
+                                names.join(", ")
+                            )
+                        })?,
+                ),
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+}
+
+/// One fault the schedule injected: on which node, what, and when (on the soak's clock).
+#[derive(Debug, Clone, Copy)]
+pub struct Injected {
+    pub node: usize,
+    pub kind: FaultKind,
+    pub from: Instant,
+    pub until: Instant,
+}
 
 #[derive(Debug, Clone)]
 pub struct SoakConfig {
@@ -25,8 +125,8 @@ pub struct SoakConfig {
     pub tasks: usize,
     pub ttl: Duration,
     pub node_timeout: Duration,
-    /// Whether to inject faults at all.
-    pub faults: bool,
+    /// The kinds of fault the schedule draws from (none: no faults).
+    pub faults: Vec<FaultKind>,
     /// Chance that a holder stalls past its validity inside its critical section.
     pub stall_chance: f64,
     /// Whether every client is fenced: the checker then also asserts that tokens strictly
@@ -47,7 +147,7 @@ impl Default for SoakConfig {
             tasks: 4,
             ttl: Duration::from_millis(500),
             node_timeout: Duration::from_millis(50),
-            faults: true,
+            faults: FaultKind::real(),
             stall_chance: 0.01,
             fencing: false,
             resources: 1,
@@ -68,6 +168,9 @@ pub struct Report {
     pub past_validity: u64,
     pub acquire_p50: Duration,
     pub acquire_p99: Duration,
+    /// Each overlap and token decrease in words, with the faults in force around it (the
+    /// first few of each).
+    pub explanations: Vec<String>,
 }
 
 impl std::fmt::Display for Report {
@@ -97,7 +200,11 @@ impl std::fmt::Display for Report {
             .iter()
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
-        write!(f, "faults injected       {}", faults.join(", "))
+        write!(f, "faults injected       {}", faults.join(", "))?;
+        for e in &self.explanations {
+            write!(f, "\n{e}")?;
+        }
+        Ok(())
     }
 }
 
@@ -168,12 +275,7 @@ pub fn run(cfg: &SoakConfig) -> Report {
                 match client.lock(&key, ttl) {
                     Ok(lock) => {
                         lat.push(start.elapsed().as_nanos() as u64);
-                        let section = checker.enter_fenced(
-                            t,
-                            which,
-                            lock.valid_until(),
-                            lock.fencing_token(),
-                        );
+                        let section = checker.enter_lock(t, which, start, &lock);
                         // The holder's work, and now and then a stall (a GC pause, a swap)
                         // that outlasts the validity.
                         if rng.random_bool(stall_chance) {
@@ -235,12 +337,7 @@ pub fn run(cfg: &SoakConfig) -> Report {
                             match client.lock(&key, ttl).await {
                                 Ok(lock) => {
                                     lat.push(start.elapsed().as_nanos() as u64);
-                                    let section = checker.enter_fenced(
-                                        holder,
-                                        which,
-                                        lock.valid_until(),
-                                        lock.fencing_token(),
-                                    );
+                                    let section = checker.enter_lock(holder, which, start, &lock);
                                     let work = if rng.random_bool(stall_chance) {
                                         stalls.fetch_add(1, Ordering::SeqCst);
                                         ttl + Duration::from_millis(20)
@@ -269,59 +366,60 @@ pub fn run(cfg: &SoakConfig) -> Report {
     // The fault schedule, from the seed: one fault at a time on one node, healed before the
     // next, so a majority is always up and every window must stay exclusive.
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut log: Vec<Injected> = Vec::new();
     let mut rng = StdRng::seed_from_u64(cfg.seed);
-    let end = Instant::now() + cfg.duration;
+    let origin = Instant::now();
+    let end = origin + cfg.duration;
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(rng.random_range(20..120)));
-        if !cfg.faults {
+        if cfg.faults.is_empty() {
             continue;
         }
         let node = rng.random_range(0..5);
         let hold = Duration::from_millis(rng.random_range(20..300));
-        let kind = rng.random_range(0..8);
-        let name = match kind {
-            0 => {
+        let kind = cfg.faults[rng.random_range(0..cfg.faults.len())];
+        let from = Instant::now();
+        match kind {
+            FaultKind::Pause => {
                 cluster.server(node).pause().unwrap();
                 std::thread::sleep(hold);
                 cluster.server(node).resume().unwrap();
-                "sigstop pause"
             }
-            1 => {
+            FaultKind::Kill => {
                 // A crash, and a restart delayed past the largest ttl: the rule that keeps a
                 // master that lost its keys from granting a held lock again.
                 cluster.server(node).stop();
                 std::thread::sleep(cfg.ttl + Duration::from_millis(50));
                 cluster.server(node).restart().unwrap();
-                "kill + delayed restart"
             }
             kind => {
                 // A network fault on the node's proxy, for `hold`, then healed.
-                let (fault, name) = match kind {
-                    2 => (
-                        Fault::Latency {
-                            fixed: Duration::from_millis(rng.random_range(20..100)),
-                            jitter: Duration::from_millis(50),
-                        },
-                        "latency spike",
-                    ),
-                    3 => (Fault::Blackhole, "blackhole"),
-                    4 => (Fault::ResetMidReply, "reset mid-reply"),
-                    6 => (Fault::HalfClose, "half-close"),
-                    7 => (
-                        Fault::Slow {
-                            delay: Duration::from_millis(rng.random_range(1..30)),
-                        },
-                        "slow replies",
-                    ),
-                    _ => (Fault::Drop, "dropped connections"),
+                let fault = match kind {
+                    FaultKind::Latency => Fault::Latency {
+                        fixed: Duration::from_millis(rng.random_range(20..100)),
+                        jitter: Duration::from_millis(50),
+                    },
+                    FaultKind::Blackhole => Fault::Blackhole,
+                    FaultKind::Reset => Fault::ResetMidReply,
+                    FaultKind::HalfClose => Fault::HalfClose,
+                    FaultKind::Slow => Fault::Slow {
+                        delay: Duration::from_millis(rng.random_range(1..30)),
+                    },
+                    FaultKind::LoseBytes => Fault::LoseBytes,
+                    _ => Fault::Drop,
                 };
                 proxies[node].set(fault);
                 std::thread::sleep(hold);
                 proxies[node].set(Fault::Pass);
-                name
             }
-        };
-        *faults.entry(name).or_default() += 1;
+        }
+        log.push(Injected {
+            node,
+            kind,
+            from,
+            until: Instant::now(),
+        });
+        *faults.entry(kind.name()).or_default() += 1;
     }
     stop.store(true, Ordering::SeqCst);
     for h in handles {
@@ -333,12 +431,44 @@ pub fn run(cfg: &SoakConfig) -> Report {
     }
     let mut lat = std::mem::take(&mut *latencies.lock().unwrap());
     let overlaps = checker.overlaps();
-    for o in overlaps.iter().take(5) {
-        eprintln!("OVERLAP: {o:?}");
-    }
     let decreases = checker.token_decreases();
+    let around = |a: &Window, b: &Window| {
+        let (from, until) = (a.asked.min(b.asked), a.until.max(b.until));
+        let active: Vec<String> = log
+            .iter()
+            .filter(|f| f.from < until && f.until + cfg.ttl > from)
+            .map(|f| {
+                let ms = |t: Instant| t.saturating_duration_since(origin).as_secs_f64() * 1e3;
+                format!(
+                    "{} on node {} from {:.1} to {:.1} ms",
+                    f.kind.name(),
+                    f.node,
+                    ms(f.from),
+                    ms(f.until)
+                )
+            })
+            .collect();
+        format!(
+            "\n  first:  {}\n  second: {}\n  faults within a ttl of them: {}",
+            a.explain(origin),
+            b.explain(origin),
+            if active.is_empty() {
+                "none".to_string()
+            } else {
+                active.join("; ")
+            }
+        )
+    };
+    let mut explanations = Vec::new();
+    for o in overlaps.iter().take(5) {
+        explanations.push(format!(
+            "OVERLAP by {:?}:{}",
+            o.by,
+            around(&o.first, &o.second)
+        ));
+    }
     for d in decreases.iter().take(5) {
-        eprintln!("TOKEN DECREASE: {d:?}");
+        explanations.push(format!("TOKEN DECREASE:{}", around(&d.earlier, &d.later)));
     }
     Report {
         acquisitions: checker.acquisitions(),
@@ -351,5 +481,6 @@ pub fn run(cfg: &SoakConfig) -> Report {
         past_validity: checker.past_validity(),
         acquire_p50: quantile(&mut lat, 0.5),
         acquire_p99: quantile(&mut lat, 0.99),
+        explanations,
     }
 }
