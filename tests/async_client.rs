@@ -538,3 +538,69 @@ fn keep_alive_refuses_a_ttl_an_extension_cannot_fit_in() {
         }
     });
 }
+
+/// Releases nobody awaits (a dropped guard, a dropped acquisition) go out in the form the
+/// connection uses, with its fallbacks, as an awaited release does: under an ACL user denied
+/// `EVAL`/`EVALSHA` but allowed functions, they reach the keys through `FCALL` (they were sent
+/// as `EVAL`, refused, and the keys stayed for their whole ttl).
+#[test]
+fn releases_nobody_awaits_use_the_connections_form() {
+    let mut c = cluster(3);
+    let addrs = c.addrs();
+    let (name, version) = testkit::cases::server_version(&addrs[0]);
+    if name == "redis" && version < (7, 0) {
+        eprintln!("skipped: {name} {version:?} has no functions");
+        return;
+    }
+    for a in &addrs {
+        let args = [
+            "ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-eval", "-evalsha", "-script",
+        ];
+        assert_eq!(redis(a, &args), Frame::Simple("OK".into()));
+    }
+    let users: Vec<String> = c
+        .servers()
+        .iter()
+        .map(|s| format!("redis://app:pw@127.0.0.1:{}", s.port()))
+        .collect();
+    let rt = multi_thread();
+    let client = rt.block_on(async {
+        AsyncRedlock::builder()
+            .nodes(&users)
+            .node_timeout(Duration::from_secs(5))
+            .build_async()
+            .unwrap()
+    });
+    let gone = |key: &str, why: &str| {
+        wait_until(Duration::from_secs(10), why, || {
+            addrs.iter().all(|a| get(a, key).is_none())
+        })
+    };
+    // A dropped guard: its plain SET told the connections nothing about the ACL.
+    let key = resource("fire-guard");
+    let guard = rt
+        .block_on(client.lock_guarded(&key, Duration::from_secs(60)))
+        .unwrap();
+    drop(guard);
+    gone(&key, "the dropped guard's release");
+
+    // A dropped acquisition, with two nodes paused so that it cannot complete.
+    c.server(1).pause().unwrap();
+    c.server(2).pause().unwrap();
+    let key = resource("fire-acquisition");
+    let task = {
+        let client = client.clone();
+        let key = key.clone();
+        rt.spawn(async move { client.try_lock(&key, TTL).await })
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "the SETs to reach the live nodes",
+        || get(&addrs[0], &key).is_some(),
+    );
+    task.abort();
+    assert!(rt.block_on(task).unwrap_err().is_cancelled());
+    c.server(1).resume().unwrap();
+    c.server(2).resume().unwrap();
+    gone(&key, "the dropped acquisition's release");
+}

@@ -24,6 +24,7 @@ use bytes::{BufMut, BytesMut};
 use resp::{encode_command, Decoder, Frame, Limits};
 
 use crate::config::{NodeAddr, Scripts};
+use crate::core::forms::{self, Forms, Sent, MAX_RESENDS};
 use crate::error::NodeOutcome;
 
 /// Bytes that may wait to be written before the connection is considered stuck.
@@ -63,18 +64,24 @@ pub(crate) fn reply_limits() -> Limits {
         .with_max_line_len(64 * 1024)
 }
 
-/// What a connection does with a `NOSCRIPT` answer to a queued command.
+/// How a command is queued ([`Conn::queue`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OnNoscript {
-    /// It is an `EVALSHA` of one of our scripts: send its `EVAL` form in its place, and keep
-    /// the `NOSCRIPT` from the operation.
-    SendEval,
-    /// It is an `FCALL` of one of our functions: an `ERR Function not found` (the library is
-    /// not loaded: a restarted server, a `FUNCTION FLUSH`) sends `FUNCTION LOAD` and the same
-    /// `FCALL` again in its place.
-    Reload,
-    /// Hand the reply over like any other (not a script call, or already the `EVAL` form).
-    Report,
+pub(crate) enum How<'a> {
+    /// Not a script call: written as it is, its reply handed over as it is.
+    Plain,
+    /// An `EVALSHA` of one of our scripts: the connection writes it in the form it uses
+    /// (see [`crate::core::forms`]), keeps the copy, and sends it again in the next form when
+    /// the server refuses one. With its native forms (Valkey's, Redis') when it has them.
+    Script(Option<(&'a [u8], &'a [u8])>),
+}
+
+/// A reply to a driver's command.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Reply<T> {
+    pub(crate) tag: T,
+    pub(crate) frame: Frame,
+    /// It answers the server's native command (its shape is the native one).
+    pub(crate) native: bool,
 }
 
 /// Who a reply in the FIFO belongs to; `T` is what the driver keeps for its own commands.
@@ -106,9 +113,10 @@ enum Owner<T> {
     /// reply is overdue: anything but the same nonce back means replies and commands are out
     /// of step.
     Sync(u32),
-    /// A driver's command, when it was queued, the length of its copy at the head of
-    /// [`Conn::scripted`] if it is an `EVALSHA` or `FCALL` (0: it is not), and which.
-    Op(T, Instant, usize, OnNoscript),
+    /// A driver's command, when it was queued, the length of its canonical copy (its
+    /// `EVALSHA` form) at the head of [`Conn::scripted`] if it is a script call (0: it is
+    /// not), the form it went out in, and how many times it was sent again.
+    Op(T, Instant, usize, Sent, u8),
 }
 
 /// Why a connection must be dropped.
@@ -140,62 +148,6 @@ impl ConnError {
             ),
         }
     }
-}
-
-/// Writes the `FCALL` form of an encoded `EVALSHA <sha> <numkeys> <args>...` of one of our
-/// scripts into `out`: the same arguments after the name of the library function that runs
-/// it. `false` (and nothing written) for anything else.
-fn fcall_form(evalsha: &[u8], out: &mut BytesMut) -> bool {
-    rewrite_evalsha(
-        evalsha,
-        b"FCALL",
-        crate::core::script::function_by_digest,
-        out,
-    )
-}
-
-/// Writes the `EVAL` form of an encoded `EVALSHA <sha> <numkeys> <args>...` of one of our
-/// scripts into `out`: the same arguments after the script the digest names. `false` (and
-/// nothing written) for anything else.
-fn eval_form(evalsha: &[u8], out: &mut BytesMut) -> bool {
-    rewrite_evalsha(evalsha, b"EVAL", crate::core::script::by_digest, out)
-}
-
-/// Writes `evalsha` (an encoded `EVALSHA <sha> <numkeys> <args>...`) with `verb` in place of
-/// `EVALSHA` and what `lookup` finds for the digest in place of the digest.
-fn rewrite_evalsha(
-    evalsha: &[u8],
-    verb: &[u8],
-    lookup: fn(&[u8]) -> Option<&'static str>,
-    out: &mut BytesMut,
-) -> bool {
-    const HEAD: &[u8] = b"$7\r\nEVALSHA\r\n$40\r\n";
-    let Some(count_end) = evalsha.windows(2).position(|w| w == b"\r\n") else {
-        return false;
-    };
-    let (count, rest) = evalsha.split_at(count_end + 2);
-    let Some(rest) = rest.strip_prefix(HEAD) else {
-        return false;
-    };
-    let (Some(sha), Some(args)) = (rest.get(..40), rest.get(42..)) else {
-        return false;
-    };
-    let Some(body) = lookup(sha) else {
-        return false;
-    };
-    let mut n = resp::IntBuf::new();
-    out.put_slice(count);
-    out.put_slice(b"$");
-    out.put_slice(n.format(verb.len() as i64));
-    out.put_slice(b"\r\n");
-    out.put_slice(verb);
-    out.put_slice(b"\r\n$");
-    out.put_slice(n.format(body.len() as i64));
-    out.put_slice(b"\r\n");
-    out.put_slice(body.as_bytes());
-    out.put_slice(b"\r\n");
-    out.put_slice(args);
-    true
 }
 
 /// A server's own commands for a lock's release and extension, without a script.
@@ -251,21 +203,15 @@ pub(crate) struct Conn<T> {
     pub(crate) inb: BytesMut,
     decoder: Decoder,
     owed: VecDeque<Owner<T>>,
-    /// Copies of the `EVALSHA` commands still owed a reply, in order: sent again in their
-    /// `EVAL` form when the reply is `NOSCRIPT`, dropped otherwise.
+    /// The canonical copies (`EVALSHA` forms) of the script calls still owed a reply, in
+    /// order: sent again in another form when the server refuses the one sent, dropped
+    /// otherwise.
     scripted: BytesMut,
     max_owed: usize,
     backoff: Duration,
     retry_at: Option<Instant>,
-    /// What the server has instead of scripts, once it has said.
-    native: Option<Native>,
-    /// Whether the server has answered `HELLO` (with what it is, or an error).
-    identified: bool,
-    /// Function mode: the library is loaded instead of the scripts.
-    functions: bool,
-    /// Under `Scripts::Auto`: an `EVALSHA` the server's ACL refuses (`NOPERM`) switches this
-    /// connection to the function library, and later `EVALSHA`s are sent as `FCALL`.
-    may_switch: bool,
+    /// The forms this connection's script calls take, and what its server has refused.
+    forms: Forms,
     /// Why the last `SCRIPT LOAD` / `FUNCTION LOAD` failed, if one did.
     load_error: Option<String>,
     /// `NOSCRIPT`s answered with the `EVAL` form, over the connection's whole life.
@@ -362,10 +308,7 @@ impl<T> Conn<T> {
             max_owed,
             backoff: Duration::ZERO,
             retry_at: None,
-            native: None,
-            identified: false,
-            functions: false,
-            may_switch: false,
+            forms: Forms::new(Scripts::Auto),
             load_error: None,
             noscript_fallbacks: 0,
             resp3: false,
@@ -445,11 +388,8 @@ impl<T> Conn<T> {
         self.resp3 = false;
         self.tracking = false;
         self.invalidated.clear();
-        self.functions = scripts == Scripts::Function;
-        self.may_switch = scripts == Scripts::Auto;
+        self.forms = Forms::new(scripts);
         self.load_error = None;
-        self.native = None;
-        self.identified = false;
         self.out.clear();
         self.inb.clear();
         self.owed.clear();
@@ -473,18 +413,23 @@ impl<T> Conn<T> {
             encode_command(&mut self.out, &[b"HELLO"]);
             self.owed.push_back(Owner::Hello { resp3: false });
         }
-        self.reload_scripts();
+        // Native mode calls no script unless a command has no native form (a set of
+        // resources, fencing): nothing is loaded ahead (an `EVALSHA` that finds nothing is
+        // sent again as `EVAL`, which caches it).
+        if scripts != Scripts::Native {
+            self.reload_scripts();
+        }
     }
 
     /// The native compare-and-delete commands of this connection's server, once it has said
     /// what it is (`None` before, and for servers without them).
     pub(crate) fn native(&self) -> Option<Native> {
-        self.native
+        self.forms.native()
     }
 
     /// Whether the server has answered `HELLO` on this connection.
     pub(crate) fn identified(&self) -> bool {
-        self.identified
+        self.forms.is_identified()
     }
 
     fn queue_handshake(&mut self, args: &[&[u8]]) {
@@ -516,7 +461,7 @@ impl<T> Conn<T> {
     /// library): on every new connection (a restarted server has lost them), and when a late
     /// `NOSCRIPT` shows a server's cache was flushed.
     pub(crate) fn reload_scripts(&mut self) {
-        if self.functions {
+        if self.forms.functions() {
             return self.load_functions();
         }
         for (_, script) in crate::core::script::ALL {
@@ -525,19 +470,20 @@ impl<T> Conn<T> {
         }
     }
 
-    /// Queues a command, written by `write`, whose reply goes to `tag`. If it is an
-    /// `EVALSHA` of one of our scripts (`OnNoscript::SendEval`), a `NOSCRIPT` reply is not handed to the
-    /// driver: the same command in its `EVAL` form is sent in its place on this connection,
-    /// whether or not the operation's round is still open (a release or an extension must
-    /// reach every node that holds the key, not only a quorum of them), and its reply goes to
-    /// `tag`. A connection that is stuck takes nothing and hands the tag back.
+    /// Queues a command, written by `write`, whose reply goes to `tag`, and returns the form
+    /// it went out in. A script call ([`How::Script`], written as `EVALSHA`) goes out in the
+    /// form this connection uses, and when the server refuses that form (or lost the script,
+    /// or the function library) it is sent again in the next one in its place, whether or not
+    /// the operation's round is still open (a release or an extension must reach every node
+    /// that holds the key, not only a quorum of them); its reply goes to `tag` either way. A
+    /// connection that is stuck takes nothing and hands the tag back.
     pub(crate) fn queue(
         &mut self,
         tag: T,
         now: Instant,
         write: impl FnOnce(&mut BytesMut),
-        on_noscript: OnNoscript,
-    ) -> Result<(), (ConnError, T)> {
+        how: How<'_>,
+    ) -> Result<Sent, (ConnError, T)> {
         if self.owed.len() >= self.max_owed || self.out.len() >= MAX_PENDING_WRITE {
             return Err((ConnError::Stuck, tag));
         }
@@ -546,24 +492,34 @@ impl<T> Conn<T> {
         }
         let before = self.out.len();
         write(&mut self.out);
-        let mut on_noscript = on_noscript;
-        if self.functions && on_noscript == OnNoscript::SendEval {
-            // Switched to functions (the ACL refused EVALSHA): the same call as FCALL.
-            let evalsha = self.out.split_off(before);
-            if fcall_form(&evalsha, &mut self.out) {
-                on_noscript = OnNoscript::Reload;
-            } else {
-                self.out.extend_from_slice(&evalsha);
+        let How::Script(native) = how else {
+            self.owed.push_back(Owner::Op(tag, now, 0, Sent::Plain, 0));
+            return Ok(Sent::Plain);
+        };
+        let len = self.out.len() - before;
+        let copy_at = self.scripted.len();
+        self.scripted.extend_from_slice(&self.out[before..]);
+        let mut sent = self.forms.choose(native.is_some());
+        if sent != Sent::Evalsha {
+            self.out.truncate(before);
+            let written = match (sent, native) {
+                (Sent::Native(Native::Valkey), Some((valkey, _))) => {
+                    self.out.put_slice(valkey);
+                    true
+                }
+                (Sent::Native(Native::Redis), Some((_, redis))) => {
+                    self.out.put_slice(redis);
+                    true
+                }
+                (to, _) => forms::write_as(&self.scripted[copy_at..], to, &mut self.out),
+            };
+            if !written {
+                self.out.put_slice(&self.scripted[copy_at..]);
+                sent = Sent::Evalsha;
             }
         }
-        let len = if on_noscript == OnNoscript::Report {
-            0
-        } else {
-            self.scripted.extend_from_slice(&self.out[before..]);
-            self.out.len() - before
-        };
-        self.owed.push_back(Owner::Op(tag, now, len, on_noscript));
-        Ok(())
+        self.owed.push_back(Owner::Op(tag, now, len, sent, 0));
+        Ok(sent)
     }
 
     /// Whether a command queued at `now` needs a sentinel ahead of it: some reply is overdue
@@ -614,7 +570,7 @@ impl<T> Conn<T> {
 
     /// The next reply to an operation's command, with its owner. Handshake replies are
     /// consumed here. `Ok(None)` when no whole reply has arrived.
-    pub(crate) fn next_reply(&mut self) -> Result<Option<(T, Frame)>, ConnError> {
+    pub(crate) fn next(&mut self) -> Result<Option<Reply<T>>, ConnError> {
         loop {
             // Every read ends by asking once more; with nothing buffered there is nothing to
             // decode (a decoder keeps no bytes of its own, and one that failed has had its
@@ -659,8 +615,7 @@ impl<T> Conn<T> {
                     continue;
                 }
                 Owner::Hello { resp3 } => {
-                    self.native = Native::of_hello(&frame);
-                    self.identified = true;
+                    self.forms.identified(Native::of_hello(&frame));
                     let refused = matches!(
                         frame.without_attributes(),
                         Frame::Error(_) | Frame::BulkError(_)
@@ -682,53 +637,57 @@ impl<T> Conn<T> {
                     self.tracking = matches!(frame.without_attributes(), Frame::Simple(s) if s.as_ref() == b"OK");
                     continue;
                 }
-                Owner::Op(tag, at, fallback, on_noscript) => {
+                Owner::Op(tag, at, len, sent, resends) => {
                     // A healthy exchange: the next failure starts the backoff from the bottom.
                     self.backoff = Duration::ZERO;
-                    if fallback > 0 {
-                        let len = fallback.min(self.scripted.len());
-                        let resent = match on_noscript {
-                            // The server lost its scripts (SCRIPT FLUSH): send the command
-                            // again as EVAL (which caches the script again), and load every
-                            // script.
-                            OnNoscript::SendEval
-                                if self.may_switch && crate::core::script::is_noperm(&frame) =>
-                            {
-                                // The ACL refuses scripts: this connection uses the function
-                                // library from now on, starting with this command.
-                                self.functions = true;
-                                self.load_functions();
-                                fcall_form(&self.scripted[..len], &mut self.out)
-                            }
-                            OnNoscript::SendEval => {
-                                crate::core::script::is_noscript_reply(&frame)
-                                    && eval_form(&self.scripted[..len], &mut self.out)
-                            }
-                            // The server lost our functions (FUNCTION FLUSH, a restart): load
-                            // the library, then the same FCALL again.
-                            OnNoscript::Reload if crate::core::script::is_no_function(&frame) => {
-                                self.load_functions();
-                                self.out.extend_from_slice(&self.scripted[..len]);
-                                true
-                            }
-                            _ => false,
-                        };
-                        bytes::Buf::advance(&mut self.scripted, len);
-                        if resent {
-                            self.noscript_fallbacks += 1;
-                            crate::observe::script_fallback();
-                            self.owed
-                                .push_back(Owner::Op(tag, at, 0, OnNoscript::Report));
-                            // After an EVAL fallback, every script is loaded again (the
-                            // function library, loaded above, needs nothing more).
-                            if on_noscript == OnNoscript::SendEval && !self.functions {
-                                self.reload_scripts();
-                            }
+                    let len = len.min(self.scripted.len());
+                    if len > 0 && resends < MAX_RESENDS && frame.without_attributes().is_error() {
+                        if let Some(next) = self.resend_form(len, sent, &frame) {
+                            self.resend(tag, at, len, sent, next, resends);
                             continue;
                         }
                     }
-                    return Ok(Some((tag, frame)));
+                    bytes::Buf::advance(&mut self.scripted, len);
+                    let native = matches!(sent, Sent::Native(_));
+                    return Ok(Some(Reply { tag, frame, native }));
                 }
+            }
+        }
+    }
+
+    /// The next reply to an operation's command, without its form (tests).
+    #[cfg(test)]
+    pub(crate) fn next_reply(&mut self) -> Result<Option<(T, Frame)>, ConnError> {
+        Ok(self.next()?.map(|r| (r.tag, r.frame)))
+    }
+
+    /// The form to send the script call whose copy heads [`Conn::scripted`] (`len` bytes)
+    /// again in, after the server answered `reply` to it in the form `sent`; `None` to hand
+    /// the reply over.
+    fn resend_form(&mut self, len: usize, sent: Sent, reply: &Frame) -> Option<Sent> {
+        let native_able = forms::has_native_form(&self.scripted[..len]);
+        self.forms.after(sent, reply, native_able)
+    }
+
+    /// Sends the script call whose copy heads [`Conn::scripted`] again, in the form `next`,
+    /// its reply owed to `tag` as before: with the function library loaded ahead of an
+    /// `FCALL`, and every script loaded again after an `EVAL` that answered a `NOSCRIPT`.
+    fn resend(&mut self, tag: T, at: Instant, len: usize, sent: Sent, next: Sent, resends: u8) {
+        if next == Sent::Fcall {
+            self.load_functions();
+        }
+        // The copy moves to the back, behind the copies of the commands already owed.
+        let copy = self.scripted.split_to(len);
+        let written = forms::write_as(&copy, next, &mut self.out);
+        debug_assert!(written, "a form chosen for a command it has");
+        self.scripted.extend_from_slice(&copy);
+        self.owed
+            .push_back(Owner::Op(tag, at, len, next, resends.saturating_add(1)));
+        if sent == Sent::Evalsha && next == Sent::Eval {
+            self.noscript_fallbacks += 1;
+            crate::observe::script_fallback();
+            if !self.forms.functions() {
+                self.reload_scripts();
             }
         }
     }
@@ -814,9 +773,9 @@ mod tests {
     fn late_replies_are_matched_to_their_own_operation() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         open(&mut c);
-        c.queue(1, Instant::now(), |b| b.put_slice(b"x"), OnNoscript::Report)
+        c.queue(1, Instant::now(), |b| b.put_slice(b"x"), How::Plain)
             .unwrap();
-        c.queue(2, Instant::now(), |b| b.put_slice(b"y"), OnNoscript::Report)
+        c.queue(2, Instant::now(), |b| b.put_slice(b"y"), How::Plain)
             .unwrap();
         feed(&mut c, b":0\r\n:1\r\n");
         assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(0))));
@@ -855,13 +814,8 @@ mod tests {
                 let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
                 open(&mut c);
                 for tag in 1..=4 {
-                    c.queue(
-                        tag,
-                        Instant::now(),
-                        |b| b.put_slice(b"x"),
-                        OnNoscript::Report,
-                    )
-                    .unwrap();
+                    c.queue(tag, Instant::now(), |b| b.put_slice(b"x"), How::Plain)
+                        .unwrap();
                 }
                 let mut replies = Vec::new();
                 let mut pushed = Vec::new();
@@ -926,7 +880,7 @@ mod tests {
             b"$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$2\r\nON\r\n"
         ));
         assert!(!c.tracking());
-        c.queue(5, Instant::now(), |b| b.put_slice(b"x"), OnNoscript::Report)
+        c.queue(5, Instant::now(), |b| b.put_slice(b"x"), How::Plain)
             .unwrap();
         let mut replies = b"$3\r\nsha\r\n".repeat(crate::core::script::ALL.len());
         replies.extend(b"+OK\r\n:7\r\n");
@@ -937,7 +891,7 @@ mod tests {
         // A server (or ACL) without HELLO: no tracking asked, replies still in step.
         c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
         c.out.clear();
-        c.queue(6, Instant::now(), |b| b.put_slice(b"x"), OnNoscript::Report)
+        c.queue(6, Instant::now(), |b| b.put_slice(b"x"), How::Plain)
             .unwrap();
         let mut replies =
             b"-NOPERM this user has no permissions to run the 'hello' command\r\n".to_vec();
@@ -960,7 +914,7 @@ mod tests {
         assert!(c.out.starts_with(
             b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
         ));
-        c.queue(9, Instant::now(), |b| b.put_slice(b"z"), OnNoscript::Report)
+        c.queue(9, Instant::now(), |b| b.put_slice(b"z"), How::Plain)
             .unwrap();
         // A failed preload is ignored; the EVAL fallback covers it.
         let mut replies = b"+OK\r\n+OK\r\n-ERR no scripts\r\n".to_vec();
@@ -980,12 +934,10 @@ mod tests {
     fn protocol_errors_and_pushes() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         open(&mut c);
-        c.queue(1, Instant::now(), |_| {}, OnNoscript::Report)
-            .unwrap();
+        c.queue(1, Instant::now(), |_| {}, How::Plain).unwrap();
         feed(&mut c, b">2\r\n+invalidate\r\n_\r\n:1\r\n");
         assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
-        c.queue(2, Instant::now(), |_| {}, OnNoscript::Report)
-            .unwrap();
+        c.queue(2, Instant::now(), |_| {}, How::Plain).unwrap();
         feed(&mut c, b"$1099511627776\r\n");
         assert!(matches!(
             c.next_reply(),
@@ -998,17 +950,14 @@ mod tests {
         let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         open(&mut c);
         let mut queued = 0;
-        while c
-            .queue(queued, Instant::now(), |_| {}, OnNoscript::Report)
-            .is_ok()
-        {
+        while c.queue(queued, Instant::now(), |_| {}, How::Plain).is_ok() {
             queued += 1;
             assert!(queued <= MAX_OWED as u64);
         }
         // Some of the places are the preloads'.
         assert_eq!(queued, (MAX_OWED - crate::core::script::ALL.len()) as u64);
         assert_eq!(
-            c.queue(99, Instant::now(), |_| {}, OnNoscript::Report),
+            c.queue(99, Instant::now(), |_| {}, How::Plain),
             Err((ConnError::Stuck, 99))
         );
     }
@@ -1028,8 +977,7 @@ mod tests {
         }
         assert!(c.may_connect(t + BACKOFF_MAX));
         open(&mut c);
-        c.queue(1, Instant::now(), |_| {}, OnNoscript::Report)
-            .unwrap();
+        c.queue(1, Instant::now(), |_| {}, How::Plain).unwrap();
         feed(&mut c, b":1\r\n");
         c.next_reply().unwrap();
         let _ = c.failed(t);
@@ -1042,7 +990,7 @@ mod tests {
         open(&mut c);
         let t = Instant::now();
         assert!(!c.is_stale(t, Duration::from_millis(10)), "nothing owed");
-        c.queue(1, t, |_| {}, OnNoscript::Report).unwrap();
+        c.queue(1, t, |_| {}, How::Plain).unwrap();
         assert!(!c.is_stale(t + Duration::from_millis(10), Duration::from_millis(10)));
         assert!(c.is_stale(t + Duration::from_millis(11), Duration::from_millis(10)));
         feed(&mut c, b":1\r\n");
@@ -1085,20 +1033,26 @@ mod tests {
                     continue; // a plain SET
                 }
                 let mut out = BytesMut::new();
-                assert!(eval_form(&wire(&cmd, false), &mut out));
+                assert!(crate::core::forms::write_as_eval(
+                    &wire(&cmd, false),
+                    &mut out
+                ));
                 assert_eq!(&out[..], &wire(&cmd, true)[..], "{kind:?}");
             }
         }
         // Anything else is left alone.
         let mut out = BytesMut::new();
-        assert!(!eval_form(
+        assert!(!crate::core::forms::write_as_eval(
             &wire(&command(OpKind::Acquire, &token, &one), false),
             &mut out
         ));
-        assert!(!eval_form(b"*2\r\n$7\r\nEVALSHA\r\n$40\r\n", &mut out));
-        assert!(!eval_form(b"", &mut out));
+        assert!(!crate::core::forms::write_as_eval(
+            b"*2\r\n$7\r\nEVALSHA\r\n$40\r\n",
+            &mut out
+        ));
+        assert!(!crate::core::forms::write_as_eval(b"", &mut out));
         let other = b"*3\r\n$7\r\nEVALSHA\r\n$40\r\n0000000000000000000000000000000000000000\r\n$1\r\n0\r\n";
-        assert!(!eval_form(other, &mut out));
+        assert!(!crate::core::forms::write_as_eval(other, &mut out));
         assert!(out.is_empty());
     }
 
@@ -1123,7 +1077,7 @@ mod tests {
             1,
             now,
             |b| release.encode(b, Form::Evalsha),
-            OnNoscript::SendEval,
+            How::Script(None),
         )
         .unwrap();
         c.out.clear();
@@ -1148,7 +1102,7 @@ mod tests {
             2,
             now,
             |b| release.encode(b, Form::Evalsha),
-            OnNoscript::SendEval,
+            How::Script(None),
         )
         .unwrap();
         assert!(c.out.windows(5).any(|w| w == b"FCALL"), "{:?}", c.out);
@@ -1164,7 +1118,7 @@ mod tests {
             3,
             now,
             |b| release.encode(b, Form::Evalsha),
-            OnNoscript::SendEval,
+            How::Script(None),
         )
         .unwrap();
         feed(&mut c, b"-NOPERM no\r\n");
@@ -1188,17 +1142,17 @@ mod tests {
             1,
             now,
             |b| release.encode(b, Form::Evalsha),
-            OnNoscript::SendEval,
+            How::Script(None),
         )
         .unwrap();
         c.queue(
             2,
             now,
             |b| extend.encode(b, Form::Evalsha),
-            OnNoscript::SendEval,
+            How::Script(None),
         )
         .unwrap();
-        c.queue(3, now, |b| b.put_slice(b"SET3;"), OnNoscript::Report)
+        c.queue(3, now, |b| b.put_slice(b"SET3;"), How::Plain)
             .unwrap();
         c.out.clear();
         // 1 ran; 2 found no script; 3 answered.
@@ -1223,13 +1177,8 @@ mod tests {
         assert!(c.next_reply().unwrap().is_none());
         assert!(c.scripted.is_empty(), "every copy consumed");
         // A NOSCRIPT to the EVAL form itself (not scripted) is handed over: no loop.
-        c.queue(
-            4,
-            now,
-            |b| release.encode(b, Form::Eval),
-            OnNoscript::Report,
-        )
-        .unwrap();
+        c.queue(4, now, |b| release.encode(b, Form::Eval), How::Plain)
+            .unwrap();
         feed(&mut c, b"-NOSCRIPT No matching script.\r\n");
         assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(4));
     }
@@ -1237,13 +1186,8 @@ mod tests {
     #[test]
     fn partial_writes_advance() {
         let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
-        c.queue(
-            1,
-            Instant::now(),
-            |b| b.put_slice(b"abcdef"),
-            OnNoscript::Report,
-        )
-        .unwrap();
+        c.queue(1, Instant::now(), |b| b.put_slice(b"abcdef"), How::Plain)
+            .unwrap();
         c.wrote(2);
         assert_eq!(&c.out[..], b"cdef");
         c.wrote(100);

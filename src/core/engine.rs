@@ -42,7 +42,8 @@ use crate::config::Scripts;
 use crate::config::{Config, NodeAddr};
 use crate::core::command::{Command, Expect, Extra, Form};
 use crate::core::conn::{stale_after, Conn, ConnError, Invalidated, CONNECT_TIMEOUT};
-use crate::core::conn::{Native, OnNoscript};
+use crate::core::conn::{How, Native};
+use crate::core::forms::Sent;
 use crate::core::round::{Decision, Round, Until};
 use crate::error::NodeOutcome;
 use crate::stats::{NodeStats, Stats};
@@ -261,113 +262,78 @@ impl<U> Engine<U> {
             slot,
             gen,
         )));
-        // Encoded once; every node gets a copy of the same bytes (or, where the server has
-        // them and the command can use them, its native command).
+        self.queue_everywhere(cmd, Tag::of(slot, gen, cmd.expect()), t1);
+        OpId { slot, gen }
+    }
+
+    /// Queues `cmd` on every node for `tag` (an operation's, or [`FIRE`]'s): encoded once, as
+    /// `EVALSHA` for a script call (each connection writes it in the form it uses, see
+    /// [`crate::core::forms`]), with its native forms where the mode and the command allow
+    /// them. A node that cannot take it votes at once.
+    fn queue_everywhere(&mut self, cmd: &Command<'_>, tag: Tag, now: Instant) {
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
-        let form = self.script_form();
-        cmd.encode(&mut wire, form);
-        let may_go_native =
+        cmd.encode(&mut wire, Form::Evalsha);
+        let scripted = matches!(cmd.expect(), Expect::Acquired | Expect::Script);
+        let native_able =
             matches!(self.scripts, Scripts::Auto | Scripts::Native) && cmd.has_native_form();
+        let mut natives = std::mem::take(&mut self.native_wire);
+        natives.clear();
+        if native_able {
+            cmd.encode_native(&mut natives, Native::Valkey);
+        }
+        let split = natives.len();
+        if native_able {
+            cmd.encode_native(&mut natives, Native::Redis);
+        }
         let watch = cmd.kind == crate::core::command::OpKind::Watch;
         for i in 0..self.nodes.len() {
-            let tag = Tag::of(slot, gen, cmd.expect());
             if watch && self.nodes[i].link != Link::Closed {
                 // Right before the read: the server tracks the key of the next command only.
                 self.nodes[i].conn.queue_caching();
             }
-            let queued = match self.native_on(i, may_go_native) {
-                Ok(Some(native)) => self.queue_native(i, tag, cmd, native, t1),
-                Ok(None) => self.queue_on(i, tag, cmd.expect(), &wire, form, t1),
-                Err(outcome) => Err(outcome),
+            let how = match (scripted, native_able) {
+                (false, _) => How::Plain,
+                (true, false) => How::Script(None),
+                (true, true) => How::Script(Some((&natives[..split], &natives[split..]))),
+            };
+            let queued = match self.no_native_here(i, native_able) {
+                Some(outcome) => Err(outcome),
+                None => self.queue_on(i, tag, &wire, how, now),
             };
             if let Err(outcome) = queued {
                 self.vote(tag, i, outcome);
             }
         }
         self.wire = wire;
-        OpId { slot, gen }
+        self.native_wire = natives;
     }
 
-    /// How scripts are called: `FCALL` in function mode, `EVALSHA` otherwise.
-    fn script_form(&self) -> Form {
-        if self.scripts == Scripts::Function {
-            Form::Fcall
-        } else {
-            Form::Evalsha
-        }
-    }
-
-    /// Whether node `i` gets the native form of a command that has one: `Ok(Some)` where its
-    /// server has the commands; `Ok(None)` (the script) where it has not, or has not said yet,
-    /// under [`Scripts::Auto`]; under [`Scripts::Native`], `Err` with the node's vote where its
-    /// server said it has none, and the script while it has not said.
-    fn native_on(&self, i: usize, may: bool) -> Result<Option<Native>, NodeOutcome> {
-        if !may {
-            return Ok(None);
-        }
+    /// Under [`Scripts::Native`], the vote of node `i` for a command with a native form when
+    /// its server said it has none (Valkey 9+ and Redis 8.4+ have them): the command is not
+    /// sent there.
+    fn no_native_here(&self, i: usize, native_able: bool) -> Option<NodeOutcome> {
         let conn = &self.nodes[i].conn;
-        match (conn.native(), conn.identified(), self.scripts) {
-            (Some(n), _, _) => Ok(Some(n)),
-            (None, true, Scripts::Native) => Err(NodeOutcome::Server(
+        (native_able
+            && self.scripts == Scripts::Native
+            && conn.identified()
+            && conn.native().is_none())
+        .then(|| {
+            NodeOutcome::Server(
                 "the server has no native compare-and-delete (Scripts::Native needs Valkey 9+ or Redis 8.4+)"
                     .into(),
-            )),
-            _ => Ok(None),
-        }
+            )
+        })
     }
 
-    /// Queues the native form of `cmd` on node `i` (whose connection is open: its server
-    /// said what it is).
-    fn queue_native(
-        &mut self,
-        i: usize,
-        tag: Tag,
-        cmd: &Command<'_>,
-        native: Native,
-        now: Instant,
-    ) -> Result<(), NodeOutcome> {
-        let mut wire = std::mem::take(&mut self.native_wire);
-        wire.clear();
-        cmd.encode_native(&mut wire, native);
-        let tag = Tag {
-            expect: Expect::Native,
-            ..tag
-        };
-        let queued = self.queue_on(i, tag, Expect::Native, &wire, Form::Eval, now);
-        self.native_wire = wire;
-        if queued.is_ok() {
-            self.nodes[i].stats.native_commands += 1;
-        }
-        queued
-    }
-
-    /// Sends `cmd` in its `EVAL` form to every node that can take it, for nobody: the release
-    /// of an acquisition whose caller went away. Replies are read and dropped.
+    /// Sends `cmd` to every node that can take it, for nobody: the release of an acquisition
+    /// whose caller went away. It goes out in each connection's form, with the same fallbacks
+    /// as a release somebody waits for; replies are read and dropped.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn fire(&mut self, cmd: &Command<'_>, now: Instant) {
-        let mut wire = std::mem::take(&mut self.wire);
-        wire.clear();
-        // Functions are called as always (their connection reloads a missing library itself);
-        // scripts go as EVAL, which needs no fallback.
-        let form = match self.script_form() {
-            Form::Fcall => Form::Fcall,
-            _ => Form::Eval,
-        };
-        cmd.encode(&mut wire, form);
-        for i in 0..self.nodes.len() {
-            // Best effort: a node that cannot take it has lost the key's connection anyway;
-            // the key expires with its ttl.
-            let _ = self.queue_on(
-                i,
-                Tag::of(0, 0, cmd.expect()),
-                cmd.expect(),
-                &wire,
-                form,
-                now,
-            );
-        }
-        self.wire = wire;
+        // Best effort: a node that cannot take it has lost the key's connection anyway; the
+        // key expires with its ttl.
+        self.queue_everywhere(cmd, Tag::of(0, 0, cmd.expect()), now);
     }
 
     /// Records how many operations one write pass carried (for [`Stats::largest_batch`]).
@@ -377,16 +343,14 @@ impl<U> Engine<U> {
         self.batched_ops += n as u64;
     }
 
-    /// Queues the command whose replies look like `expect`, encoded in `wire` (a script in the given form) on node
-    /// `i`, opening the connection first if needed. `Err` with the node's vote when it cannot
-    /// take it.
+    /// Queues the command encoded in `wire` on node `i`, opening the connection first if
+    /// needed. `Err` with the node's vote when it cannot take it.
     fn queue_on(
         &mut self,
         i: usize,
         tag: Tag,
-        expect: Expect,
         wire: &[u8],
-        form: Form,
+        how: How<'_>,
         now: Instant,
     ) -> Result<(), NodeOutcome> {
         if self.nodes[i].link != Link::Closed && self.nodes[i].conn.is_stale(now, self.stale) {
@@ -406,17 +370,13 @@ impl<U> Engine<U> {
             crate::observe::reconnect(&node.addr, node.stats.connects);
             self.io.push_back(IoEvent::Connect(i));
         }
-        let on_noscript = match form {
-            _ if expect == Expect::Set || expect == Expect::Native => OnNoscript::Report,
-            Form::Evalsha => OnNoscript::SendEval,
-            Form::Fcall => OnNoscript::Reload,
-            Form::Eval => OnNoscript::Report,
-        };
-        match node
-            .conn
-            .queue(tag, now, |b| b.put_slice(wire), on_noscript)
-        {
-            Ok(()) => Ok(()),
+        match node.conn.queue(tag, now, |b| b.put_slice(wire), how) {
+            Ok(sent) => {
+                if matches!(sent, Sent::Native(_)) {
+                    node.stats.native_commands += 1;
+                }
+                Ok(())
+            }
             Err((e, _)) => {
                 let outcome = e.outcome();
                 self.fail_node(i, &outcome, now, Socket::Held);
@@ -471,9 +431,15 @@ impl<U> Engine<U> {
         }
         node.conn.received(bytes);
         loop {
-            match self.nodes[i].conn.next_reply() {
-                Ok(Some((tag, frame))) => {
-                    if !tag.expect.fits(&frame) {
+            match self.nodes[i].conn.next() {
+                Ok(Some(reply)) => {
+                    let (tag, frame) = (reply.tag, reply.frame);
+                    let expect = if reply.native {
+                        Expect::Native
+                    } else {
+                        tag.expect
+                    };
+                    if !expect.fits(&frame) {
                         // Out of step: no later reply on this connection can be trusted.
                         // The command this reply was matched to fails with the rest.
                         let outcome = ConnError::Desync.outcome();
@@ -490,7 +456,7 @@ impl<U> Engine<U> {
                         self.nodes[i].stats.late_replies += 1;
                         continue;
                     }
-                    let (mut outcome, extra) = Command::judge(tag.expect, &frame);
+                    let (mut outcome, extra) = Command::judge(expect, &frame);
                     if let (NodeOutcome::Server(msg), Some(why)) =
                         (&mut outcome, self.nodes[i].conn.load_error())
                     {

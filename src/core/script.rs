@@ -101,11 +101,6 @@ pub(crate) fn function_by_digest(sha: &[u8]) -> Option<&'static str> {
         .and_then(|i| FUNCTIONS.get(i).copied())
 }
 
-/// Whether an error reply is an ACL refusal (`NOPERM`).
-pub(crate) fn is_noperm(reply: &resp::Frame) -> bool {
-    matches!(reply.without_attributes(), resp::Frame::Error(m) if m.starts_with(b"NOPERM"))
-}
-
 /// The script a digest names, if it is one of ours.
 pub(crate) fn by_digest(sha: &[u8]) -> Option<&'static str> {
     ALL.iter()

@@ -32,6 +32,7 @@ macro_rules! for_each_case {
             unix_sockets_alone_and_mixed_with_tcp,
             native_commands_where_the_server_has_them,
             acl_users_without_eval_use_functions,
+            every_acl_user_releases_in_a_form_it_may_use,
             inspect_shows_each_nodes_holder_and_ttl,
             a_waiter_is_woken_by_the_release_not_by_polling,
             a_lost_push_falls_back_to_the_pttl_timer,
@@ -1163,6 +1164,96 @@ pub fn acl_users_without_eval_use_functions<F: Flavor>() {
     }
     let lock = nofn.lock(&key, TTL).unwrap();
     nofn.unlock(&lock).unwrap();
+}
+
+/// Creates ACL user `name` (password `pw`) with `rules` after `+@all` on every server of `c`;
+/// `false` when a server refuses the rules (a command it does not have).
+fn acl_user(c: &LocalCluster, name: &str, rules: &[&str]) -> bool {
+    c.addrs().iter().all(|a| {
+        let mut args = vec!["ACL", "SETUSER", name, "on", ">pw", "~*", "+@all"];
+        args.extend(rules);
+        redis(a, &args) == Frame::Simple("OK".into())
+    })
+}
+
+/// Every release and extension reaches a form the user may run, from a connection's first
+/// command on: a user denied all scripting releases with the server's native commands (under
+/// `Scripts::Native` and `Scripts::Auto`, from a fresh client whose first command is the
+/// release, as `redlock unlock` is), and a user denied only the native commands falls back
+/// to scripts within the same call. On servers without native commands there is nothing to
+/// fall back to for a user denied scripting, and the case says so.
+pub fn every_acl_user_releases_in_a_form_it_may_use<F: Flavor>() {
+    use redlock_mux::Scripts;
+    let c = cluster(3);
+    let addrs = c.addrs();
+    let (name, version) = server_version(&addrs[0]);
+    let native_verb = match (name.as_str(), version) {
+        ("valkey", v) if v >= (9, 0) => "delifeq",
+        ("redis", v) if v >= (8, 4) => "delex",
+        _ => {
+            eprintln!("native fallbacks skipped: {name} {version:?} has no native commands");
+            return;
+        }
+    };
+    assert!(acl_user(&c, "noscript", &["-@scripting"]), "ACL noscript");
+    let minus_native = format!("-{native_verb}");
+    assert!(acl_user(&c, "nonative", &[&minus_native]), "ACL nonative");
+    let as_user = |user: &str| -> Vec<String> {
+        c.servers()
+            .iter()
+            .map(|s| format!("redis://{user}:pw@127.0.0.1:{}", s.port()))
+            .collect()
+    };
+    let held = |key: &str| addrs.iter().filter(|a| get(a, key).is_some()).count();
+    let evals = || -> u64 {
+        addrs
+            .iter()
+            .map(|a| calls(a, "evalsha") + calls(a, "eval") + calls(a, "script|load"))
+            .sum()
+    };
+
+    for mode in [Scripts::Native, Scripts::Auto] {
+        // Taken by one client; released by a fresh one whose first command is the release.
+        let key = resource("acl-native");
+        let taker = F::build(builder(&c).nodes(as_user("noscript")).scripts(mode)).unwrap();
+        let mut lock = taker.lock(&key, TTL).unwrap();
+        taker.extend(&mut lock, TTL).unwrap();
+        let fresh = F::build(
+            builder(&c)
+                .nodes(as_user("noscript"))
+                .scripts(mode)
+                .retry(1, Duration::ZERO),
+        )
+        .unwrap();
+        let before = evals();
+        fresh
+            .unlock(&Lock::from_token(&key, *lock.token()))
+            .unwrap_or_else(|e| panic!("{mode:?}: a fresh client's first release: {e}"));
+        gone_everywhere(&fresh, &addrs, &key);
+        if mode == Scripts::Native {
+            assert_eq!(evals(), before, "{mode:?}: no script loaded or run");
+        }
+        assert_eq!(held(&key), 0);
+    }
+
+    // Native commands refused, scripts allowed: Auto learns the server has DELIFEQ (from the
+    // acquisition's HELLO), is refused, and sends the same release as a script at once.
+    let key = resource("acl-nonative");
+    let auto = F::build(
+        builder(&c)
+            .nodes(as_user("nonative"))
+            .retry(1, Duration::ZERO),
+    )
+    .unwrap();
+    let mut lock = auto.lock(&key, TTL).unwrap();
+    auto.extend(&mut lock, TTL).unwrap();
+    auto.unlock(&lock)
+        .unwrap_or_else(|e| panic!("native refused, scripts allowed: {e}"));
+    gone_everywhere(&auto, &addrs, &key);
+    let key = resource("acl-nonative-2");
+    let lock = auto.lock(&key, TTL).unwrap();
+    auto.unlock(&lock).unwrap();
+    gone_everywhere(&auto, &addrs, &key);
 }
 
 pub fn inspect_shows_each_nodes_holder_and_ttl<F: Flavor>() {
