@@ -69,7 +69,7 @@ mod stats;
 
 pub use crate::config::{
     Builder, Config, Endpoint, NodeAddr, Scripts, DEFAULT_FENCING_KEY, DEFAULT_PORT,
-    MAX_OPTION_DURATION, MAX_TTL,
+    MAX_FENCING_TOKEN, MAX_OPTION_DURATION, MAX_TTL,
 };
 pub use crate::core::keepalive::{loss_margin, KeepAlive, Loss, DEFAULT_MAX_HOLD};
 pub use crate::core::script;
@@ -77,7 +77,7 @@ pub use crate::core::token::Token;
 pub use crate::drivers::blocking::{BlockingGuard, Redlock};
 #[cfg(feature = "tokio")]
 pub use crate::drivers::tokio::{AsyncRedlock, LockGuard};
-pub use crate::error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
+pub use crate::error::{ConfigError, Error, FencingFault, NodeOutcome, NodeReport, NodeReports};
 pub use crate::inspect::{Holder, Inspection, NodeState};
 pub use crate::lock::{Lock, MAX_RESOURCES};
 pub use crate::stats::{NodeStats, Stats};

@@ -24,6 +24,9 @@ pub struct NodeStats {
     pub protocol_errors: u64,
     /// Votes lost to an error reply, or a reply of the wrong type.
     pub server_errors: u64,
+    /// Votes not counted in fenced acquisitions because of the node's fencing counter
+    /// ([`NodeOutcome::Fencing`]).
+    pub fencing_faults: u64,
     /// Rounds the node was not asked in, waiting out its reconnect backoff.
     pub down: u64,
     /// Connections opened, the first one included (more than one means reconnects).
@@ -54,6 +57,7 @@ impl NodeStats {
             NodeOutcome::Protocol(_) => &mut self.protocol_errors,
             NodeOutcome::Server(_) => &mut self.server_errors,
             NodeOutcome::Down => &mut self.down,
+            NodeOutcome::Fencing(_) => &mut self.fencing_faults,
             NodeOutcome::Undecided => return,
         };
         *counter += 1;

@@ -34,6 +34,10 @@ pub enum Behavior {
     Unsolicited,
     /// A correct reply, one byte every 100 ms.
     VerySlow,
+    /// Honest, except that every script call is answered `:9223372036854775807` (2^63 - 1):
+    /// to a fenced acquisition, a counter no fenced acquisition makes (a proxy rewriting
+    /// replies, a counter someone set by hand).
+    HugeCounter,
 }
 
 /// The running fake node.
@@ -166,6 +170,10 @@ fn serve(mut conn: TcpStream, behavior: Behavior, stop: &AtomicBool) {
             Behavior::Unsolicited => conn
                 .write_all(honest(&cmd))
                 .and_then(|()| conn.write_all(b":7\r\n")),
+            Behavior::HugeCounter => conn.write_all(match honest(&cmd) {
+                b":1\r\n" => b":9223372036854775807\r\n",
+                other => other,
+            }),
             Behavior::VerySlow => {
                 for &b in honest(&cmd) {
                     if conn.write_all(&[b]).is_err() {
