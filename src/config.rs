@@ -670,7 +670,14 @@ impl<C> Builder<C> {
     /// quorum, and its validity counts from before the first to after the second: one more
     /// round trip than an unfenced lock. Tokens then strictly increase from one holder to the
     /// next, across the resources of one counter, provided masters keep the counter across
-    /// restarts (`appendfsync always`): see `docs/redlock.md` for the argument.
+    /// restarts (`appendfsync always`) and under memory pressure: see `docs/redlock.md` for
+    /// the argument and every way to lose the counter.
+    ///
+    /// A fenced client's connections also ask each master's `maxmemory-policy` when they open;
+    /// a master whose policy may evict the counter (`allkeys-*`) loses its vote in fenced
+    /// acquisitions ([`FencingFault::EvictionPolicy`](crate::FencingFault::EvictionPolicy)).
+    /// Where `CONFIG` is denied, the client goes on and counts it
+    /// ([`NodeStats::eviction_unchecked`](crate::NodeStats::eviction_unchecked)).
     pub fn fencing(mut self, on: bool) -> Self {
         self.opts.fencing = on;
         self

@@ -44,8 +44,8 @@ pub enum NodeOutcome {
 
 /// Why a node's vote in a fenced acquisition is not counted ([`NodeOutcome::Fencing`]).
 ///
-/// Each one names a counter that needs an operator: see "A counter out of range" in
-/// `docs/redlock.md` for how to repair one.
+/// Each one names a counter, or a master's setting, that needs an operator: see "A counter out
+/// of range" and "Losing the counter" in `docs/redlock.md`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FencingFault {
@@ -60,6 +60,12 @@ pub enum FencingFault {
     /// The node could not increment its counter: the key holds something that is not an
     /// integer (`value is not an integer or out of range`).
     CounterNotAnInteger,
+    /// The node's `maxmemory-policy` (named) may evict the counter, a key without expiry:
+    /// an `allkeys-*` policy, or one the client does not know. The counter could vanish under
+    /// memory pressure and the next token start again from 1. Set `noeviction` (or a
+    /// `volatile-*` policy) on the master, then reconnect (the client reads the policy when
+    /// it opens a connection).
+    EvictionPolicy(String),
 }
 
 impl fmt::Display for FencingFault {
@@ -78,6 +84,14 @@ impl fmt::Display for FencingFault {
                 "fencing counter holds something that is not an integer; \
                  it was written by something else",
             ),
+            FencingFault::EvictionPolicy(policy) => {
+                return write!(
+                    f,
+                    "maxmemory-policy {policy} may evict the fencing counter; set noeviction or \
+                     a volatile-* policy on this master (see \"Losing the counter\" in \
+                     docs/redlock.md)"
+                );
+            }
         }?;
         f.write_str(
             " (repair it on this master: see \"A counter out of range\" in docs/redlock.md)",

@@ -37,6 +37,10 @@ pub struct NodeStats {
     pub late_replies: u64,
     /// `EVALSHA`s answered `NOSCRIPT` and sent again as `EVAL`.
     pub noscript_fallbacks: u64,
+    /// Fenced clients: connections on which the node's `maxmemory-policy` could not be read
+    /// (`CONFIG` denied by an ACL, or renamed away). Fenced acquisitions count such a node
+    /// as one whose policy keeps the counter; see "Losing the counter" in `docs/redlock.md`.
+    pub eviction_unchecked: u64,
     /// Keys whose invalidation the node pushed (wake-ups; an invalidation of every key counts
     /// one).
     pub invalidations: u64,

@@ -44,7 +44,7 @@ use crate::core::command::{Command, Expect, Extra, Form};
 use crate::core::conn::{stale_after, Conn, Invalidated, CONNECT_TIMEOUT};
 use crate::core::conn::{Native, OnNoscript};
 use crate::core::round::{Decision, Round, Until};
-use crate::error::NodeOutcome;
+use crate::error::{FencingFault, NodeOutcome};
 use crate::stats::{NodeStats, Stats};
 
 /// Replies one connection may owe before its node counts as stuck and is reconnected: room
@@ -203,7 +203,7 @@ impl<U> Engine<U> {
                 .iter()
                 .map(|addr| Node {
                     addr: addr.clone(),
-                    conn: Conn::new(MAX_OWED),
+                    conn: Conn::new(MAX_OWED).checking_eviction(cfg.fencing.is_some()),
                     link: Link::Closed,
                     stats: NodeStats::default(),
                 })
@@ -491,6 +491,12 @@ impl<U> Engine<U> {
                             msg.push_str(why);
                         }
                     }
+                    if let (Expect::Fenced, NodeOutcome::Ok, Some(policy)) =
+                        (expect, &outcome, self.nodes[i].conn.evicting())
+                    {
+                        // The counter may be evicted there: not a vote a token can rest on.
+                        outcome = NodeOutcome::Fencing(FencingFault::EvictionPolicy(policy.into()));
+                    }
                     self.vote_with(tag, i, outcome, extra);
                 }
                 Ok(None) => return self.take_invalidated(i),
@@ -705,6 +711,7 @@ impl<U> Engine<U> {
                 .map(|n| NodeStats {
                     buffered_bytes: n.conn.buffered_capacity(),
                     noscript_fallbacks: n.conn.noscript_fallbacks(),
+                    eviction_unchecked: n.conn.eviction_unchecked(),
                     ..n.stats.clone()
                 })
                 .collect(),

@@ -5,6 +5,7 @@
 pub(crate) mod command;
 pub(crate) mod conn;
 pub(crate) mod engine;
+pub(crate) mod eviction;
 pub(crate) mod keepalive;
 pub(crate) mod ops;
 pub(crate) mod round;

@@ -28,6 +28,7 @@ macro_rules! for_each_case {
             fencing_write_back_outlives_the_master_with_the_highest_counter,
             a_counter_out_of_range_is_a_failed_vote_not_the_token,
             a_counter_out_of_range_needs_repair_and_says_so,
+            fencing_refuses_masters_whose_policy_may_evict_the_counter,
             lock_many_takes_every_resource_or_none,
             lock_many_extends_and_releases_only_what_it_holds,
             lock_many_refuses_bad_lists_and_the_counter_key,
@@ -867,6 +868,153 @@ pub fn a_counter_out_of_range_needs_repair_and_says_so<F: Flavor>() {
     let lock = client.lock(&key, TTL).unwrap();
     assert_eq!(lock.fencing_token(), Some(2));
     client.unlock(&lock).unwrap();
+}
+
+/// The counter is a key without expiry: an `allkeys-*` eviction policy can drop it under
+/// memory pressure, and the next token starts again from 1 (shown first, on the servers
+/// alone). A fenced client reads every master's policy when it connects and does not count
+/// the vote of one whose policy may evict the counter, naming the node and the policy; the
+/// `volatile-*` policies cannot evict it (it has no ttl), so a quorum of such masters keeps
+/// fencing working, under the same pressure. Where `CONFIG` is denied, the client cannot
+/// tell: it goes on, and counts it.
+pub fn fencing_refuses_masters_whose_policy_may_evict_the_counter<F: Flavor>() {
+    use crate::local::LocalServer;
+    use redlock_mux::FencingFault;
+    let key_of = redlock_mux::DEFAULT_FENCING_KEY;
+    let policy =
+        |p: &'static str| -> [&'static str; 4] { ["--maxmemory", "4mb", "--maxmemory-policy", p] };
+    // The hazard, on the servers alone: the counter at 5, memory pressure, the counter gone.
+    let lru = LocalCluster::start_with(3, &policy("allkeys-lru")).unwrap();
+    let addrs = lru.addrs();
+    for a in &addrs {
+        redis(a, &["SET", key_of, "5"]);
+        let written = fill_until(a, || get(a, key_of).is_none());
+        eprintln!("{a}: counter evicted after {written} writes of 64 KiB");
+    }
+    // So a fenced client refuses them all, each vote a fault naming the node and its policy.
+    let client = F::build(
+        builder(&lru)
+            .fencing(true)
+            .fail_fast(false)
+            .retry(1, Duration::ZERO),
+    )
+    .unwrap();
+    let key = resource("evict");
+    match client.lock(&key, TTL) {
+        Err(Error::NoQuorum { nodes }) => {
+            for r in &nodes.0 {
+                assert_eq!(
+                    r.outcome,
+                    NodeOutcome::Fencing(FencingFault::EvictionPolicy("allkeys-lru".into())),
+                    "{nodes}"
+                );
+            }
+            let text = nodes.to_string();
+            assert!(
+                addrs.iter().all(|a| text.contains(a.as_str()))
+                    && text.contains("maxmemory-policy allkeys-lru may evict"),
+                "{text}"
+            );
+        }
+        other => panic!("expected no quorum of counters that stay, got {other:?}"),
+    }
+    gone_everywhere(&client, &addrs, &key);
+    // Unfenced locks do not care: the same masters grant them.
+    let plain = F::build(builder(&lru)).unwrap();
+    let lock = plain.lock(&key, TTL).unwrap();
+    plain.unlock(&lock).unwrap();
+    assert!(plain.stats().nodes.iter().all(|n| n.fencing_faults == 0));
+
+    // Two masters that may evict it beside three whose volatile-lru cannot: the three carry
+    // fencing, and their counters outlive the same pressure.
+    let mut servers = Vec::new();
+    for p in [
+        "allkeys-lru",
+        "allkeys-random",
+        "volatile-lru",
+        "volatile-lru",
+        "volatile-ttl",
+    ] {
+        servers.push(LocalServer::start_with(&policy(p)).unwrap());
+    }
+    let mixed = LocalCluster::from_servers(servers);
+    let addrs = mixed.addrs();
+    let client = F::build(builder(&mixed).fencing(true).fail_fast(false)).unwrap();
+    let mut last = 0;
+    for round in 0..6 {
+        let lock = client.lock(&key, TTL).unwrap();
+        let token = lock.fencing_token().unwrap();
+        assert!(token > last, "round {round}: token {token} after {last}");
+        last = token;
+        client.unlock(&lock).unwrap();
+        if round == 4 {
+            for a in &addrs {
+                // The counter has no ttl, so no volatile-* policy can evict it.
+                assert_eq!(pttl(a, key_of), -1, "{a}: the counter has a ttl");
+                let before = get(a, key_of);
+                fill_until(a, || {
+                    matches!(
+                        redis(a, &["INFO", "stats"]),
+                        Frame::Bulk(b) if String::from_utf8_lossy(&b)
+                            .lines()
+                            .find_map(|l| l.strip_prefix("evicted_keys:"))
+                            .and_then(|n| n.trim().parse::<u64>().ok())
+                            .is_some_and(|n| n >= 32)
+                    )
+                });
+                eprintln!("{a}: counter {before:?} -> {:?}", get(a, key_of));
+            }
+            for a in &addrs[2..] {
+                assert!(
+                    get(a, key_of).is_some(),
+                    "{a}: volatile-* evicted the counter"
+                );
+            }
+        }
+    }
+    let stats = client.stats();
+    for (i, n) in stats.nodes.iter().enumerate() {
+        // Every acquisition's vote of the first two, none of the others'.
+        assert_eq!(n.fencing_faults >= 6, i < 2, "node {i}: {n:?}");
+        assert!(i < 2 || n.fencing_faults == 0, "node {i}: {n:?}");
+        assert_eq!(n.eviction_unchecked, 0, "node {i}: {n:?}");
+    }
+
+    // CONFIG denied by the ACL: the policy cannot be read; fencing goes on, and says so.
+    let denied = LocalCluster::start_with(
+        3,
+        &[
+            "--user", "fenced", "on", ">pw", "~*", "&*", "+@all", "-config",
+        ],
+    )
+    .unwrap();
+    let as_user: Vec<String> = denied
+        .servers()
+        .iter()
+        .map(|s| format!("redis://fenced:pw@127.0.0.1:{}", s.port()))
+        .collect();
+    let client = F::build(builder(&denied).nodes(&as_user).fencing(true)).unwrap();
+    let lock = client.lock(&key, TTL).unwrap();
+    assert!(lock.fencing_token().is_some());
+    client.unlock(&lock).unwrap();
+    assert!(
+        client
+            .stats()
+            .nodes
+            .iter()
+            .all(|n| n.eviction_unchecked == 1),
+        "{:?}",
+        client.stats()
+    );
+    // An unfenced client does not ask.
+    let plain = F::build(builder(&denied).nodes(&as_user)).unwrap();
+    let lock = plain.lock(&key, TTL).unwrap();
+    plain.unlock(&lock).unwrap();
+    assert!(plain
+        .stats()
+        .nodes
+        .iter()
+        .all(|n| n.eviction_unchecked == 0));
 }
 
 pub fn lock_many_takes_every_resource_or_none<F: Flavor>() {
