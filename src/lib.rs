@@ -23,7 +23,8 @@
 //! # What the lock guarantees, and what it does not
 //! - While a majority of masters is up, locks can be taken and released; a lock is never held
 //!   by two clients at once within its validity, provided clocks drift less than the drift
-//!   allowance and masters keep their keys.
+//!   allowance, no master's wall clock is stepped forward (Redis expires keys by its wall
+//!   clock: the masters' NTP must slew, not step), and masters keep their keys.
 //! - A master that restarts without its keys can grant a held lock again. Run masters with
 //!   `appendfsync always`, or keep a restarted master out for longer than the largest ttl.
 //! - A holder paused past its validity may act after another client took the lock. Check

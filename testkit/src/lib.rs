@@ -1,5 +1,6 @@
 //! The test machinery of redlock-mux, a crate of its own so that none of it is compiled into
-//! the library: throwaway local `redis-server` masters ([`local`]), the fault-injecting proxy
+//! the library: throwaway local `redis-server` masters ([`local`]), masters whose wall clock
+//! can be stepped ([`clock`]), the fault-injecting proxy
 //! ([`proxy`]), the hostile node ([`hostile`]), the mutual-exclusion checker ([`checker`]), the
 //! soak ([`soak`]), a counting allocator ([`counting_alloc`]), a plain admin client to look at
 //! what the nodes hold, and the client-agnostic interface the shared test bodies in [`cases`]
@@ -10,6 +11,7 @@
 
 pub mod cases;
 pub mod checker;
+pub mod clock;
 pub mod counting_alloc;
 pub mod hostile;
 pub mod local;
