@@ -539,6 +539,21 @@ struct Options {
 /// The fencing counter's key unless [`Builder::fencing_key`] sets another.
 pub const DEFAULT_FENCING_KEY: &str = "redlock-mux:fencing-counter";
 
+/// The highest fencing counter a node's reply may carry, 2^53: a reply above it (or below 1)
+/// cannot come from a counter that only fenced acquisitions wrote, and is that node's failure
+/// ([`FencingFault::CounterOutOfRange`](crate::FencingFault::CounterOutOfRange)), never a
+/// token.
+///
+/// Why 2^53: it is the largest bound under which the acquire script's reply is the counter
+/// itself. Redis runs scripts in Lua 5.1, whose numbers are doubles; above 2^53 the value
+/// `INCR` returned is rounded on its way out of the script (the counter at 2^53 + 3 is
+/// answered as 2^53 + 4). And it is unreachable by fenced acquisitions: at a million a second
+/// the counter reaches it after 285 years. It sits far below the 2^63 - 1 at which `INCR`
+/// overflows, so that a reply that made its way into the tokens could never leave the
+/// counters unable to grow, and it is a number every language's integers and JSON's doubles
+/// carry exactly, for the resources that compare tokens.
+pub const MAX_FENCING_TOKEN: u64 = 1 << 53;
+
 impl<C> Clone for Builder<C> {
     fn clone(&self) -> Self {
         Builder {
@@ -655,7 +670,14 @@ impl<C> Builder<C> {
     /// quorum, and its validity counts from before the first to after the second: one more
     /// round trip than an unfenced lock. Tokens then strictly increase from one holder to the
     /// next, across the resources of one counter, provided masters keep the counter across
-    /// restarts (`appendfsync always`): see `docs/redlock.md` for the argument.
+    /// restarts (`appendfsync always`) and under memory pressure: see `docs/redlock.md` for
+    /// the argument and every way to lose the counter.
+    ///
+    /// A fenced client's connections also ask each master's `maxmemory-policy` when they open;
+    /// a master whose policy may evict the counter (`allkeys-*`) loses its vote in fenced
+    /// acquisitions ([`FencingFault::EvictionPolicy`](crate::FencingFault::EvictionPolicy)).
+    /// Where `CONFIG` is denied, the client goes on and counts it
+    /// ([`NodeStats::eviction_unchecked`](crate::NodeStats::eviction_unchecked)).
     pub fn fencing(mut self, on: bool) -> Self {
         self.opts.fencing = on;
         self

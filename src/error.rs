@@ -36,6 +36,67 @@ pub enum NodeOutcome {
     /// it or it is gone: the answer of a server's native compare-and-delete (`DELIFEQ`,
     /// `DELEX ... IFEQ`) or compare-and-set (`SET ... IFEQ`), which answer both cases alike.
     NotOurs,
+    /// A fenced acquisition cannot count this node: its fencing counter is not one that
+    /// fenced acquisitions can have made. The node's vote is a failure, so its counter never
+    /// becomes a token; the other nodes' votes still count.
+    Fencing(FencingFault),
+}
+
+/// Why a node's vote in a fenced acquisition is not counted ([`NodeOutcome::Fencing`]).
+///
+/// Each one names a counter, or a master's setting, that needs an operator: see "A counter out
+/// of range" and "Losing the counter" in `docs/redlock.md`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FencingFault {
+    /// The node answered the acquisition with a counter outside `1 ..=`
+    /// [`MAX_FENCING_TOKEN`](crate::MAX_FENCING_TOKEN) (the reply is kept): something other
+    /// than fenced acquisitions wrote the counter key, or something between the client and
+    /// the server altered the reply.
+    CounterOutOfRange(i64),
+    /// The node could not increment its counter: it is at the top of the server's 64-bit
+    /// range (`increment or decrement would overflow`).
+    CounterOverflow,
+    /// The node could not increment its counter: the key holds something that is not an
+    /// integer (`value is not an integer or out of range`).
+    CounterNotAnInteger,
+    /// The node's `maxmemory-policy` (named) may evict the counter, a key without expiry:
+    /// an `allkeys-*` policy, or one the client does not know. The counter could vanish under
+    /// memory pressure and the next token start again from 1. Set `noeviction` (or a
+    /// `volatile-*` policy) on the master, then reconnect (the client reads the policy when
+    /// it opens a connection).
+    EvictionPolicy(String),
+}
+
+impl fmt::Display for FencingFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FencingFault::CounterOutOfRange(n) => write!(
+                f,
+                "fencing counter {n} is outside 1..=2^53, where fenced acquisitions keep it; \
+                 it was written by something else"
+            ),
+            FencingFault::CounterOverflow => f.write_str(
+                "fencing counter cannot be incremented without overflowing; \
+                 it was written by something else",
+            ),
+            FencingFault::CounterNotAnInteger => f.write_str(
+                "fencing counter holds something that is not an integer; \
+                 it was written by something else",
+            ),
+            FencingFault::EvictionPolicy(policy) => {
+                return write!(
+                    f,
+                    "maxmemory-policy {policy} may evict the fencing counter; set noeviction or \
+                     a volatile-* policy on this master (see \"Losing the counter\" in \
+                     docs/redlock.md)"
+                );
+            }
+        }?;
+        f.write_str(
+            " (repair it on this master: see \"A counter out of range\" in docs/redlock.md)",
+        )
+    }
 }
 
 impl NodeOutcome {
@@ -68,6 +129,7 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::NotOurs => {
                 f.write_str("not held by this token (held by another, or gone)")
             }
+            NodeOutcome::Fencing(fault) => write!(f, "not counted: {fault}"),
         }
     }
 }

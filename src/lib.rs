@@ -23,7 +23,8 @@
 //! # What the lock guarantees, and what it does not
 //! - While a majority of masters is up, locks can be taken and released; a lock is never held
 //!   by two clients at once within its validity, provided clocks drift less than the drift
-//!   allowance and masters keep their keys.
+//!   allowance, no master's wall clock is stepped forward (Redis expires keys by its wall
+//!   clock: the masters' NTP must slew, not step), and masters keep their keys.
 //! - A master that restarts without its keys can grant a held lock again. Run masters with
 //!   `appendfsync always`, or keep a restarted master out for longer than the largest ttl.
 //! - A holder paused past its validity may act after another client took the lock. Check
@@ -69,7 +70,7 @@ mod stats;
 
 pub use crate::config::{
     Builder, Config, Endpoint, NodeAddr, Scripts, DEFAULT_FENCING_KEY, DEFAULT_PORT,
-    MAX_OPTION_DURATION, MAX_TTL,
+    MAX_FENCING_TOKEN, MAX_OPTION_DURATION, MAX_TTL,
 };
 pub use crate::core::keepalive::{loss_margin, KeepAlive, Loss, DEFAULT_MAX_HOLD};
 pub use crate::core::script;
@@ -77,7 +78,7 @@ pub use crate::core::token::Token;
 pub use crate::drivers::blocking::{BlockingGuard, Redlock};
 #[cfg(feature = "tokio")]
 pub use crate::drivers::tokio::{AsyncRedlock, LockGuard};
-pub use crate::error::{ConfigError, Error, NodeOutcome, NodeReport, NodeReports};
+pub use crate::error::{ConfigError, Error, FencingFault, NodeOutcome, NodeReport, NodeReports};
 pub use crate::inspect::{Holder, Inspection, NodeState};
 pub use crate::lock::{Lock, MAX_RESOURCES};
 pub use crate::stats::{NodeStats, Stats};

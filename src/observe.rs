@@ -159,6 +159,20 @@ pub(crate) fn reconnect(addr: &crate::config::NodeAddr, connects: u64) {
     }
 }
 
+/// A fenced client could not read a master's eviction policy (`CONFIG GET` denied or renamed
+/// away, or an answer of another shape): its fenced acquisitions count the node as one whose
+/// policy keeps the counter, which the operator must then make sure of.
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+#[inline]
+pub(crate) fn eviction_unchecked(node: &str, why: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        node,
+        why,
+        "redlock: cannot read the master's maxmemory-policy; fencing assumes it never evicts the counter"
+    );
+}
+
 /// A `NOSCRIPT` (or a missing function) answered by sending the command again.
 #[inline]
 pub(crate) fn script_fallback() {

@@ -24,6 +24,9 @@ pub struct NodeStats {
     pub protocol_errors: u64,
     /// Votes lost to an error reply, or a reply of the wrong type.
     pub server_errors: u64,
+    /// Votes not counted in fenced acquisitions because of the node's fencing counter
+    /// ([`NodeOutcome::Fencing`]).
+    pub fencing_faults: u64,
     /// Rounds the node was not asked in, waiting out its reconnect backoff.
     pub down: u64,
     /// Connections opened, the first one included (more than one means reconnects).
@@ -37,6 +40,10 @@ pub struct NodeStats {
     pub late_replies: u64,
     /// `EVALSHA`s answered `NOSCRIPT` and sent again as `EVAL`.
     pub noscript_fallbacks: u64,
+    /// Fenced clients: connections on which the node's `maxmemory-policy` could not be read
+    /// (`CONFIG` denied by an ACL, or renamed away). Fenced acquisitions count such a node
+    /// as one whose policy keeps the counter; see "Losing the counter" in `docs/redlock.md`.
+    pub eviction_unchecked: u64,
     /// Keys whose invalidation the node pushed (wake-ups; an invalidation of every key counts
     /// one).
     pub invalidations: u64,
@@ -57,6 +64,7 @@ impl NodeStats {
             NodeOutcome::Protocol(_) => &mut self.protocol_errors,
             NodeOutcome::Server(_) => &mut self.server_errors,
             NodeOutcome::Down => &mut self.down,
+            NodeOutcome::Fencing(_) => &mut self.fencing_faults,
             NodeOutcome::Undecided => return,
         };
         *counter += 1;

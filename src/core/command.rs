@@ -3,7 +3,7 @@
 //! | operation | command                                              | yes      | no                    |
 //! |-----------|------------------------------------------------------|----------|-----------------------|
 //! | acquire, one resource, unfenced | `SET key token NX PX ttl`      | `+OK`    | null: held            |
-//! | acquire, a set or fenced | `EVALSHA <acquire> n+f keys.. [counter] token ttl n` | `:n>=0` (the counter, fenced) | `:-i`: key `i` held |
+//! | acquire, a set or fenced | `EVALSHA <acquire> n+f keys.. [counter] token ttl n` | `:0`; fenced `:1..=2^53` (the counter) | `:-i`: key `i` held |
 //! | fence (a fenced acquisition's second phase) | `EVALSHA <fence> n+1 keys.. counter token t` | `:1` | `:0` held, `:-1` gone |
 //! | release   | `EVALSHA <release> n keys.. token`                   | `:1`     | `:0` held, `:-1` gone |
 //! | extend    | `EVALSHA <extend> n keys.. token ttl`                | `:1`     | `:0` held, `:-1` gone |
@@ -16,7 +16,7 @@ use resp::{Frame, IntBuf};
 
 use crate::core::conn::Native;
 use crate::core::script;
-use crate::error::NodeOutcome;
+use crate::error::{FencingFault, NodeOutcome};
 use crate::lock::{Name, Names};
 use crate::Token;
 
@@ -69,8 +69,12 @@ pub(crate) struct Command<'a> {
 pub(crate) enum Expect {
     /// `SET NX`: `+OK`, or null when held.
     Set,
-    /// The acquire script: the counter (`0` unfenced), or `-i` when key `i` is held.
+    /// The acquire script, unfenced: `0`, or `-i` when key `i` is held.
     Acquired,
+    /// The acquire script, fenced: the counter (`1 ..= MAX_FENCING_TOKEN`), or `-i` when key
+    /// `i` is held; any other number is not a counter fenced acquisitions made, and an error
+    /// naming the counter is one `INCR` could not make.
+    Fenced,
     /// Release, extend and fence: `1`, `0` (held) or `-1` (gone).
     Script,
     /// A native release (`:1` deleted, `:0` not ours) or extension (`+OK`, or null: not
@@ -96,7 +100,7 @@ impl Expect {
             (_, Frame::Error(_) | Frame::BulkError(_)) => true,
             (Expect::Set, Frame::Simple(s)) => s.as_ref() == b"OK",
             (Expect::Set | Expect::Native | Expect::Get, f) if f.is_null() => true,
-            (Expect::Acquired | Expect::Pttl, Frame::Integer(_)) => true,
+            (Expect::Acquired | Expect::Fenced | Expect::Pttl, Frame::Integer(_)) => true,
             (Expect::Script, Frame::Integer(n)) => (-1..=1).contains(n),
             (Expect::Native, Frame::Integer(n)) => (0..=1).contains(n),
             (Expect::Native, Frame::Simple(s)) => s.as_ref() == b"OK",
@@ -245,6 +249,7 @@ impl Command<'_> {
     pub(crate) fn expect(&self) -> Expect {
         match self.kind {
             OpKind::Acquire if self.counter.is_none() && self.resources.len() == 1 => Expect::Set,
+            OpKind::Acquire if self.counter.is_some() => Expect::Fenced,
             OpKind::Acquire => Expect::Acquired,
             OpKind::Fence | OpKind::Release | OpKind::Extend => Expect::Script,
             OpKind::Get => Expect::Get,
@@ -270,6 +275,10 @@ impl Command<'_> {
                     (NodeOutcome::Held, key.map_or(Extra::None, Extra::HeldKey))
                 }
             },
+            (Expect::Fenced, Frame::Integer(n)) => fenced(*n),
+            (Expect::Fenced, Frame::Error(msg) | Frame::BulkError(msg)) => {
+                plain(counter_fault(msg).map_or_else(|| server_error(msg), NodeOutcome::Fencing))
+            }
             (Expect::Script, Frame::Integer(1)) => plain(NodeOutcome::Ok),
             (Expect::Script, Frame::Integer(0)) => plain(NodeOutcome::Held),
             (Expect::Script, Frame::Integer(-1)) => plain(NodeOutcome::Gone),
@@ -283,14 +292,52 @@ impl Command<'_> {
             }
             (Expect::Get, f) if f.is_null() => plain(NodeOutcome::Gone),
             (Expect::Pttl, Frame::Integer(n)) => (NodeOutcome::Ok, Extra::Number(*n)),
-            (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(NodeOutcome::Server(
-                String::from_utf8_lossy(msg).into_owned(),
-            )),
+            (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(server_error(msg)),
             (_, other) => plain(NodeOutcome::Server(format!(
                 "unexpected reply {}",
                 describe(other)
             ))),
         }
+    }
+}
+
+/// An error reply as a node's outcome: its text.
+fn server_error(msg: &[u8]) -> NodeOutcome {
+    NodeOutcome::Server(String::from_utf8_lossy(msg).into_owned())
+}
+
+/// A fenced acquisition's integer reply: a counter in `1 ..= MAX_FENCING_TOKEN`, or `-i` for
+/// a held key `i` of at most [`MAX_RESOURCES`](crate::MAX_RESOURCES). Anything else cannot
+/// come from a counter only fenced acquisitions wrote (nor from a key index): it is the
+/// node's failure, and never becomes the token (which the second phase would then write to
+/// every master's counter).
+fn fenced(n: i64) -> (NodeOutcome, Extra) {
+    let max_held = -(crate::MAX_RESOURCES as i64);
+    match u64::try_from(n) {
+        Ok(c @ 1..=crate::MAX_FENCING_TOKEN) => (NodeOutcome::Ok, Extra::Counter(c)),
+        // `-i`: the i-th key (from 1) is held.
+        Err(_) if n >= max_held => (
+            NodeOutcome::Held,
+            u32::try_from(-n - 1).map_or(Extra::None, Extra::HeldKey),
+        ),
+        _ => (
+            NodeOutcome::Fencing(FencingFault::CounterOutOfRange(n)),
+            Extra::None,
+        ),
+    }
+}
+
+/// What an error reply to the fenced acquire script says of the counter: the server's
+/// messages for an `INCR` it could not make (raised inside the script, so wrapped in the
+/// script's error text).
+fn counter_fault(msg: &[u8]) -> Option<FencingFault> {
+    let has = |needle: &[u8]| msg.windows(needle.len()).any(|w| w == needle);
+    if has(b"increment or decrement would overflow") {
+        Some(FencingFault::CounterOverflow)
+    } else if has(b"value is not an integer or out of range") {
+        Some(FencingFault::CounterNotAnInteger)
+    } else {
+        None
     }
 }
 
@@ -469,6 +516,51 @@ mod tests {
         );
         assert_eq!(j(Expect::Script, &Frame::Integer(1)), (Y, Extra::None));
         assert_eq!(j(Expect::Script, &Frame::Integer(0)), (Held, Extra::None));
+        // Fenced: a counter in 1..=2^53, a held key's index, or the node's failure.
+        let max = crate::MAX_FENCING_TOKEN as i64;
+        assert_eq!(
+            j(Expect::Fenced, &Frame::Integer(1)),
+            (Y, Extra::Counter(1))
+        );
+        assert_eq!(
+            j(Expect::Fenced, &Frame::Integer(max)),
+            (Y, Extra::Counter(1 << 53))
+        );
+        assert_eq!(
+            j(Expect::Fenced, &Frame::Integer(-1024)),
+            (Held, Extra::HeldKey(1023))
+        );
+        for n in [0, max + 1, i64::MAX, -1025, i64::MIN] {
+            assert_eq!(
+                j(Expect::Fenced, &Frame::Integer(n)),
+                (
+                    NodeOutcome::Fencing(FencingFault::CounterOutOfRange(n)),
+                    Extra::None
+                ),
+                "{n}"
+            );
+        }
+        let overflow = Frame::Error(s(
+            "ERR increment or decrement would overflow script: fc1f70ab, on @user_script:8.",
+        ));
+        assert_eq!(
+            j(Expect::Fenced, &overflow).0,
+            NodeOutcome::Fencing(FencingFault::CounterOverflow)
+        );
+        let not_int = Frame::Error(s("ERR value is not an integer or out of range script: x"));
+        assert_eq!(
+            j(Expect::Fenced, &not_int).0,
+            NodeOutcome::Fencing(FencingFault::CounterNotAnInteger)
+        );
+        // Other errors stay server errors; unfenced, the same message is one too.
+        assert_eq!(
+            j(Expect::Fenced, &Frame::Error(s("OOM command not allowed"))).0,
+            NodeOutcome::Server("OOM command not allowed".into())
+        );
+        assert!(matches!(
+            j(Expect::Acquired, &overflow).0,
+            NodeOutcome::Server(_)
+        ));
         assert_eq!(j(Expect::Script, &Frame::Integer(-1)), (Gone, Extra::None));
         assert!(matches!(
             j(Expect::Script, &Frame::Integer(2)).0,

@@ -24,6 +24,7 @@ use bytes::{BufMut, BytesMut};
 use resp::{encode_command, Decoder, Frame, Limits};
 
 use crate::config::{NodeAddr, Scripts};
+use crate::core::eviction::Eviction;
 use crate::core::forms::{self, Forms, Sent, MAX_RESENDS};
 use crate::error::NodeOutcome;
 
@@ -106,6 +107,10 @@ enum Owner<T> {
     /// `CLIENT CACHING YES` before a waiter's read: the reply (an error too, on a server
     /// that refused tracking) says nothing the read does not.
     Caching,
+    /// `CONFIG GET maxmemory-policy`, sent by a fenced client's connections to the node
+    /// (its address, for the warning when the policy cannot be read): whether the server may
+    /// evict the fencing counter ([`Eviction`]).
+    Eviction(Box<str>),
     /// A `SCRIPT LOAD` sent so that `EVALSHA` finds the scripts: an error reply is ignored
     /// (the `EVAL` fallback covers a script that is missing).
     Preload,
@@ -228,6 +233,12 @@ pub(crate) struct Conn<T> {
     overdue_after: Duration,
     /// The last sentinel's nonce.
     syncs: u32,
+    /// Whether a new connection asks the server's eviction policy (fenced clients).
+    check_eviction: bool,
+    /// What the server said of it on this connection, once it has.
+    eviction: Option<Eviction>,
+    /// Connections on which the policy could not be read, over the node's whole life.
+    eviction_unchecked: u64,
 }
 
 /// What an invalidation push from a tracking server says changed.
@@ -289,7 +300,9 @@ fn owner_fits<T>(owner: &Owner<T>, reply: &Frame) -> bool {
         Owner::Handshake | Owner::Tracking | Owner::Caching => {
             error || matches!(reply, Frame::Simple(_))
         }
-        Owner::Hello { .. } => error || matches!(reply, Frame::Map(_) | Frame::Array(_)),
+        Owner::Hello { .. } | Owner::Eviction(_) => {
+            error || matches!(reply, Frame::Map(_) | Frame::Array(_))
+        }
         Owner::Preload => error || matches!(reply, Frame::Bulk(_) | Frame::Simple(_)),
         Owner::Op(..) => true,
     }
@@ -316,7 +329,32 @@ impl<T> Conn<T> {
             invalidated: Vec::new(),
             overdue_after,
             syncs: 0,
+            check_eviction: false,
+            eviction: None,
+            eviction_unchecked: 0,
         }
+    }
+
+    /// The same connection, asking the server's eviction policy on every connect when
+    /// `check` (a fenced client: see [`evicting`](Conn::evicting)).
+    pub(crate) fn checking_eviction(mut self, check: bool) -> Self {
+        self.check_eviction = check;
+        self
+    }
+
+    /// The server's eviction policy, if it said on this connection that it may evict the
+    /// fencing counter. A reply to a command queued after the connection opened comes after
+    /// the policy's, so it is known by the time such a reply is judged.
+    pub(crate) fn evicting(&self) -> Option<&str> {
+        match &self.eviction {
+            Some(Eviction::Evicts(policy)) => Some(policy),
+            _ => None,
+        }
+    }
+
+    /// Connections on which the server's eviction policy could not be read.
+    pub(crate) fn eviction_unchecked(&self) -> u64 {
+        self.eviction_unchecked
     }
 
     /// Queues `CLIENT CACHING YES`, which makes the server track the key of the next command
@@ -412,6 +450,12 @@ impl<T> Conn<T> {
         } else if hello {
             encode_command(&mut self.out, &[b"HELLO"]);
             self.owed.push_back(Owner::Hello { resp3: false });
+        }
+        self.eviction = None;
+        if self.check_eviction {
+            encode_command(&mut self.out, &[b"CONFIG", b"GET", b"maxmemory-policy"]);
+            self.owed
+                .push_back(Owner::Eviction(addr.to_string().into_boxed_str()));
         }
         // Native mode calls no script unless a command has no native form (a set of
         // resources, fencing): nothing is loaded ahead (an `EVALSHA` that finds nothing is
@@ -633,6 +677,15 @@ impl<T> Conn<T> {
                     continue;
                 }
                 Owner::Caching => continue,
+                Owner::Eviction(node) => {
+                    let eviction = Eviction::of_reply(&frame);
+                    if let Eviction::Unknown(why) = &eviction {
+                        self.eviction_unchecked += 1;
+                        crate::observe::eviction_unchecked(&node, why);
+                    }
+                    self.eviction = Some(eviction);
+                    continue;
+                }
                 Owner::Tracking => {
                     self.tracking = matches!(frame.without_attributes(), Frame::Simple(s) if s.as_ref() == b"OK");
                     continue;

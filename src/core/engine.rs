@@ -45,7 +45,7 @@ use crate::core::conn::{stale_after, Conn, ConnError, Invalidated, CONNECT_TIMEO
 use crate::core::conn::{How, Native};
 use crate::core::forms::Sent;
 use crate::core::round::{Decision, Round, Until};
-use crate::error::NodeOutcome;
+use crate::error::{FencingFault, NodeOutcome};
 use crate::stats::{NodeStats, Stats};
 
 /// Replies one connection may owe before its node counts as stuck and is reconnected: room
@@ -201,7 +201,8 @@ impl<U> Engine<U> {
                 .iter()
                 .map(|addr| Node {
                     addr: addr.clone(),
-                    conn: Conn::new(MAX_OWED, cfg.node_timeout),
+                    conn: Conn::new(MAX_OWED, cfg.node_timeout)
+                        .checking_eviction(cfg.fencing.is_some()),
                     link: Link::Closed,
                     stats: NodeStats::default(),
                 })
@@ -274,7 +275,10 @@ impl<U> Engine<U> {
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
         cmd.encode(&mut wire, Form::Evalsha);
-        let scripted = matches!(cmd.expect(), Expect::Acquired | Expect::Script);
+        let scripted = matches!(
+            cmd.expect(),
+            Expect::Acquired | Expect::Fenced | Expect::Script
+        );
         let native_able =
             matches!(self.scripts, Scripts::Auto | Scripts::Native) && cmd.has_native_form();
         let mut natives = std::mem::take(&mut self.native_wire);
@@ -467,6 +471,12 @@ impl<U> Engine<U> {
                             msg.push_str("; loading it failed: ");
                             msg.push_str(why);
                         }
+                    }
+                    if let (Expect::Fenced, NodeOutcome::Ok, Some(policy)) =
+                        (expect, &outcome, self.nodes[i].conn.evicting())
+                    {
+                        // The counter may be evicted there: not a vote a token can rest on.
+                        outcome = NodeOutcome::Fencing(FencingFault::EvictionPolicy(policy.into()));
                     }
                     self.vote_with(tag, i, outcome, extra);
                 }
@@ -685,6 +695,7 @@ impl<U> Engine<U> {
                 .map(|n| NodeStats {
                     buffered_bytes: n.conn.buffered_capacity(),
                     noscript_fallbacks: n.conn.noscript_fallbacks(),
+                    eviction_unchecked: n.conn.eviction_unchecked(),
                     ..n.stats.clone()
                 })
                 .collect(),

@@ -5,6 +5,7 @@
 pub(crate) mod command;
 pub(crate) mod conn;
 pub(crate) mod engine;
+pub(crate) mod eviction;
 pub(crate) mod forms;
 pub(crate) mod keepalive;
 pub(crate) mod ops;

@@ -34,6 +34,10 @@ pub enum Behavior {
     Unsolicited,
     /// A correct reply, one byte every 100 ms.
     VerySlow,
+    /// Honest, except that every script call is answered `:9223372036854775807` (2^63 - 1):
+    /// to a fenced acquisition, a counter no fenced acquisition makes (a proxy rewriting
+    /// replies, a counter someone set by hand).
+    HugeCounter,
 }
 
 /// The running fake node.
@@ -108,6 +112,9 @@ fn honest(cmd: &Frame) -> &'static [u8] {
         b"SET" => b"+OK\r\n",
         b"EVALSHA" | b"EVAL" => b":1\r\n",
         b"SCRIPT" => b"$40\r\n0000000000000000000000000000000000000000\r\n",
+        // What a Redis 7.0 says it is (RESP2), and a policy that keeps the counter.
+        b"HELLO" => b"*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n",
+        b"CONFIG" => b"*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n",
         _ => b"+OK\r\n",
     }
 }
@@ -166,6 +173,10 @@ fn serve(mut conn: TcpStream, behavior: Behavior, stop: &AtomicBool) {
             Behavior::Unsolicited => conn
                 .write_all(honest(&cmd))
                 .and_then(|()| conn.write_all(b":7\r\n")),
+            Behavior::HugeCounter => conn.write_all(match honest(&cmd) {
+                b":1\r\n" => b":9223372036854775807\r\n",
+                other => other,
+            }),
             Behavior::VerySlow => {
                 for &b in honest(&cmd) {
                     if conn.write_all(&[b]).is_err() {

@@ -1,5 +1,6 @@
 //! The test machinery of redlock-mux, a crate of its own so that none of it is compiled into
-//! the library: throwaway local `redis-server` masters ([`local`]), the fault-injecting proxy
+//! the library: throwaway local `redis-server` masters ([`local`]), masters whose wall clock
+//! can be stepped ([`clock`]), the fault-injecting proxy
 //! ([`proxy`]), the hostile node ([`hostile`]), the mutual-exclusion checker ([`checker`]), the
 //! soak ([`soak`]), a counting allocator ([`counting_alloc`]), a plain admin client to look at
 //! what the nodes hold, and the client-agnostic interface the shared test bodies in [`cases`]
@@ -10,6 +11,7 @@
 
 pub mod cases;
 pub mod checker;
+pub mod clock;
 pub mod counting_alloc;
 pub mod hostile;
 pub mod local;
@@ -179,6 +181,63 @@ pub fn redis(addr: &str, args: &[&str]) -> Frame {
         assert!(n > 0, "{addr} closed the connection");
         buf.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// Sends several commands to a server in one write over a fresh plain connection and returns
+/// their replies, in order.
+pub fn redis_pipeline(addr: &str, cmds: &[Vec<&str>]) -> Vec<Frame> {
+    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut out = BytesMut::new();
+    for cmd in cmds {
+        let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
+        resp::encode_command(&mut out, &args);
+    }
+    s.write_all(&out).unwrap();
+    let mut dec = Decoder::default();
+    let mut buf = BytesMut::new();
+    let mut chunk = [0u8; 4096];
+    let mut replies = Vec::with_capacity(cmds.len());
+    while replies.len() < cmds.len() {
+        if let Some(f) = dec.decode(&mut buf).expect("valid reply") {
+            replies.push(f);
+            continue;
+        }
+        let n = s.read(&mut chunk).expect("replies within 5 s");
+        assert!(n > 0, "{addr} closed the connection");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    replies
+}
+
+/// Puts a server under memory pressure: writes 64 KiB values with a ten-minute ttl (so that
+/// a `volatile-*` policy may evict them too), sixteen at a time, until `done` holds, and
+/// returns how many it wrote. Bounded: panics after 128 MiB, far past any `maxmemory` a test
+/// sets.
+pub fn fill_until(addr: &str, done: impl Fn() -> bool) -> usize {
+    let value = "x".repeat(64 * 1024);
+    let mut written = 0;
+    while !done() {
+        assert!(
+            written < 2048,
+            "{addr}: {written} values written and the condition still does not hold"
+        );
+        let keys: Vec<String> = (written..written + 16)
+            .map(|i| format!("fill:{i}"))
+            .collect();
+        let cmds: Vec<Vec<&str>> = keys
+            .iter()
+            .map(|k| vec!["SET", k.as_str(), value.as_str(), "PX", "600000"])
+            .collect();
+        for reply in redis_pipeline(addr, &cmds) {
+            assert!(
+                !matches!(reply, Frame::Error(_)),
+                "{addr}: a write under memory pressure failed: {reply:?}"
+            );
+        }
+        written += 16;
+    }
+    written
 }
 
 /// The value of `key` on a server, if any.

@@ -86,6 +86,8 @@ pub struct LocalServer {
     paused: bool,
     dir: PathBuf,
     extra: Vec<String>,
+    /// Environment variables the process starts with (beside the test's own).
+    env: Vec<(String, String)>,
     /// TLS: the certificates, whether clients must present one, and the TLS port.
     tls: Option<(crate::tls::TlsFiles, bool)>,
     tls_port: u16,
@@ -110,17 +112,24 @@ impl LocalServer {
     /// `files`; clients must present a certificate when `auth_clients`. Fails if the binary
     /// was built without TLS.
     pub fn start_tls(files: &crate::tls::TlsFiles, auth_clients: bool) -> io::Result<LocalServer> {
-        Self::start_inner(&[], Some((files.clone(), auth_clients)))
+        Self::start_inner(&[], Some((files.clone(), auth_clients)), &[])
     }
 
     /// Starts a server with extra `redis-server` arguments (such as `["--requirepass", "x"]`).
     pub fn start_with(extra: &[&str]) -> io::Result<LocalServer> {
-        Self::start_inner(extra, None)
+        Self::start_inner(extra, None, &[])
+    }
+
+    /// Starts a server whose process also gets the environment variables `env` (kept for
+    /// restarts), such as an `LD_PRELOAD`.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> io::Result<LocalServer> {
+        Self::start_inner(extra, None, env)
     }
 
     fn start_inner(
         extra: &[&str],
         tls: Option<(crate::tls::TlsFiles, bool)>,
+        env: &[(&str, &str)],
     ) -> io::Result<LocalServer> {
         let dir = std::env::temp_dir().join(format!(
             "redlock-mux-{}-{}",
@@ -134,6 +143,10 @@ impl LocalServer {
             paused: false,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             tls,
             tls_port: 0,
         };
@@ -175,6 +188,7 @@ impl LocalServer {
                     .map(|(files, auth)| files.server_args(self.tls_port, *auth))
                     .unwrap_or_default(),
             )
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
