@@ -28,7 +28,10 @@ use crate::core::eviction::Eviction;
 use crate::core::forms::{self, Forms, Sent, MAX_RESENDS};
 use crate::error::NodeOutcome;
 
-/// Bytes that may wait to be written before the connection is considered stuck.
+/// Bytes that may wait to be written to a node whose socket has taken nothing for a node
+/// timeout before the connection is considered stuck. Below it, or while the socket takes
+/// bytes, a large buffer is back-pressure, not a failure: the commands go out as the node
+/// reads them, and a round that cannot finish in time ends at its deadline as any other.
 pub(crate) const MAX_PENDING_WRITE: usize = 1 << 20;
 /// The first reconnect delay after a failure; doubles with each failure in a row.
 pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(5);
@@ -233,6 +236,11 @@ pub(crate) struct Conn<T> {
     overdue_after: Duration,
     /// The last sentinel's nonce.
     syncs: u32,
+    /// When the socket last took bytes (or `out` last went from empty to not), as far as
+    /// the last `queue` knows: with `wrote_since`, what tells a slow node from a stuck one.
+    progress_at: Option<Instant>,
+    /// Bytes were written since `progress_at` was last set.
+    wrote_since: bool,
     /// Whether a new connection asks the server's eviction policy (fenced clients).
     check_eviction: bool,
     /// What the server said of it on this connection, once it has.
@@ -329,6 +337,8 @@ impl<T> Conn<T> {
             invalidated: Vec::new(),
             overdue_after,
             syncs: 0,
+            progress_at: None,
+            wrote_since: false,
             check_eviction: false,
             eviction: None,
             eviction_unchecked: 0,
@@ -428,6 +438,8 @@ impl<T> Conn<T> {
         self.invalidated.clear();
         self.forms = Forms::new(scripts);
         self.load_error = None;
+        self.progress_at = None;
+        self.wrote_since = false;
         self.out.clear();
         self.inb.clear();
         self.owed.clear();
@@ -528,7 +540,7 @@ impl<T> Conn<T> {
         write: impl FnOnce(&mut BytesMut),
         how: How<'_>,
     ) -> Result<Sent, (ConnError, T)> {
-        if self.owed.len() >= self.max_owed || self.out.len() >= MAX_PENDING_WRITE {
+        if self.owed.len() >= self.max_owed || self.write_stalled(now) {
             return Err((ConnError::Stuck, tag));
         }
         if self.needs_sync(now) {
@@ -610,6 +622,22 @@ impl<T> Conn<T> {
     pub(crate) fn wrote(&mut self, n: usize) {
         let n = n.min(self.out.len());
         bytes::Buf::advance(&mut self.out, n);
+        self.wrote_since |= n > 0;
+    }
+
+    /// Whether more than [`MAX_PENDING_WRITE`] bytes wait for a socket that has taken nothing
+    /// for longer than a node timeout, at `now`. Notes the progress made since it was last
+    /// asked.
+    fn write_stalled(&mut self, now: Instant) -> bool {
+        if self.out.is_empty() || self.wrote_since || self.progress_at.is_none() {
+            self.progress_at = Some(now);
+            self.wrote_since = false;
+            return false;
+        }
+        self.out.len() >= MAX_PENDING_WRITE
+            && self
+                .progress_at
+                .is_some_and(|t| now.saturating_duration_since(t) > self.overdue_after)
     }
 
     /// The next reply to an operation's command, with its owner. Handshake replies are
@@ -1234,6 +1262,40 @@ mod tests {
             .unwrap();
         feed(&mut c, b"-NOSCRIPT No matching script.\r\n");
         assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(4));
+    }
+
+    #[test]
+    fn a_full_write_buffer_is_back_pressure_until_the_socket_stops_taking_bytes() {
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+        let t = Instant::now();
+        let big = vec![b'x'; MAX_PENDING_WRITE / 2 + 1];
+        c.queue(1, t, |b| b.put_slice(&big), How::Plain).unwrap();
+        c.queue(2, t, |b| b.put_slice(&big), How::Plain).unwrap();
+        // Over the limit, but the socket took bytes a moment ago: queued all the same.
+        c.wrote(1000);
+        let later = t + OVERDUE * 3;
+        c.queue(3, later, |b| b.put_slice(&big), How::Plain)
+            .unwrap();
+        assert!(c.out.len() > MAX_PENDING_WRITE);
+        // Still taking bytes a node timeout on: still queued.
+        c.wrote(1000);
+        let later = later + OVERDUE * 2;
+        c.queue(4, later, |b| b.put_slice(b"y"), How::Plain)
+            .unwrap();
+        // Nothing taken for a node timeout with more than the limit waiting: stuck.
+        assert_eq!(
+            c.queue(
+                5,
+                later + OVERDUE + Duration::from_millis(1),
+                |_| {},
+                How::Plain
+            ),
+            Err((ConnError::Stuck, 5))
+        );
+        // Under the limit a stalled socket is only slow: its replies go stale instead.
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+        c.queue(1, t, |b| b.put_slice(b"x"), How::Plain).unwrap();
+        assert!(c.queue(2, t + OVERDUE * 10, |_| {}, How::Plain).is_ok());
     }
 
     #[test]

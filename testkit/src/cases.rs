@@ -32,6 +32,7 @@ macro_rules! for_each_case {
             lock_many_takes_every_resource_or_none,
             lock_many_extends_and_releases_only_what_it_holds,
             lock_many_refuses_bad_lists_and_the_counter_key,
+            large_lock_many_calls_from_several_callers_all_succeed,
             unix_sockets_alone_and_mixed_with_tcp,
             native_commands_where_the_server_has_them,
             acl_users_without_eval_use_functions,
@@ -1520,6 +1521,45 @@ pub fn every_acl_user_releases_in_a_form_it_may_use<F: Flavor>() {
     let lock = auto.lock(&key, TTL).unwrap();
     auto.unlock(&lock).unwrap();
     gone_everywhere(&auto, &addrs, &key);
+}
+
+/// Three callers sharing one client, each taking 1,024 resources with names of about 1.1 KB:
+/// some 3.4 MB for every node in one write pass of the blocking client. A write buffer that
+/// large is back-pressure (the node reads it as fast as it can), never a node failure.
+pub fn large_lock_many_calls_from_several_callers_all_succeed<F: Flavor>()
+where
+    F::Client: Sync,
+{
+    let c = cluster(3);
+    let client = F::build(builder(&c).node_timeout(Duration::from_secs(5))).unwrap();
+    let pad = "p".repeat(1100);
+    let sets: Vec<Vec<String>> = (0..3)
+        .map(|t| {
+            (0..redlock_mux::MAX_RESOURCES)
+                .map(|i| format!("{}:{t}:{i}:{pad}", resource("big")))
+                .collect()
+        })
+        .collect();
+    let barrier = std::sync::Barrier::new(3);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = sets
+            .iter()
+            .map(|set| {
+                let (client, barrier) = (&client, &barrier);
+                s.spawn(move || {
+                    let names: Vec<&str> = set.iter().map(String::as_str).collect();
+                    barrier.wait();
+                    let lock = client.try_lock_many(&names, TTL)?;
+                    client.unlock(&lock)
+                })
+            })
+            .collect();
+        for (t, h) in handles.into_iter().enumerate() {
+            if let Err(e) = h.join().unwrap() {
+                panic!("caller {t}: {e}");
+            }
+        }
+    });
 }
 
 pub fn inspect_shows_each_nodes_holder_and_ttl<F: Flavor>() {
