@@ -114,6 +114,19 @@ impl Queue {
             driver.engine.unwatch(id);
         }
     }
+
+    /// Hands watch `id`'s firing to its waiter, waking it if it is parked; dropped when the
+    /// waiter has already given up (its `unwatch` has not reached the engine yet, so the
+    /// engine could still fire it): nobody would ever collect it.
+    fn publish(&mut self, id: u64, why: Wake) {
+        if self.unwatch.contains(&id) {
+            return;
+        }
+        self.woken.push((id, why));
+        if let Some((_, t)) = self.sleepers.iter().find(|(w, _)| *w == id) {
+            t.unpark();
+        }
+    }
 }
 
 /// Ends a caller's turn at the driver when dropped: `busy` off, and the caller of the first
@@ -589,10 +602,7 @@ impl Redlock {
         }
         let mut q = self.queue();
         while let Some((id, why)) = driver.engine.poll_woken() {
-            q.woken.push((id, why));
-            if let Some((_, t)) = q.sleepers.iter().find(|(w, _)| *w == id) {
-                t.unpark();
-            }
+            q.publish(id, why);
         }
     }
 
@@ -701,6 +711,22 @@ mod tests {
     use crate::Token;
     use std::sync::mpsc;
     use std::sync::Arc;
+
+    /// A watch that fires after its waiter timed out, before the waiter's `unwatch` reached
+    /// the engine (another caller ran the driver meanwhile), left its firing in `woken` for
+    /// good: one entry per such race, never collected. Now it is dropped; a live waiter's is
+    /// kept.
+    #[test]
+    fn a_watch_firing_after_its_waiter_gave_up_leaves_nothing_behind() {
+        let mut q = Queue::default();
+        // Waiter 7 gave up: the clean-up the waiter runs, under the queue's lock.
+        q.unwatch.push(7);
+        q.woken.retain(|(w, _)| *w != 7);
+        // The driver, run by another caller, then publishes what the engine fired.
+        q.publish(7, Wake::Pushed);
+        q.publish(8, Wake::Pushed);
+        assert_eq!(q.woken, vec![(8, Wake::Pushed)]);
+    }
 
     /// A panic inside a batch (a bug in the round, say) must not leave the other callers of
     /// that batch parked forever: each gets `Error::Aborted`, and the client goes on working.
