@@ -114,18 +114,23 @@ pub enum Command {
     /// Run a command while holding a lock: a distributed flock(1).
     ///
     /// Acquires the lock, runs CMD while keeping the lock alive (with no limit on how long),
-    /// releases it once CMD and every process CMD left in its process group have exited, and
-    /// exits with CMD's status. CMD is not run if the lock cannot be had (exit 75). CMD runs in
-    /// a process group of its own; if the lock is lost, the group is sent --loss-signal and,
-    /// after --kill-after but never later than the lock's validity, SIGKILL, and redlock exits
-    /// 76. Every catchable terminating signal sent to redlock (INT, TERM, HUP, QUIT, USR1, ...)
-    /// is forwarded to the group. If redlock is killed with SIGKILL, CMD gets SIGKILL too;
-    /// processes CMD started do not, and once the ttl runs out they run without the lock. A
-    /// redlock stopped with SIGSTOP cannot keep the lock alive. CMD sees REDLOCK_RESOURCE (the
-    /// first --resource), REDLOCK_RESOURCES (all of them, one per line), REDLOCK_TOKEN and,
-    /// with --fencing, REDLOCK_FENCING_TOKEN in its environment. Several --resource lock them
-    /// all, as one lock. As CMD is not in the terminal's foreground group, a
-    /// CMD that reads the terminal is stopped (SIGTTIN): give it input another way.
+    /// releases it once CMD and every process descended from it have exited, and exits with
+    /// CMD's status. CMD is not run if the lock cannot be had (exit 75). redlock is a
+    /// subreaper: what CMD starts stays in its care even in another process group or session
+    /// (setsid, daemonising tools) and after CMD exits, and the lock is held until the last of
+    /// them exits. If the lock is lost, every descendant is sent --loss-signal and, after
+    /// --kill-after but never later than the lock's validity, SIGKILL, and redlock exits 76.
+    /// Every catchable terminating signal sent to redlock (INT, TERM, HUP, QUIT, USR1, ...) is
+    /// passed to every descendant. Not covered: work CMD hands to a process that is not its
+    /// descendant (systemd-run, at, a daemon already running) runs on without the lock; a
+    /// descendant redlock may not signal (setuid, unless redlock is root) is waited for but
+    /// runs on after a loss; if redlock is killed with SIGKILL, CMD gets SIGKILL too, but
+    /// processes CMD started do not, and once the ttl runs out they run without the lock; a
+    /// redlock stopped with SIGSTOP cannot keep the lock alive. CMD sees REDLOCK_RESOURCE (the first --resource),
+    /// REDLOCK_RESOURCES (all of them, one per line), REDLOCK_TOKEN and, with --fencing,
+    /// REDLOCK_FENCING_TOKEN in its environment. Several --resource lock them all, as one
+    /// lock. CMD runs in a process group of its own; as it is not in the terminal's foreground
+    /// group, a CMD that reads the terminal is stopped (SIGTTIN): give it input another way.
     Run(RunArgs),
     /// Take a lock and print its token and validity; it lives until its ttl runs out or
     /// `redlock unlock` releases it.

@@ -1075,3 +1075,158 @@ fn bench_plot_draws_the_latency_histogram() {
     }
     assert!(text.matches("<rect").count() > 3, "bars drawn");
 }
+
+/// A command that starts a helper in a session of its own with `setsid`, as daemonising tools
+/// do, and exits 3 at once: the helper is in neither the command's process group nor its
+/// session. The command writes its pid to `cmd.pid`, the helper (`helper` in `sh`) its own to
+/// `helper.pid`; the helper's output goes to /dev/null, so that redlock's output ends with
+/// redlock even if the helper outlives it.
+fn daemonising(scratch: &Scratch, helper: &str) -> Vec<String> {
+    let script = scratch.file("helper.sh");
+    fs::write(
+        &script,
+        format!(
+            "echo $$ > '{}'; {helper}",
+            scratch.file("helper.pid").display()
+        ),
+    )
+    .unwrap();
+    let command = format!(
+        "echo $$ > '{}'; setsid sh '{}' </dev/null >/dev/null 2>&1 & exit 3",
+        scratch.file("cmd.pid").display(),
+        script.display()
+    );
+    vec!["--".into(), "sh".into(), "-c".into(), command]
+}
+
+/// The helper's loop: until `go` appears, then `last`.
+fn helper_until_go(scratch: &Scratch, setup: &str, last: &str) -> String {
+    format!(
+        "{setup} while [ ! -e '{go}' ]; do sleep 0.01; done; {last}",
+        go = scratch.file("go").display()
+    )
+}
+
+/// Starts `redlock --ttl 1s run` with `run_args` and a [`daemonising`] command; returns it
+/// once the command has exited and only the helper is left, with the helper's pid.
+fn run_with_a_daemon(
+    nodes: &[String],
+    key: &str,
+    scratch: &Scratch,
+    run_args: &[&str],
+    helper: &str,
+) -> (Child, u32) {
+    let mut cmd = redlock(nodes);
+    cmd.args(["--ttl", "1s", "run", "--resource", key])
+        .args(run_args)
+        .args(daemonising(scratch, helper));
+    let child = cmd.spawn().expect("spawn run");
+    let helper = read_pid(&scratch.file("helper.pid"));
+    let command = read_pid(&scratch.file("cmd.pid"));
+    wait_until(LIMIT, "the command to exit, leaving its helper", || {
+        !alive(command)
+    });
+    (child, helper)
+}
+
+/// The lock is held until every descendant of the command has exited, not only its process
+/// group (issue 22.2: a helper started with `setsid` kept running for 1.7 s after `run`
+/// released, and another client took the lock 4 ms after the release).
+#[test]
+fn run_holds_the_lock_until_descendants_outside_its_group_exit() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-daemon");
+    let scratch = Scratch::new("daemon");
+    let done = scratch.file("done");
+    let helper = helper_until_go(&scratch, "", &format!("touch '{}'", done.display()));
+    let (mut child, helper) = run_with_a_daemon(&nodes, &key, &scratch, &[], &helper);
+    // `run` keeps the lock for the helper alone: it is still there, and extended (at half the
+    // 1 s ttl, so the key's ttl rises again) while the helper runs.
+    let mut last = testkit::pttl(&nodes[0], &key);
+    wait_until(LIMIT, "an extension while the helper runs", || {
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "run ended (and released) while the command's helper {helper} still ran"
+        );
+        let now = testkit::pttl(&nodes[0], &key);
+        let extended = now > last;
+        last = now;
+        extended
+    });
+    assert!(alive(helper), "the helper runs until told to stop");
+    let mut other = redlock(&nodes);
+    other.args(["--retries", "0", "lock", "--resource", &key]);
+    assert_fails(
+        &output(other, "lock while the helper runs"),
+        75,
+        "held by another client",
+    );
+    fs::write(scratch.file("go"), b"").unwrap();
+    let o = finish(child, "run with a helper");
+    assert_eq!(code(&o), 3, "the command's own status: {}", stderr(&o));
+    assert!(done.exists(), "the helper finished before run ended");
+    assert!(!alive(helper));
+    assert_eq!(holders(&c, &key), 0, "released once the helper exited");
+}
+
+/// On loss, and on a signal sent to `run`, every descendant of the command is signalled, also
+/// those that left its process group (issue 22.2); one that ignores the loss signal is killed.
+#[test]
+fn loss_and_signals_reach_descendants_outside_the_group() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let take_over = |key: &str| {
+        for a in &nodes {
+            redis(a, &["SET", key, "someone-else", "PX", "60000"]);
+        }
+    };
+
+    // Loss, with the command gone and its helper left: the helper gets the loss signal.
+    let key = resource("cli-daemon-lost");
+    let scratch = Scratch::new("daemon-lost");
+    let got = scratch.file("got");
+    let trap = format!("trap \"touch '{}'; exit 0\" TERM;", got.display());
+    let helper_script = helper_until_go(&scratch, &trap, "");
+    let (child, helper) = run_with_a_daemon(&nodes, &key, &scratch, &[], &helper_script);
+    take_over(&key);
+    let o = finish(child, "run losing its lock with a helper left");
+    let _ = fs::write(scratch.file("go"), b"");
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(got.exists(), "the loss signal reached the helper");
+    assert!(!alive(helper), "the helper {helper} outlived the lost lock");
+
+    // A helper that ignores the loss signal is killed.
+    let key = resource("cli-daemon-kill");
+    let scratch = Scratch::new("daemon-kill");
+    let helper_script = helper_until_go(&scratch, "trap '' TERM;", "");
+    let (child, helper) = run_with_a_daemon(
+        &nodes,
+        &key,
+        &scratch,
+        &["--kill-after", "200ms"],
+        &helper_script,
+    );
+    take_over(&key);
+    let o = finish(child, "run losing its lock with a stubborn helper");
+    let _ = fs::write(scratch.file("go"), b"");
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(stderr(&o).contains("killing"), "{}", stderr(&o));
+    assert!(!alive(helper), "the helper {helper} outlived the lost lock");
+
+    // A signal sent to run reaches the helper; run then releases and exits with the command's
+    // own status.
+    let key = resource("cli-daemon-signal");
+    let scratch = Scratch::new("daemon-signal");
+    let got = scratch.file("got");
+    let trap = format!("trap \"touch '{}'; exit 0\" TERM;", got.display());
+    let helper_script = helper_until_go(&scratch, &trap, "");
+    let (child, helper) = run_with_a_daemon(&nodes, &key, &scratch, &[], &helper_script);
+    send_signal(child.id(), "TERM");
+    let o = finish(child, "signalled run with a helper left");
+    let _ = fs::write(scratch.file("go"), b"");
+    assert_eq!(code(&o), 3, "the command's own status: {}", stderr(&o));
+    assert!(got.exists(), "SIGTERM reached the helper");
+    assert!(!alive(helper));
+    assert_eq!(holders(&c, &key), 0);
+}
