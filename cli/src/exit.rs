@@ -12,7 +12,8 @@ pub const FAILED: u8 = 1;
 pub const USAGE: u8 = 2;
 /// The nodes cannot be reached (no quorum answered), or `redis-server` is missing. EX_UNAVAILABLE.
 pub const UNAVAILABLE: u8 = 69;
-/// An error of the operating system (a runtime or a thread could not be started). EX_OSERR.
+/// An error of the operating system (a runtime or a thread could not be started, stdout could
+/// not be written). EX_OSERR.
 pub const OS: u8 = 71;
 /// The lock is held by another client (after the retries, or `--wait`). EX_TEMPFAIL.
 pub const CONFLICT: u8 = 75;
@@ -30,7 +31,7 @@ Exit codes:
   1    unlock: the lock was not held (expired, or another token's); demo: exclusion violated
   2    bad arguments (unknown option, bad duration or address, no nodes)
   69   nodes unreachable (no quorum answered), or redis-server missing
-  71   operating system error
+  71   operating system error (also: stdout could not be written)
   75   the lock is held by another client
   76   run: the lock was lost while the command ran (the command was signalled)
   126  run: the command could not be executed

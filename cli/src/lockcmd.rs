@@ -5,6 +5,7 @@ use redlock_mux::{Lock, Token};
 
 use crate::args::{describe, names, Global, LockArgs, StatusArgs, UnlockArgs};
 use crate::exit::{self, Failure};
+use crate::out;
 
 /// Takes the lock (with the configured retries) and prints its token and validity.
 pub fn lock(global: &Global, a: &LockArgs) -> Result<u8, Failure> {
@@ -16,20 +17,29 @@ pub fn lock(global: &Global, a: &LockArgs) -> Result<u8, Failure> {
     let fencing = lock
         .fencing_token()
         .map_or_else(|| "null".to_string(), |t| t.to_string());
-    if a.json {
+    let text = if a.json {
         let all: Vec<String> = a.resources.iter().map(|r| json_string(r)).collect();
-        println!(
-            "{{\"resource\":{},\"resources\":[{}],\"token\":\"{}\",\"fencing_token\":{fencing},\"validity_ms\":{validity_ms},\"ttl_ms\":{}}}",
+        format!(
+            "{{\"resource\":{},\"resources\":[{}],\"token\":\"{}\",\"fencing_token\":{fencing},\"validity_ms\":{validity_ms},\"ttl_ms\":{}}}\n",
             json_string(lock.resource()),
             all.join(","),
             lock.token(),
             lock.ttl().as_millis()
-        );
+        )
     } else {
-        println!("token={}\nvalidity_ms={validity_ms}", lock.token());
+        let mut text = format!("token={}\nvalidity_ms={validity_ms}\n", lock.token());
         if let Some(t) = lock.fencing_token() {
-            println!("fencing_token={t}");
+            text.push_str(&format!("fencing_token={t}\n"));
         }
+        text
+    };
+    if let Err(f) = out::print(&text, "the token") {
+        // Nobody has the token: the lock could only wait out its ttl. Released instead.
+        let _ = redlock.unlock(&lock);
+        return Err(Failure::new(
+            f.code,
+            format!("{}; the lock was released", f.message),
+        ));
     }
     Ok(0)
 }
@@ -77,6 +87,7 @@ pub fn status(global: &Global, a: &StatusArgs) -> Result<u8, Failure> {
         _ => "unknown".to_string(),
     };
     let quorum = view.quorum_holder();
+    let mut text = String::new();
     if a.json {
         let nodes: Vec<String> = view
             .nodes
@@ -93,33 +104,34 @@ pub fn status(global: &Global, a: &StatusArgs) -> Result<u8, Failure> {
             })
             .collect();
         let held = quorum.map_or_else(|| "null".to_string(), |t| json_string(&prefix(&t)));
-        println!(
-            "{{\"resource\":{},\"nodes\":[{}],\"quorum\":{},\"held_by_quorum\":{held}}}",
+        text.push_str(&format!(
+            "{{\"resource\":{},\"nodes\":[{}],\"quorum\":{},\"held_by_quorum\":{held}}}\n",
             json_string(&a.resource),
             nodes.join(","),
             view.quorum
-        );
+        ));
     } else {
         for n in &view.nodes {
             let ttl = n
                 .ttl
                 .map_or_else(|| "-".to_string(), |d| format!("{}ms", d.as_millis()));
-            println!("{}  {}  ttl {ttl}", n.addr, holder(&n.holder));
+            text.push_str(&format!("{}  {}  ttl {ttl}\n", n.addr, holder(&n.holder)));
         }
-        match quorum {
-            Some(t) => println!(
-                "held by a quorum ({} of {}): {}",
+        text.push_str(&match quorum {
+            Some(t) => format!(
+                "held by a quorum ({} of {}): {}\n",
                 view.quorum,
                 view.nodes.len(),
                 prefix(&t)
             ),
-            None => println!(
-                "not held by a quorum ({} of {})",
+            None => format!(
+                "not held by a quorum ({} of {})\n",
                 view.quorum,
                 view.nodes.len()
             ),
-        }
+        });
     }
+    out::print(&text, "the status")?;
     Ok(0)
 }
 

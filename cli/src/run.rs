@@ -39,6 +39,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 
 use crate::args::{describe, names, Global, RunArgs};
 use crate::exit::{self, Failure};
+use crate::out::errln;
 
 /// Runs `redlock run`; returns the exit code.
 pub fn run(global: &Global, a: &RunArgs) -> Result<u8, Failure> {
@@ -58,12 +59,12 @@ pub fn run(global: &Global, a: &RunArgs) -> Result<u8, Failure> {
         let acquired = tokio::select! {
             r = acquire(&redlock, &resources, global.ttl, a.wait) => r,
             sig = signals.recv() => {
-                eprintln!("redlock: signal {sig} while acquiring {}; giving up", describe(&a.resources));
                 // Dropping the acquisition queued a release of whatever it had taken; the
                 // driver writes in order, so once one more round on the same nodes has been
                 // answered, that release has gone out too.
                 let nobody = Lock::from_token(&a.resources[0], Token::generate());
                 let _ = redlock.unlock(&nobody).await;
+                errln!("redlock: signal {sig} while acquiring {}; giving up", describe(&a.resources));
                 return Ok(128 + sig as u8);
             }
         };
@@ -161,26 +162,27 @@ async fn supervise(guard: LockGuard, signals: &mut Signals, a: &RunArgs) -> Resu
             _ = exits.recv() => {}
             _ = sleep(REAP_POLL) => {}
             loss = guard.lost(), if !lost => {
-                lost = true;
-                eprintln!(
-                    "redlock: lock {} lost ({loss}); sending signal {} to {program:?}",
-                    describe(&a.resources), a.loss_signal
-                );
+                // The command first: nothing that can fail or wait comes before the signal.
                 signal_descendants(pid, status.is_none(), a.loss_signal);
                 kill_at = Some(kill_deadline(&guard, a.kill_after));
+                lost = true;
+                errln!(
+                    "redlock: lock {} lost ({loss}); sent signal {} to {program:?}",
+                    describe(&a.resources), a.loss_signal
+                );
             }
             sig = signals.recv() => signal_descendants(pid, status.is_none(), sig),
             _ = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                signal_descendants(pid, status.is_none(), libc::SIGKILL);
+                kill_at = Instant::now().checked_add(KILL_REPEAT);
                 if !killing {
-                    eprintln!(
+                    killing = true;
+                    errln!(
                         "redlock: {program:?} still running after the loss signal; killing it \
                          (--kill-after {:?}, bounded by the lock's validity)",
                         a.kill_after
                     );
-                    killing = true;
                 }
-                signal_descendants(pid, status.is_none(), libc::SIGKILL);
-                kill_at = Instant::now().checked_add(KILL_REPEAT);
             }
         }
     }
@@ -192,7 +194,7 @@ async fn supervise(guard: LockGuard, signals: &mut Signals, a: &RunArgs) -> Resu
     }
     if let Err(e) = guard.release().await {
         // The command has finished its work under the lock; the lock runs out by itself.
-        eprintln!(
+        errln!(
             "redlock: warning: release of {} failed ({e}); it expires with its ttl",
             describe(&a.resources)
         );

@@ -1230,3 +1230,74 @@ fn loss_and_signals_reach_descendants_outside_the_group() {
     assert!(!alive(helper));
     assert_eq!(holders(&c, &key), 0);
 }
+
+/// With its stderr on a broken pipe, `run` still stops the command on loss and exits 76: the
+/// command is signalled before anything is printed, and no failed write panics (issue 22.3:
+/// the loss message panicked on EPIPE, exit 101, and the command's processes ran on after
+/// another client took the lock). With `--trace` too, whose events go to the same stderr.
+#[test]
+fn a_lost_lock_stops_the_command_even_with_stderr_broken() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    for trace in [false, true] {
+        let key = resource("cli-lost-epipe");
+        let scratch = Scratch::new(&format!("lost-epipe-{trace}"));
+        let pidfile = scratch.file("bg.pid");
+        let setup = format!(
+            "exec >/dev/null 2>&1; sleep 30 & echo $! > '{}';",
+            pidfile.display()
+        );
+        let mut cmd = redlock(&nodes);
+        if trace && cfg!(feature = "trace") {
+            cmd.arg("--trace");
+        }
+        cmd.args([
+            "--ttl",
+            "1s",
+            "run",
+            "--resource",
+            &key,
+            "--kill-after",
+            "200ms",
+        ])
+        .args(shell_until(&scratch, &setup, ""));
+        let mut child = cmd.spawn().expect("spawn run");
+        // The read end of its stderr is closed: every write there fails with EPIPE.
+        drop(child.stderr.take());
+        wait_for_file(&scratch.file("ready"), "the command to start");
+        let bg = read_pid(&pidfile);
+        for a in &nodes {
+            redis(a, &["SET", &key, "someone-else", "PX", "60000"]);
+        }
+        let o = finish(child, "run losing its lock, stderr broken");
+        let _ = fs::write(scratch.file("go"), b"");
+        assert_eq!(code(&o), 76, "trace {trace}: the loss code, not a panic");
+        assert!(
+            !alive(bg),
+            "trace {trace}: the command's background child {bg} outlived the lost lock"
+        );
+    }
+}
+
+/// `lock` with its stdout on a broken pipe cannot hand out the token: it fails in one line
+/// (exit 71) and releases the lock rather than leave it to its ttl, and nothing panics
+/// (before: exit 101, the lock held and its token lost). `status` fails the same way.
+#[test]
+fn lock_and_status_with_stdout_broken_fail_in_one_line() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-lock-epipe");
+    for args in [&["lock"][..], &["status"]] {
+        let mut cmd = redlock(&nodes);
+        cmd.args(args).args(["--resource", &key]);
+        let mut child = cmd.spawn().expect("spawn");
+        drop(child.stdout.take());
+        let o = finish(child, "stdout broken");
+        assert_fails(&o, 71, "stdout");
+    }
+    assert_eq!(
+        holders(&c, &key),
+        0,
+        "the lock whose token was lost is released"
+    );
+}
