@@ -135,8 +135,9 @@ pub enum Command {
     /// Take a lock and print its token and validity; it lives until its ttl runs out or
     /// `redlock unlock` releases it.
     Lock(LockArgs),
-    /// Show who holds a resource on each node (a token's first 8 characters), the key's
-    /// remaining ttl there, and whether a quorum holds it. Changes nothing.
+    /// Show who holds a resource on each node (a token's first 8 characters, or why the node
+    /// did not answer), the key's remaining ttl there, and whether a quorum holds it: held,
+    /// not held, or unknown when too few nodes answered to tell (exit 69). Changes nothing.
     Status(StatusArgs),
     /// Release a lock taken by `redlock lock`, given its token.
     Unlock(UnlockArgs),

@@ -505,6 +505,7 @@ fn status_shows_the_holder_on_each_node() {
         json.contains(&format!("\"held_by_quorum\":\"{shown}\"")),
         "{json}"
     );
+    assert!(json.contains("\"state\":\"held\""), "{json}");
     assert_eq!(json.matches("\"ttl_ms\":").count(), 3, "{json}");
     assert!(
         !json.contains(&token),
@@ -1300,4 +1301,80 @@ fn lock_and_status_with_stdout_broken_fail_in_one_line() {
         0,
         "the lock whose token was lost is released"
     );
+}
+
+/// Addresses where nothing listens: ports that were just free.
+fn dead_ports(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// `status` tells "not held" from "unknown": when too few nodes answered to rule out a holder,
+/// it says so, shows each node's error and exits 69 (issue 23.5: with every node refusing it
+/// exited 0 saying "not held by a quorum", JSON `held_by_quorum: null`).
+#[test]
+fn status_says_unknown_when_too_few_nodes_answer() {
+    let c = cluster(3);
+    let key = resource("cli-status-unknown");
+    let status = |nodes: &[String], json: bool| {
+        let mut cmd = redlock(nodes);
+        cmd.args(["status", "--resource", &key]);
+        if json {
+            cmd.arg("--json");
+        }
+        output(cmd, "status")
+    };
+
+    // No node answers.
+    let dead = dead_ports(3);
+    let o = status(&dead, false);
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("unknown"), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(!out.contains("not held"), "{out}");
+    assert!(out.contains("unknown: 0 of 3 nodes answered"), "{out}");
+    assert_eq!(out.matches("connection refused").count(), 3, "{out}");
+    let o = status(&dead, true);
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    let json = stdout(&o);
+    assert!(json.contains("\"state\":\"unknown\""), "{json}");
+    assert!(json.contains("\"answered\":0"), "{json}");
+    assert_eq!(
+        json.matches("\"error\":\"i/o error: connection refused\"")
+            .count(),
+        3,
+        "{json}"
+    );
+
+    // Two of three answer, both free: no quorum can hold it, whatever the third holds.
+    let mut two_and_dead = c.addrs()[..2].to_vec();
+    two_and_dead.push(dead_ports(1).remove(0));
+    let o = status(&two_and_dead, false);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("not held by a quorum"),
+        "{}",
+        stdout(&o)
+    );
+    let o = status(&two_and_dead, true);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let json = stdout(&o);
+    assert!(json.contains("\"state\":\"not held\""), "{json}");
+    assert!(json.contains("\"answered\":2"), "{json}");
+    assert_eq!(json.matches("\"error\":null").count(), 2, "{json}");
+
+    // One of the two that answer holds a token: with the silent third, a quorum could.
+    redis(
+        &c.addrs()[0],
+        &["SET", &key, &"a".repeat(40), "PX", "60000"],
+    );
+    let o = status(&two_and_dead, false);
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert!(stdout(&o).contains("unknown"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("not held"), "{}", stdout(&o));
 }
