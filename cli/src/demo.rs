@@ -93,11 +93,18 @@ pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
                 .join(", "),
             c.len() / 2 + 1
         ),
+        // As the client prints them: without their passwords.
         None => say!(
             text,
             "  masters   {} (quorum {})",
-            nodes.join(", "),
-            nodes.len() / 2 + 1
+            clients[0]
+                .config()
+                .nodes()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            clients[0].config().quorum()
         ),
     }
     say!(

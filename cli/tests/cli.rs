@@ -1378,3 +1378,45 @@ fn status_says_unknown_when_too_few_nodes_answer() {
     assert!(stdout(&o).contains("unknown"), "{}", stdout(&o));
     assert!(!stdout(&o).contains("not held"), "{}", stdout(&o));
 }
+
+/// A password holding `?`, `@`, `/` or `#` logs in, and is never printed: not in an address
+/// error (issue 23.6: `redis://app:s3cr?t@host` was shown in clear), not in `demo`'s list of
+/// masters, which showed the addresses as given.
+#[test]
+fn passwords_with_any_character_work_and_are_never_printed() {
+    let password = "S3CR?T@/#x";
+    let c = LocalCluster::start_with(3, &["--requirepass", password]).expect("start");
+    let nodes: Vec<String> = c
+        .addrs()
+        .iter()
+        .map(|a| format!("redis://:{password}@{a}"))
+        .collect();
+    let key = resource("cli-password");
+    let mut cmd = redlock(&nodes);
+    cmd.args([
+        "demo",
+        "--duration",
+        "300ms",
+        "--clients",
+        "2",
+        "--no-faults",
+    ]);
+    let o = output(cmd, "demo on password-protected masters");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("masters"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("S3CR"), "{}", stdout(&o));
+    let mut cmd = redlock(&nodes);
+    cmd.args(["status", "--resource", &key]);
+    let o = output(cmd, "status on password-protected masters");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for bad in [
+        format!("redis://app:{password}@127.0.0.1:0"),
+        format!("unix://app:{password}@/tmp/x.sock?color=red"),
+    ] {
+        let mut cmd = redlock(&[bad]);
+        cmd.args(["lock", "--resource", &key]);
+        let o = output(cmd, "bad address");
+        assert_fails(&o, 2, "invalid node address");
+        assert!(!stderr(&o).contains("S3CR"), "{}", stderr(&o));
+    }
+}
