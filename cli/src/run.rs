@@ -89,11 +89,15 @@ async fn acquire(
     wait: Option<Duration>,
 ) -> Result<LockGuard, Error> {
     let policy = KeepAlive::default().unlimited();
-    let Some(wait) = wait else {
-        return redlock.lock_many_guarded_with(resources, ttl, policy).await;
-    };
-    let lock = redlock.lock_many_within(resources, ttl, wait).await?;
-    Ok(redlock.keep_alive(lock, policy))
+    // Both refuse, before acquiring anything, a ttl too short to be kept alive.
+    match wait {
+        None => redlock.lock_many_guarded_with(resources, ttl, policy).await,
+        Some(wait) => {
+            redlock
+                .lock_many_guarded_within(resources, ttl, wait, policy)
+                .await
+        }
+    }
 }
 
 /// How often exited children are looked for besides on SIGCHLD: a backstop only (every exit

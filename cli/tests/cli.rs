@@ -1420,3 +1420,26 @@ fn passwords_with_any_character_work_and_are_never_printed() {
         assert!(!stderr(&o).contains("S3CR"), "{}", stderr(&o));
     }
 }
+
+/// `run --wait` refuses the ttls `run` refuses: one too short to be kept alive (issue 23.7:
+/// `run --ttl 20ms` exited 2, but `run --wait 1s --ttl 20ms` ran its command while sending
+/// thousands of extensions a second).
+#[test]
+fn run_wait_refuses_the_ttls_run_refuses() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-wait-ttl");
+    let scratch = Scratch::new("wait-ttl");
+    let ran = scratch.file("ran");
+    for wait in [&[][..], &["--wait", "1s"]] {
+        let mut cmd = redlock(&nodes);
+        cmd.args(["--ttl", "20ms", "run", "--resource", &key])
+            .args(wait)
+            .args(["--", "touch"])
+            .arg(&ran);
+        let o = output(cmd, "run with a ttl too short to keep");
+        assert_fails(&o, 2, "ttl");
+        assert!(!ran.exists(), "{wait:?}: the command ran");
+        assert_eq!(holders(&c, &key), 0, "{wait:?}: nothing was locked");
+    }
+}
