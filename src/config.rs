@@ -655,7 +655,8 @@ impl<C> Builder<C> {
     }
 
     /// How many rounds `lock` tries, and the upper bound of the random delay between them
-    /// (drawn uniformly from [delay/2, delay]).
+    /// (drawn uniformly from [delay/2, delay]): at most [`MAX_OPTION_DURATION`], and zero for
+    /// rounds back to back.
     pub fn retry(mut self, tries: u32, delay: Duration) -> Self {
         self.opts.tries = tries;
         self.opts.retry_delay = delay;

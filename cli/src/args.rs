@@ -26,16 +26,17 @@ pub struct Global {
     #[arg(long, env = "REDLOCK_NODES", value_delimiter = ',', global = true)]
     pub nodes: Vec<String>,
     /// How long a lock lives on the nodes unless extended (`10s`, `250ms`, `1m`).
-    #[arg(long, default_value = "10s", value_parser = duration, global = true)]
+    #[arg(long, default_value = "10s", value_parser = positive_duration, global = true)]
     pub ttl: Duration,
-    /// How long each node has to answer one command.
-    #[arg(long, default_value = "50ms", value_parser = duration, global = true)]
+    /// How long each node has to answer one command: above zero, at most 24h.
+    #[arg(long, default_value = "50ms", value_parser = positive_duration, global = true)]
     pub node_timeout: Duration,
     /// How many more rounds an acquisition tries after the first.
     #[arg(long, default_value_t = 2, global = true)]
     pub retries: u32,
-    /// The upper bound of the random delay between rounds (drawn from [delay/2, delay]).
-    #[arg(long, default_value = "200ms", value_parser = duration, global = true)]
+    /// The upper bound of the random delay between rounds (drawn from [delay/2, delay]): above
+    /// zero, at most 24h.
+    #[arg(long, default_value = "200ms", value_parser = positive_duration, global = true)]
     pub retry_delay: Duration,
     /// Fenced locks: each lock gets a fencing token, a number greater than every earlier
     /// holder's (printed by `lock`, given to `run`'s command as REDLOCK_FENCING_TOKEN). Every
@@ -249,7 +250,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub clients: usize,
     /// How long to measure.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = positive_duration)]
     pub duration: Duration,
     /// How long to run before measuring (connections, caches).
     #[arg(long, default_value = "1s", value_parser = duration)]
@@ -278,7 +279,7 @@ pub struct BenchArgs {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// How long the workload runs.
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    #[arg(long, default_value = "5s", value_parser = positive_duration)]
     pub duration: Duration,
     /// Clients contending for the one resource, each with its own connections.
     #[arg(long, default_value_t = 8)]
@@ -303,6 +304,17 @@ pub fn duration(s: &str) -> Result<Duration, String> {
         return Err(format!(
             "{s} is longer than the 10 years any duration may be"
         ));
+    }
+    Ok(d)
+}
+
+/// A [`duration`] above zero: for the ttl, the node timeout and the retry delay (whose range
+/// is (0, 24 h], checked by the library past ten years' bound here), and the lengths of a
+/// `bench` or `demo` run.
+pub fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{} must be longer than 0", s.trim()));
     }
     Ok(d)
 }
@@ -461,6 +473,11 @@ mod tests {
         assert!(duration("500000000000y").is_err());
         assert!(duration("11y").is_err());
         assert!(duration("3650days").is_ok());
+        assert_eq!(duration("0s"), Ok(Duration::ZERO));
+        for zero in ["0s", "0ms", "0.0s", "0ns"] {
+            assert!(positive_duration(zero).is_err(), "{zero}");
+        }
+        assert_eq!(positive_duration("1ns"), Ok(Duration::from_nanos(1)));
     }
 
     #[test]

@@ -1443,3 +1443,29 @@ fn run_wait_refuses_the_ttls_run_refuses() {
         assert_eq!(holders(&c, &key), 0, "{wait:?}: nothing was locked");
     }
 }
+
+/// Durations documented as positive refuse zero with a usage error (issue 23.8:
+/// `--retry-delay 0s` was accepted though the range is (0, 24 h]; a zero bench duration
+/// printed `NaN` pairs per second into its JSON).
+#[test]
+fn zero_durations_are_bad_arguments() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    for args in [
+        &["--retry-delay", "0s", "lock", "--resource", "x"][..],
+        &["--node-timeout", "0ms", "lock", "--resource", "x"],
+        &["--ttl", "0s", "lock", "--resource", "x"],
+        &["bench", "--json", "--duration", "0s", "--warmup", "0s"],
+        &["demo", "--duration", "0s"],
+    ] {
+        // Without the test-friendly options of `redlock()`, which set --retry-delay.
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlock"));
+        cmd.env("REDLOCK_NODES", nodes.join(","))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        assert_fails(&output(cmd, &format!("{args:?}")), 2, "0");
+    }
+    assert_eq!(holders(&c, "x"), 0, "nothing was locked");
+}
