@@ -9,6 +9,10 @@ use testkit::local::{redis_server_path, LocalCluster};
 
 use crate::exit::{self, Failure};
 
+/// The variable `--nodes` is read from. Its addresses may hold passwords: `run` keeps it from
+/// its command.
+pub const NODES_ENV: &str = "REDLOCK_NODES";
+
 /// A distributed lock over N independent Redis masters (Redlock).
 #[derive(Debug, Parser)]
 #[command(name = "redlock", version, after_help = exit::TABLE)]
@@ -23,7 +27,14 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct Global {
     /// The masters: comma-separated `host:port` or `redis://[:password@]host:port[/db]`.
-    #[arg(long, env = "REDLOCK_NODES", value_delimiter = ',', global = true)]
+    // `--help` shows the variable's name, never its value: it may hold passwords.
+    #[arg(
+        long,
+        env = NODES_ENV,
+        hide_env_values = true,
+        value_delimiter = ',',
+        global = true
+    )]
     pub nodes: Vec<String>,
     /// How long a lock lives on the nodes unless extended (`10s`, `250ms`, `1m`).
     #[arg(long, default_value = "10s", value_parser = positive_duration, global = true)]
@@ -129,8 +140,8 @@ pub enum Command {
     /// processes CMD started do not, and once the ttl runs out they run without the lock; a
     /// redlock stopped with SIGSTOP cannot keep the lock alive. CMD sees REDLOCK_RESOURCE (the first --resource),
     /// REDLOCK_RESOURCES (all of them, one per line), REDLOCK_TOKEN and, with --fencing,
-    /// REDLOCK_FENCING_TOKEN in its environment. Several --resource lock them all, as one
-    /// lock. CMD runs in a process group of its own; as it is not in the terminal's foreground
+    /// REDLOCK_FENCING_TOKEN in its environment, and not REDLOCK_NODES, whose addresses may
+    /// hold passwords. Several --resource lock them all, as one lock. CMD runs in a process group of its own; as it is not in the terminal's foreground
     /// group, a CMD that reads the terminal is stopped (SIGTTIN): give it input another way.
     Run(RunArgs),
     /// Take a lock and print its token and validity; it lives until its ttl runs out or

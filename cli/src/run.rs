@@ -37,7 +37,7 @@ use redlock_mux::{loss_margin, AsyncRedlock, Error, KeepAlive, Lock, LockGuard, 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::{sleep, sleep_until, Instant};
 
-use crate::args::{describe, names, Global, RunArgs};
+use crate::args::{describe, names, Global, RunArgs, NODES_ENV};
 use crate::exit::{self, Failure};
 use crate::out::errln;
 
@@ -130,6 +130,10 @@ async fn supervise(guard: LockGuard, signals: &mut Signals, a: &RunArgs) -> Resu
             lock.resources().collect::<Vec<_>>().join("\n"),
         )
         .env("REDLOCK_TOKEN", lock.token().as_str())
+        // The nodes' addresses may hold passwords: they are redlock's, not the command's. No
+        // other variable redlock reads carries a secret (the TLS options name files, and are
+        // taken from the command line only).
+        .env_remove(NODES_ENV)
         // Its own process group, out of the terminal's foreground: a Ctrl-C reaches redlock,
         // which passes it on.
         .process_group(0);

@@ -1469,3 +1469,39 @@ fn zero_durations_are_bad_arguments() {
     }
     assert_eq!(holders(&c, "x"), 0, "nothing was locked");
 }
+
+/// The command's environment carries no node credentials: REDLOCK_NODES, which may hold
+/// passwords, is not passed on, while the lock's own variables are (issue 23.9: with
+/// passwords in REDLOCK_NODES, as the README suggests, the command saw them).
+#[test]
+fn run_does_not_hand_node_passwords_to_the_command() {
+    let password = "S3CRET-pw";
+    let c = LocalCluster::start_with(3, &["--requirepass", password]).expect("start");
+    let nodes: Vec<String> = c
+        .addrs()
+        .iter()
+        .map(|a| format!("redis://default:{password}@{a}"))
+        .collect();
+    let key = resource("cli-env");
+    let mut cmd = redlock(&nodes);
+    cmd.args(["run", "--resource", &key, "--", "env"]);
+    let o = output(cmd, "run env");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let env = stdout(&o);
+    assert!(
+        !env.contains("S3CRET"),
+        "a password in the command's environment:\n{env}"
+    );
+    assert!(!env.contains("REDLOCK_NODES="), "{env}");
+    assert!(env.contains("REDLOCK_TOKEN="), "{env}");
+    assert!(env.contains(&format!("REDLOCK_RESOURCE={key}")), "{env}");
+    // Nor does `--help` show the variable's value.
+    for args in [&["--help"][..], &["run", "--help"]] {
+        let mut cmd = redlock(&nodes);
+        cmd.args(args);
+        let o = output(cmd, "help");
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert!(stdout(&o).contains("REDLOCK_NODES"), "{}", stdout(&o));
+        assert!(!stdout(&o).contains("S3CRET"), "{}", stdout(&o));
+    }
+}
