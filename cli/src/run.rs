@@ -19,8 +19,8 @@
 //! not signal (a setuid program, unless we run as root) is waited for, but runs on after a
 //! loss.
 
-// Process groups, signals and PR_SET_PDEATHSIG are only reachable through libc: each block
-// below states why it is sound.
+// Process groups, signals, waitpid, pidfds and the prctls are only reachable through libc:
+// each block below states why it is sound.
 #![allow(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
