@@ -60,9 +60,13 @@ pub enum Endpoint {
 /// One master: where it listens and how to log in.
 ///
 /// Parsed from `redis://[user[:password]@]host[:port][/db]` or plain `host[:port]`; IPv6 hosts
-/// go in brackets (`[::1]:7000`). User and password may be percent-encoded. A Unix domain
-/// socket is `unix:///path/to/redis.sock` (or `redis+unix:///path`), with the database, user and
-/// password as query parameters: `unix:///run/redis.sock?db=2&user=app&password=secret`.
+/// go in brackets (`[::1]:7000`). User and password may be percent-encoded, and need not be:
+/// the userinfo ends at the last `@`, so a password may hold `@`, `/`, `?`, `#` or `:`. A Unix
+/// domain socket is `unix:///path/to/redis.sock` (or `redis+unix:///path`), with the database,
+/// user and password as query parameters, `unix:///run/redis.sock?db=2&user=app&password=pw`,
+/// or the login before the path, `unix://app:pw@/run/redis.sock`, where the userinfo ends at
+/// the last `@/` (so a `@/` in the path or query must then be written `%40/`). Neither
+/// `Display` nor `Debug` nor an error shows the password.
 #[derive(Clone, PartialEq, Eq)]
 pub struct NodeAddr {
     /// The host as written (name or IP literal, without brackets); for a Unix socket, its path.
@@ -131,32 +135,19 @@ impl NodeAddr {
             reason,
         };
         let input = input.trim();
-        if let Some(r) = input
-            .strip_prefix("unix://")
-            .or_else(|| input.strip_prefix("redis+unix://"))
-        {
-            return NodeAddr::parse_unix(input, r);
-        }
-        let mut tls = false;
-        let rest = if let Some(r) = input.strip_prefix("redis://") {
-            r
-        } else if let Some(r) = input.strip_prefix("rediss://") {
-            if !cfg!(feature = "tls") {
-                return Err(bad("rediss:// needs the crate's `tls` feature"));
+        let parts = Parts::of(input);
+        let tls = match parts.scheme {
+            "unix://" | "redis+unix://" => return NodeAddr::parse_unix(input, &parts),
+            "" | "redis://" => false,
+            "rediss://" if cfg!(feature = "tls") => true,
+            "rediss://" => return Err(bad("rediss:// needs the crate's `tls` feature")),
+            _ => {
+                return Err(bad(
+                    "only redis://, rediss://, unix:// and redis+unix:// URLs are supported",
+                ))
             }
-            tls = true;
-            r
-        } else if input.contains("://") {
-            return Err(bad(
-                "only redis://, rediss://, unix:// and redis+unix:// URLs are supported",
-            ));
-        } else {
-            input
         };
-        let (userinfo, hostpart) = match rest.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, rest),
-        };
+        let (userinfo, hostpart) = (parts.userinfo, parts.rest);
         let (hostport, db) = match hostpart.split_once('/') {
             Some((hp, "")) => (hp, 0),
             Some((hp, db)) => (
@@ -237,16 +228,13 @@ impl NodeAddr {
         })
     }
 
-    /// `unix://[user[:password]@]/path?db=N&user=U&password=P`, `rest` after the scheme.
-    fn parse_unix(input: &str, rest: &str) -> Result<NodeAddr, ConfigError> {
+    /// `unix://[user[:password]@]/path?db=N&user=U&password=P`, cut into `parts`.
+    fn parse_unix(input: &str, parts: &Parts<'_>) -> Result<NodeAddr, ConfigError> {
         let bad = |reason| ConfigError::InvalidAddress {
             addr: redact(input),
             reason,
         };
-        let (userinfo, rest) = match rest.split_once('@') {
-            Some((u, r)) if !u.contains('/') => (Some(u), r),
-            _ => (None, rest),
-        };
+        let (userinfo, rest) = (parts.userinfo, parts.rest);
         let (path, query) = match rest.split_once('?') {
             Some((p, q)) => (p, Some(q)),
             None => (rest, None),
@@ -301,39 +289,86 @@ impl NodeAddr {
     }
 }
 
-/// The address with its password blanked (the user, if any, kept), for error messages and
-/// `Debug`: `redis://app:***@host:port`.
-pub(crate) fn redact(input: &str) -> String {
-    let start = input.find("://").map_or(0, |s| s + 3);
-    let (input, query) = match input.split_once('?') {
-        Some((i, q)) => (i, Some(q)),
-        None => (input, None),
-    };
-    let mut out = match input.rfind('@') {
-        Some(at) if at >= start => {
-            let userinfo = &input[start..at];
-            let user = match userinfo.split_once(':') {
-                Some((user, _)) => format!("{user}:"),
-                // `redis://secret@host`: a lone word before the `@` is the password.
-                None => String::new(),
-            };
-            format!("{}{user}***{}", &input[..start], &input[at..])
+/// An address cut where [`NodeAddr::parse`] cuts it: the scheme with its `://` (empty when
+/// there is none), the userinfo (`user:password`, or a password alone) and what follows the
+/// `@` that ends it. [`redact`] cuts in the same place, so that whatever the parser takes for
+/// a password is what redaction blanks, whatever characters it holds.
+struct Parts<'a> {
+    scheme: &'a str,
+    userinfo: Option<&'a str>,
+    rest: &'a str,
+}
+
+impl<'a> Parts<'a> {
+    fn of(input: &'a str) -> Parts<'a> {
+        // A scheme is a letter, then letters, digits, `+`, `-` or `.` (RFC 3986); a `://`
+        // after anything else is part of a password in a plain `user:password@host:port`.
+        let is_scheme = |s: &str| {
+            let mut c = s.chars();
+            c.next().is_some_and(|f| f.is_ascii_alphabetic())
+                && c.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        };
+        let (scheme, after) = match input.find("://") {
+            Some(i) if is_scheme(&input[..i]) => input.split_at(i + 3),
+            _ => ("", input),
+        };
+        let at = if matches!(scheme, "unix://" | "redis+unix://") {
+            // The path is absolute: right after the scheme when there is no userinfo, else
+            // after the last `@/` (the last `@` when there is none, and the path is refused).
+            // A `@` followed by `/` in the path or the query must then be written `%40`.
+            if after.starts_with('/') {
+                None
+            } else {
+                after.rfind("@/").or_else(|| after.rfind('@'))
+            }
+        } else {
+            // Host, port and database hold no `@`: the last one ends the userinfo, and the
+            // password may hold any character, `@`, `/`, `?` and `#` included.
+            after.rfind('@')
+        };
+        match at {
+            Some(at) => Parts {
+                scheme,
+                userinfo: Some(&after[..at]),
+                rest: &after[at + 1..],
+            },
+            None => Parts {
+                scheme,
+                userinfo: None,
+                rest: after,
+            },
         }
-        _ => input.to_string(),
-    };
-    if let Some(q) = query {
-        // `unix:///path?password=secret`: the password's value blanked.
-        let q: Vec<String> = q
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some(("password" | "pass", _)) => {
-                    format!("{}=***", pair.split('=').next().unwrap_or_default())
-                }
-                _ => pair.to_string(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&q.join("&"));
+    }
+}
+
+/// The address with its password blanked (the user, if any, kept), for error messages and
+/// `Debug`: `redis://app:***@host:port`, `unix:///path?password=***`.
+pub(crate) fn redact(input: &str) -> String {
+    let parts = Parts::of(input.trim());
+    let mut out = parts.scheme.to_string();
+    if let Some(userinfo) = parts.userinfo {
+        // `redis://secret@host`: a lone word before the `@` is the password.
+        if let Some((user, _)) = userinfo.split_once(':') {
+            out.push_str(user);
+            out.push(':');
+        }
+        out.push_str("***@");
+    }
+    match parts.rest.split_once('?') {
+        Some((before, query)) => {
+            // `unix:///path?password=secret`: the password's value blanked.
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key @ ("password" | "pass"), _)) => format!("{key}=***"),
+                    _ => pair.to_string(),
+                })
+                .collect();
+            out.push_str(before);
+            out.push('?');
+            out.push_str(&query.join("&"));
+        }
+        None => out.push_str(parts.rest),
     }
     out
 }
@@ -635,7 +670,8 @@ impl<C> Builder<C> {
     }
 
     /// How many rounds `lock` tries, and the upper bound of the random delay between them
-    /// (drawn uniformly from [delay/2, delay]).
+    /// (drawn uniformly from [delay/2, delay]): at most [`MAX_OPTION_DURATION`], and zero for
+    /// rounds back to back.
     pub fn retry(mut self, tries: u32, delay: Duration) -> Self {
         self.opts.tries = tries;
         self.opts.retry_delay = delay;
@@ -988,6 +1024,90 @@ mod tests {
                 crate::core::rules::validity(min - ms(1), Duration::ZERO, f).is_none(),
                 "{f}"
             );
+        }
+    }
+
+    /// Every character a password may hold is blanked, in errors and in `Debug`: `?`, `#`,
+    /// `@`, `/`, `:`, `://` and percent-encodings, in the userinfo of TCP and Unix socket
+    /// addresses (issue 23.6: `redis://app:s3cr?t@host` was printed in clear, the `?` taken
+    /// for the start of a query). Parsing cuts where redaction does: the password parsed is
+    /// the one written.
+    #[test]
+    fn passwords_with_any_character_are_parsed_whole_and_never_printed() {
+        let secrets = [
+            ("S3CR?T", "S3CR?T"),
+            ("S3CR#T", "S3CR#T"),
+            ("S3CR@T", "S3CR@T"),
+            ("S3CR/T", "S3CR/T"),
+            ("S3CR@/T", "S3CR@/T"),
+            ("S3CR://T", "S3CR://T"),
+            ("S3CR?T@X#Y/Z", "S3CR?T@X#Y/Z"),
+            ("S3CR%3FT%40%2F%23", "S3CR?T@/#"),
+            ("S3CR:T", "S3CR:T"),
+        ];
+        for (written, password) in secrets {
+            let cases = [
+                (
+                    format!("redis://app:{written}@127.0.0.1:1/2"),
+                    Some("app"),
+                    "redis://app:***@127.0.0.1:1/2",
+                ),
+                (
+                    format!("redis://:{written}@127.0.0.1:1"),
+                    None,
+                    "redis://:***@127.0.0.1:1",
+                ),
+                (
+                    format!("app:{written}@127.0.0.1:1"),
+                    Some("app"),
+                    "app:***@127.0.0.1:1",
+                ),
+                (
+                    format!("unix://app:{written}@/tmp/r.sock?db=2"),
+                    Some("app"),
+                    "unix://app:***@/tmp/r.sock?db=2",
+                ),
+                (
+                    format!("redis+unix://:{written}@/tmp/r.sock"),
+                    None,
+                    "redis+unix://:***@/tmp/r.sock",
+                ),
+            ];
+            for (input, user, redacted) in cases {
+                let a = NodeAddr::parse(&input).unwrap_or_else(|e| panic!("{input}: {e}"));
+                assert_eq!(a.password.as_deref(), Some(password), "{input}");
+                assert_eq!(a.user.as_deref(), user, "{input}");
+                assert!(!a.to_string().contains("S3CR"), "{input}: {a}");
+                assert!(!format!("{a:?}").contains("S3CR"), "{input}: {a:?}");
+                assert_eq!(redact(&input), redacted, "{input}");
+                let d = format!("{:?}", builder().nodes([input.as_str()]));
+                assert!(!d.contains("S3CR"), "{input}: {d}");
+                // The same address made invalid after the password: the error blanks it.
+                let bad = if input.contains("unix") {
+                    input.replace("/tmp/r.sock", "/tmp/r.sock?color=red")
+                } else {
+                    input.replace("127.0.0.1:1", "127.0.0.1:0")
+                };
+                let e = NodeAddr::parse(&bad).expect_err(&bad).to_string();
+                assert!(!e.contains("S3CR"), "{bad}: {e}");
+                assert!(e.contains("***"), "{bad}: {e}");
+            }
+            // A password alone, without a user, and in a Unix socket's query.
+            if !written.contains(':') {
+                let lone = format!("redis://{written}@127.0.0.1:1");
+                assert_eq!(redact(&lone), "redis://***@127.0.0.1:1");
+                let a = NodeAddr::parse(&lone).unwrap();
+                assert_eq!((a.user, a.password.as_deref()), (None, Some(password)));
+            }
+            let query = format!("unix:///tmp/r.sock?password={written}&db=1");
+            {
+                assert_eq!(
+                    NodeAddr::parse(&query).unwrap().password.as_deref(),
+                    Some(password),
+                    "{query}"
+                );
+            }
+            assert!(!redact(&query).contains("S3CR"), "{query}");
         }
     }
 

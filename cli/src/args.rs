@@ -9,6 +9,10 @@ use testkit::local::{redis_server_path, LocalCluster};
 
 use crate::exit::{self, Failure};
 
+/// The variable `--nodes` is read from. Its addresses may hold passwords: `run` keeps it from
+/// its command.
+pub const NODES_ENV: &str = "REDLOCK_NODES";
+
 /// A distributed lock over N independent Redis masters (Redlock).
 #[derive(Debug, Parser)]
 #[command(name = "redlock", version, after_help = exit::TABLE)]
@@ -23,19 +27,27 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct Global {
     /// The masters: comma-separated `host:port` or `redis://[:password@]host:port[/db]`.
-    #[arg(long, env = "REDLOCK_NODES", value_delimiter = ',', global = true)]
+    // `--help` shows the variable's name, never its value: it may hold passwords.
+    #[arg(
+        long,
+        env = NODES_ENV,
+        hide_env_values = true,
+        value_delimiter = ',',
+        global = true
+    )]
     pub nodes: Vec<String>,
     /// How long a lock lives on the nodes unless extended (`10s`, `250ms`, `1m`).
-    #[arg(long, default_value = "10s", value_parser = duration, global = true)]
+    #[arg(long, default_value = "10s", value_parser = positive_duration, global = true)]
     pub ttl: Duration,
-    /// How long each node has to answer one command.
-    #[arg(long, default_value = "50ms", value_parser = duration, global = true)]
+    /// How long each node has to answer one command: above zero, at most 24h.
+    #[arg(long, default_value = "50ms", value_parser = positive_duration, global = true)]
     pub node_timeout: Duration,
     /// How many more rounds an acquisition tries after the first.
     #[arg(long, default_value_t = 2, global = true)]
     pub retries: u32,
-    /// The upper bound of the random delay between rounds (drawn from [delay/2, delay]).
-    #[arg(long, default_value = "200ms", value_parser = duration, global = true)]
+    /// The upper bound of the random delay between rounds (drawn from [delay/2, delay]): above
+    /// zero, at most 24h.
+    #[arg(long, default_value = "200ms", value_parser = positive_duration, global = true)]
     pub retry_delay: Duration,
     /// Fenced locks: each lock gets a fencing token, a number greater than every earlier
     /// holder's (printed by `lock`, given to `run`'s command as REDLOCK_FENCING_TOKEN). Every
@@ -114,24 +126,30 @@ pub enum Command {
     /// Run a command while holding a lock: a distributed flock(1).
     ///
     /// Acquires the lock, runs CMD while keeping the lock alive (with no limit on how long),
-    /// releases it once CMD and every process CMD left in its process group have exited, and
-    /// exits with CMD's status. CMD is not run if the lock cannot be had (exit 75). CMD runs in
-    /// a process group of its own; if the lock is lost, the group is sent --loss-signal and,
-    /// after --kill-after but never later than the lock's validity, SIGKILL, and redlock exits
-    /// 76. Every catchable terminating signal sent to redlock (INT, TERM, HUP, QUIT, USR1, ...)
-    /// is forwarded to the group. If redlock is killed with SIGKILL, CMD gets SIGKILL too;
-    /// processes CMD started do not, and once the ttl runs out they run without the lock. A
-    /// redlock stopped with SIGSTOP cannot keep the lock alive. CMD sees REDLOCK_RESOURCE (the
-    /// first --resource), REDLOCK_RESOURCES (all of them, one per line), REDLOCK_TOKEN and,
-    /// with --fencing, REDLOCK_FENCING_TOKEN in its environment. Several --resource lock them
-    /// all, as one lock. As CMD is not in the terminal's foreground group, a
-    /// CMD that reads the terminal is stopped (SIGTTIN): give it input another way.
+    /// releases it once CMD and every process descended from it have exited, and exits with
+    /// CMD's status. CMD is not run if the lock cannot be had (exit 75). redlock is a
+    /// subreaper: what CMD starts stays in its care even in another process group or session
+    /// (setsid, daemonising tools) and after CMD exits, and the lock is held until the last of
+    /// them exits. If the lock is lost, every descendant is sent --loss-signal and, after
+    /// --kill-after but never later than the lock's validity, SIGKILL, and redlock exits 76.
+    /// Every catchable terminating signal sent to redlock (INT, TERM, HUP, QUIT, USR1, ...) is
+    /// passed to every descendant. Not covered: work CMD hands to a process that is not its
+    /// descendant (systemd-run, at, a daemon already running) runs on without the lock; a
+    /// descendant redlock may not signal (setuid, unless redlock is root) is waited for but
+    /// runs on after a loss; if redlock is killed with SIGKILL, CMD gets SIGKILL too, but
+    /// processes CMD started do not, and once the ttl runs out they run without the lock; a
+    /// redlock stopped with SIGSTOP cannot keep the lock alive. CMD sees REDLOCK_RESOURCE (the first --resource),
+    /// REDLOCK_RESOURCES (all of them, one per line), REDLOCK_TOKEN and, with --fencing,
+    /// REDLOCK_FENCING_TOKEN in its environment, and not REDLOCK_NODES, whose addresses may
+    /// hold passwords. Several --resource lock them all, as one lock. CMD runs in a process group of its own; as it is not in the terminal's foreground
+    /// group, a CMD that reads the terminal is stopped (SIGTTIN): give it input another way.
     Run(RunArgs),
     /// Take a lock and print its token and validity; it lives until its ttl runs out or
     /// `redlock unlock` releases it.
     Lock(LockArgs),
-    /// Show who holds a resource on each node (a token's first 8 characters), the key's
-    /// remaining ttl there, and whether a quorum holds it. Changes nothing.
+    /// Show who holds a resource on each node (a token's first 8 characters, or why the node
+    /// did not answer), the key's remaining ttl there, and whether a quorum holds it: held,
+    /// not held, or unknown when too few nodes answered to tell (exit 69). Changes nothing.
     Status(StatusArgs),
     /// Release a lock taken by `redlock lock`, given its token.
     Unlock(UnlockArgs),
@@ -243,7 +261,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub clients: usize,
     /// How long to measure.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = positive_duration)]
     pub duration: Duration,
     /// How long to run before measuring (connections, caches).
     #[arg(long, default_value = "1s", value_parser = duration)]
@@ -272,7 +290,7 @@ pub struct BenchArgs {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// How long the workload runs.
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    #[arg(long, default_value = "5s", value_parser = positive_duration)]
     pub duration: Duration,
     /// Clients contending for the one resource, each with its own connections.
     #[arg(long, default_value_t = 8)]
@@ -297,6 +315,17 @@ pub fn duration(s: &str) -> Result<Duration, String> {
         return Err(format!(
             "{s} is longer than the 10 years any duration may be"
         ));
+    }
+    Ok(d)
+}
+
+/// A [`duration`] above zero: for the ttl, the node timeout and the retry delay (whose range
+/// is (0, 24 h], checked by the library past ten years' bound here), and the lengths of a
+/// `bench` or `demo` run.
+pub fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{} must be longer than 0", s.trim()));
     }
     Ok(d)
 }
@@ -455,6 +484,11 @@ mod tests {
         assert!(duration("500000000000y").is_err());
         assert!(duration("11y").is_err());
         assert!(duration("3650days").is_ok());
+        assert_eq!(duration("0s"), Ok(Duration::ZERO));
+        for zero in ["0s", "0ms", "0.0s", "0ns"] {
+            assert!(positive_duration(zero).is_err(), "{zero}");
+        }
+        assert_eq!(positive_duration("1ns"), Ok(Duration::from_nanos(1)));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use redlock_mux::{Error, Lock, Redlock, Token};
 use crate::args::{nodes_or_local, BenchArgs, Client, Global, Resources};
 use crate::exit::{self, Failure};
 use crate::lockcmd::json_string;
+use crate::out::{self, errln};
 use crate::stats::{self, Recorder};
 
 /// When the run measures, shared by every worker.
@@ -34,7 +35,7 @@ pub fn bench(global: &Global, a: &BenchArgs) -> Result<u8, Failure> {
     }
     let (nodes, cluster) = nodes_or_local(global)?;
     if cluster.is_some() && !a.json {
-        eprintln!(
+        errln!(
             "redlock: no --nodes given; started 5 local masters: {}",
             nodes.join(",")
         );
@@ -79,9 +80,9 @@ pub fn bench(global: &Global, a: &BenchArgs) -> Result<u8, Failure> {
         secs: a.duration.as_secs_f64(),
     };
     if a.json {
-        println!("{}", report.json());
+        out::print(&format!("{}\n", report.json()), "the report")?;
     } else {
-        print!("{}", report.text());
+        out::print(&report.text(), "the report")?;
     }
     #[cfg(feature = "plot")]
     if let Some(path) = &a.plot {

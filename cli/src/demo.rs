@@ -8,9 +8,18 @@ use redlock_mux::{Error, Redlock};
 
 use crate::args::{nodes_or_local, DemoArgs, Global};
 use crate::exit::{self, Failure};
+use crate::out;
 use crate::stats::{self, Recorder};
 
 use testkit::checker::Checker;
+
+/// Appends one line to the report (a `String`, which a write cannot fail on).
+macro_rules! say {
+    ($text:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($text, $($arg)*);
+    }};
+}
 
 /// Runs `redlock demo`; returns the exit code.
 pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
@@ -70,9 +79,11 @@ pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
     let overlaps = checker.overlaps();
     let hits = checker.detector_hits();
     let ok = overlaps.is_empty() && hits == 0;
-    println!("redlock demo");
+    let mut text = String::new();
+    say!(text, "redlock demo");
     match &cluster {
-        Some(c) => println!(
+        Some(c) => say!(
+            text,
             "  masters   {} local redis-server processes on 127.0.0.1 (ports {}), quorum {}",
             c.len(),
             c.servers()
@@ -82,36 +93,48 @@ pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
                 .join(", "),
             c.len() / 2 + 1
         ),
-        None => println!(
+        // As the client prints them: without their passwords.
+        None => say!(
+            text,
             "  masters   {} (quorum {})",
-            nodes.join(", "),
-            nodes.len() / 2 + 1
+            clients[0]
+                .config()
+                .nodes()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            clients[0].config().quorum()
         ),
     }
-    println!(
+    say!(
+            text,
         "  workload  {} clients, each with its own connections, fighting over one resource for {:.1}s",
         a.clients,
         elapsed.as_secs_f64()
     );
     match paused_for {
-        Some((at, len)) => println!(
+        Some((at, len)) => say!(
+            text,
             "  fault     master 3 frozen (SIGSTOP) from {:.1}s for {:.1}s, then resumed",
             at.as_secs_f64(),
             len.as_secs_f64()
         ),
-        None => println!("  fault     none"),
+        None => say!(text, "  fault     none"),
     }
-    println!(
+    say!(
+        text,
         "  outcome   {} acquisitions, {} refusals (held by another client), {} failed rounds",
         stats::thousands(rec.pairs),
         stats::thousands(rec.conflicts),
         stats::thousands(rec.errors)
     );
     if let Some(e) = &rec.first_error {
-        println!("            first failure: {e}");
+        say!(text, "            first failure: {e}");
     }
     if !rec.lock.is_empty() {
-        println!(
+        say!(
+            text,
             "  latency   lock p50 {}, p99 {}, max {}",
             stats::human_us(rec.lock.value_at_quantile(0.5)),
             stats::human_us(rec.lock.value_at_quantile(0.99)),
@@ -119,23 +142,29 @@ pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
         );
     }
     if ok {
-        println!(
+        say!(
+            text,
             "  safety    OK: never two holders at once ({} holder windows checked, 0 overlaps)",
             stats::thousands(checker.acquisitions() as u64)
         );
     } else {
-        println!(
+        say!(
+            text,
             "  safety    VIOLATED: {} overlapping windows, occupancy detector hit {hits} times",
             overlaps.len()
         );
         for o in overlaps.iter().take(5) {
-            println!(
+            say!(
+                text,
                 "            client {} and client {} overlapped by {:?}",
-                o.first.holder, o.second.holder, o.by
+                o.first.holder,
+                o.second.holder,
+                o.by
             );
         }
     }
     drop(cluster);
+    out::print(&text, "the report")?;
     if ok {
         Ok(0)
     } else {

@@ -10,9 +10,11 @@ use redlock_mux::Error;
 pub const FAILED: u8 = 1;
 /// Bad arguments: an unknown option, a duration or address that does not parse, no nodes.
 pub const USAGE: u8 = 2;
-/// The nodes cannot be reached (no quorum answered), or `redis-server` is missing. EX_UNAVAILABLE.
+/// The nodes cannot be reached (no quorum answered; for `status`, too few to tell whether the
+/// lock is held), or `redis-server` is missing. EX_UNAVAILABLE.
 pub const UNAVAILABLE: u8 = 69;
-/// An error of the operating system (a runtime or a thread could not be started). EX_OSERR.
+/// An error of the operating system (a runtime or a thread could not be started, stdout could
+/// not be written). EX_OSERR.
 pub const OS: u8 = 71;
 /// The lock is held by another client (after the retries, or `--wait`). EX_TEMPFAIL.
 pub const CONFLICT: u8 = 75;
@@ -29,8 +31,9 @@ Exit codes:
   0    success (for `run`: the command's own status, 128+N if it died of signal N)
   1    unlock: the lock was not held (expired, or another token's); demo: exclusion violated
   2    bad arguments (unknown option, bad duration or address, no nodes)
-  69   nodes unreachable (no quorum answered), or redis-server missing
-  71   operating system error
+  69   nodes unreachable (no quorum answered; status: too few to tell), or redis-server
+       missing
+  71   operating system error (also: stdout could not be written)
   75   the lock is held by another client
   76   run: the lock was lost while the command ran (the command was signalled)
   126  run: the command could not be executed

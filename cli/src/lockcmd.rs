@@ -5,6 +5,7 @@ use redlock_mux::{Lock, Token};
 
 use crate::args::{describe, names, Global, LockArgs, StatusArgs, UnlockArgs};
 use crate::exit::{self, Failure};
+use crate::out;
 
 /// Takes the lock (with the configured retries) and prints its token and validity.
 pub fn lock(global: &Global, a: &LockArgs) -> Result<u8, Failure> {
@@ -16,20 +17,29 @@ pub fn lock(global: &Global, a: &LockArgs) -> Result<u8, Failure> {
     let fencing = lock
         .fencing_token()
         .map_or_else(|| "null".to_string(), |t| t.to_string());
-    if a.json {
+    let text = if a.json {
         let all: Vec<String> = a.resources.iter().map(|r| json_string(r)).collect();
-        println!(
-            "{{\"resource\":{},\"resources\":[{}],\"token\":\"{}\",\"fencing_token\":{fencing},\"validity_ms\":{validity_ms},\"ttl_ms\":{}}}",
+        format!(
+            "{{\"resource\":{},\"resources\":[{}],\"token\":\"{}\",\"fencing_token\":{fencing},\"validity_ms\":{validity_ms},\"ttl_ms\":{}}}\n",
             json_string(lock.resource()),
             all.join(","),
             lock.token(),
             lock.ttl().as_millis()
-        );
+        )
     } else {
-        println!("token={}\nvalidity_ms={validity_ms}", lock.token());
+        let mut text = format!("token={}\nvalidity_ms={validity_ms}\n", lock.token());
         if let Some(t) = lock.fencing_token() {
-            println!("fencing_token={t}");
+            text.push_str(&format!("fencing_token={t}\n"));
         }
+        text
+    };
+    if let Err(f) = out::print(&text, "the token") {
+        // Nobody has the token: the lock could only wait out its ttl. Released instead.
+        let _ = redlock.unlock(&lock);
+        return Err(Failure::new(
+            f.code,
+            format!("{}; the lock was released", f.message),
+        ));
     }
     Ok(0)
 }
@@ -61,7 +71,64 @@ fn prefix(t: &Token) -> String {
     format!("{}…", &t.as_str()[..8])
 }
 
-/// Shows each node's holder and ttl for the resource, and whether a quorum holds it.
+/// What `status` can say about a resource from the nodes' answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// A quorum holds this token.
+    Held(Token),
+    /// No token can be on a quorum, even counting every node that did not answer as holding it.
+    NotHeld,
+    /// Too few nodes answered to tell: fewer than a quorum, or so few that the silent ones and
+    /// the holders of one token could make a quorum.
+    Unknown,
+}
+
+impl Verdict {
+    /// The verdict on `view`.
+    fn of(view: &redlock_mux::Inspection) -> Verdict {
+        use redlock_mux::Holder;
+        if let Some(t) = view.quorum_holder() {
+            return Verdict::Held(t);
+        }
+        let silent = view
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.holder, Holder::Unknown(_)))
+            .count();
+        let answered = view.nodes.len() - silent;
+        let tokens: Vec<Token> = view
+            .nodes
+            .iter()
+            .filter_map(|n| match n.holder {
+                Holder::Token(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        let most = tokens
+            .iter()
+            .map(|t| tokens.iter().filter(|u| *u == t).count())
+            .max()
+            .unwrap_or(0);
+        if answered < view.quorum || most + silent >= view.quorum {
+            Verdict::Unknown
+        } else {
+            Verdict::NotHeld
+        }
+    }
+
+    /// Its name in `--json`'s `state`.
+    fn name(self) -> &'static str {
+        match self {
+            Verdict::Held(_) => "held",
+            Verdict::NotHeld => "not held",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+/// Shows each node's holder (or why it did not answer) and ttl for the resource, and whether a
+/// quorum holds it, does not, or cannot be known to (fewer than a quorum answered, or the
+/// silent nodes could complete one: then it exits [`UNAVAILABLE`](exit::UNAVAILABLE)).
 pub fn status(global: &Global, a: &StatusArgs) -> Result<u8, Failure> {
     use redlock_mux::Holder;
     let redlock = global.blocking(&global.node_list())?;
@@ -76,7 +143,14 @@ pub fn status(global: &Global, a: &StatusArgs) -> Result<u8, Failure> {
         Holder::Unknown(why) => format!("unknown ({why})"),
         _ => "unknown".to_string(),
     };
-    let quorum = view.quorum_holder();
+    let verdict = Verdict::of(&view);
+    let total = view.nodes.len();
+    let answered = view
+        .nodes
+        .iter()
+        .filter(|n| !matches!(n.holder, Holder::Unknown(_)))
+        .count();
+    let mut text = String::new();
     if a.json {
         let nodes: Vec<String> = view
             .nodes
@@ -85,40 +159,58 @@ pub fn status(global: &Global, a: &StatusArgs) -> Result<u8, Failure> {
                 let ttl = n
                     .ttl
                     .map_or_else(|| "null".to_string(), |d| d.as_millis().to_string());
+                let (shown, error) = match &n.holder {
+                    Holder::Unknown(why) => ("unknown".to_string(), json_string(&why.to_string())),
+                    h => (holder(h), "null".to_string()),
+                };
                 format!(
-                    "{{\"node\":{},\"holder\":{},\"ttl_ms\":{ttl}}}",
+                    "{{\"node\":{},\"holder\":{},\"ttl_ms\":{ttl},\"error\":{error}}}",
                     json_string(&n.addr),
-                    json_string(&holder(&n.holder))
+                    json_string(&shown)
                 )
             })
             .collect();
-        let held = quorum.map_or_else(|| "null".to_string(), |t| json_string(&prefix(&t)));
-        println!(
-            "{{\"resource\":{},\"nodes\":[{}],\"quorum\":{},\"held_by_quorum\":{held}}}",
+        let held = match verdict {
+            Verdict::Held(t) => json_string(&prefix(&t)),
+            _ => "null".to_string(),
+        };
+        text.push_str(&format!(
+            "{{\"resource\":{},\"nodes\":[{}],\"quorum\":{},\"answered\":{answered},\"state\":{},\"held_by_quorum\":{held}}}\n",
             json_string(&a.resource),
             nodes.join(","),
-            view.quorum
-        );
+            view.quorum,
+            json_string(verdict.name())
+        ));
     } else {
         for n in &view.nodes {
             let ttl = n
                 .ttl
                 .map_or_else(|| "-".to_string(), |d| format!("{}ms", d.as_millis()));
-            println!("{}  {}  ttl {ttl}", n.addr, holder(&n.holder));
+            text.push_str(&format!("{}  {}  ttl {ttl}\n", n.addr, holder(&n.holder)));
         }
-        match quorum {
-            Some(t) => println!(
-                "held by a quorum ({} of {}): {}",
+        text.push_str(&match verdict {
+            Verdict::Held(t) => format!(
+                "held by a quorum ({} of {total}): {}\n",
                 view.quorum,
-                view.nodes.len(),
                 prefix(&t)
             ),
-            None => println!(
-                "not held by a quorum ({} of {})",
-                view.quorum,
-                view.nodes.len()
+            Verdict::NotHeld => format!("not held by a quorum ({} of {total})\n", view.quorum),
+            Verdict::Unknown => format!(
+                "unknown: {answered} of {total} nodes answered; counting those that did not, \
+                 a quorum ({} of {total}) may hold it\n",
+                view.quorum
             ),
-        }
+        });
+    }
+    out::print(&text, "the status")?;
+    if verdict == Verdict::Unknown {
+        return Err(Failure::new(
+            exit::UNAVAILABLE,
+            format!(
+                "{}: whether it is held is unknown: {answered} of {total} nodes answered",
+                what()
+            ),
+        ));
     }
     Ok(0)
 }

@@ -10,6 +10,7 @@ mod demo;
 mod exit;
 mod lockcmd;
 mod observe;
+mod out;
 #[cfg(feature = "plot")]
 mod plot;
 mod run;
@@ -21,6 +22,7 @@ use clap::Parser;
 
 use args::{Cli, Command};
 use exit::Failure;
+use out::errln;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -31,7 +33,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!(
+            errln!(
                 "redlock: {} (see redlock --help)",
                 one_line(&e.render().to_string())
             );
@@ -41,14 +43,14 @@ fn main() -> ExitCode {
     let observers = match observe::start(&cli.global) {
         Ok(o) => o,
         Err(f) => {
-            eprintln!("redlock: {}", f.message);
+            errln!("redlock: {}", f.message);
             return ExitCode::from(f.code);
         }
     };
     let code = match dispatch(cli) {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("redlock: {}", f.message);
+            errln!("redlock: {}", f.message);
             f.code
         }
     };
@@ -57,7 +59,7 @@ fn main() -> ExitCode {
     match observers.finish() {
         Ok(()) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("redlock: {}", f.message);
+            errln!("redlock: {}", f.message);
             ExitCode::from(if code == 0 { f.code } else { code })
         }
     }

@@ -57,6 +57,10 @@ mod trace {
             .with_ansi(false)
             .with_max_level(tracing::Level::DEBUG)
             .with_span_events(FmtSpan::CLOSE)
+            // A line that cannot be written (stderr closed, or a pipe whose reader has gone)
+            // is dropped. The default reports it with `eprintln!`, which panics on the same
+            // stderr, in whichever task emitted the event: the lock's keep-alive included.
+            .log_internal_errors(false)
             .finish();
         tracing::subscriber::set_global_default(subscriber)
             .map_err(|e| Failure::new(exit::OS, format!("--trace: {e}")))

@@ -505,6 +505,7 @@ fn status_shows_the_holder_on_each_node() {
         json.contains(&format!("\"held_by_quorum\":\"{shown}\"")),
         "{json}"
     );
+    assert!(json.contains("\"state\":\"held\""), "{json}");
     assert_eq!(json.matches("\"ttl_ms\":").count(), 3, "{json}");
     assert!(
         !json.contains(&token),
@@ -1074,4 +1075,433 @@ fn bench_plot_draws_the_latency_histogram() {
         assert!(text.contains(label), "{label} in the picture");
     }
     assert!(text.matches("<rect").count() > 3, "bars drawn");
+}
+
+/// A command that starts a helper in a session of its own with `setsid`, as daemonising tools
+/// do, and exits 3 at once: the helper is in neither the command's process group nor its
+/// session. The command writes its pid to `cmd.pid`, the helper (`helper` in `sh`) its own to
+/// `helper.pid`; the helper's output goes to /dev/null, so that redlock's output ends with
+/// redlock even if the helper outlives it.
+fn daemonising(scratch: &Scratch, helper: &str) -> Vec<String> {
+    let script = scratch.file("helper.sh");
+    fs::write(
+        &script,
+        format!(
+            "echo $$ > '{}'; {helper}",
+            scratch.file("helper.pid").display()
+        ),
+    )
+    .unwrap();
+    let command = format!(
+        "echo $$ > '{}'; setsid sh '{}' </dev/null >/dev/null 2>&1 & exit 3",
+        scratch.file("cmd.pid").display(),
+        script.display()
+    );
+    vec!["--".into(), "sh".into(), "-c".into(), command]
+}
+
+/// The helper's loop: until `go` appears, then `last`.
+fn helper_until_go(scratch: &Scratch, setup: &str, last: &str) -> String {
+    format!(
+        "{setup} while [ ! -e '{go}' ]; do sleep 0.01; done; {last}",
+        go = scratch.file("go").display()
+    )
+}
+
+/// Starts `redlock --ttl 1s run` with `run_args` and a [`daemonising`] command; returns it
+/// once the command has exited and only the helper is left, with the helper's pid.
+fn run_with_a_daemon(
+    nodes: &[String],
+    key: &str,
+    scratch: &Scratch,
+    run_args: &[&str],
+    helper: &str,
+) -> (Child, u32) {
+    let mut cmd = redlock(nodes);
+    cmd.args(["--ttl", "1s", "run", "--resource", key])
+        .args(run_args)
+        .args(daemonising(scratch, helper));
+    let child = cmd.spawn().expect("spawn run");
+    let helper = read_pid(&scratch.file("helper.pid"));
+    let command = read_pid(&scratch.file("cmd.pid"));
+    wait_until(LIMIT, "the command to exit, leaving its helper", || {
+        !alive(command)
+    });
+    (child, helper)
+}
+
+/// The lock is held until every descendant of the command has exited, not only its process
+/// group (issue 22.2: a helper started with `setsid` kept running for 1.7 s after `run`
+/// released, and another client took the lock 4 ms after the release).
+#[test]
+fn run_holds_the_lock_until_descendants_outside_its_group_exit() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-daemon");
+    let scratch = Scratch::new("daemon");
+    let done = scratch.file("done");
+    let helper = helper_until_go(&scratch, "", &format!("touch '{}'", done.display()));
+    let (mut child, helper) = run_with_a_daemon(&nodes, &key, &scratch, &[], &helper);
+    // `run` keeps the lock for the helper alone: it is still there, and extended (at half the
+    // 1 s ttl, so the key's ttl rises again) while the helper runs.
+    let mut last = testkit::pttl(&nodes[0], &key);
+    wait_until(LIMIT, "an extension while the helper runs", || {
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "run ended (and released) while the command's helper {helper} still ran"
+        );
+        let now = testkit::pttl(&nodes[0], &key);
+        let extended = now > last;
+        last = now;
+        extended
+    });
+    assert!(alive(helper), "the helper runs until told to stop");
+    let mut other = redlock(&nodes);
+    other.args(["--retries", "0", "lock", "--resource", &key]);
+    assert_fails(
+        &output(other, "lock while the helper runs"),
+        75,
+        "held by another client",
+    );
+    fs::write(scratch.file("go"), b"").unwrap();
+    let o = finish(child, "run with a helper");
+    assert_eq!(code(&o), 3, "the command's own status: {}", stderr(&o));
+    assert!(done.exists(), "the helper finished before run ended");
+    assert!(!alive(helper));
+    assert_eq!(holders(&c, &key), 0, "released once the helper exited");
+}
+
+/// On loss, and on a signal sent to `run`, every descendant of the command is signalled, also
+/// those that left its process group (issue 22.2); one that ignores the loss signal is killed.
+#[test]
+fn loss_and_signals_reach_descendants_outside_the_group() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let take_over = |key: &str| {
+        for a in &nodes {
+            redis(a, &["SET", key, "someone-else", "PX", "60000"]);
+        }
+    };
+
+    // Loss, with the command gone and its helper left: the helper gets the loss signal.
+    let key = resource("cli-daemon-lost");
+    let scratch = Scratch::new("daemon-lost");
+    let got = scratch.file("got");
+    let trap = format!("trap \"touch '{}'; exit 0\" TERM;", got.display());
+    let helper_script = helper_until_go(&scratch, &trap, "");
+    let (child, helper) = run_with_a_daemon(&nodes, &key, &scratch, &[], &helper_script);
+    take_over(&key);
+    let o = finish(child, "run losing its lock with a helper left");
+    let _ = fs::write(scratch.file("go"), b"");
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(got.exists(), "the loss signal reached the helper");
+    assert!(!alive(helper), "the helper {helper} outlived the lost lock");
+
+    // A helper that ignores the loss signal is killed.
+    let key = resource("cli-daemon-kill");
+    let scratch = Scratch::new("daemon-kill");
+    let helper_script = helper_until_go(&scratch, "trap '' TERM;", "");
+    let (child, helper) = run_with_a_daemon(
+        &nodes,
+        &key,
+        &scratch,
+        &["--kill-after", "200ms"],
+        &helper_script,
+    );
+    take_over(&key);
+    let o = finish(child, "run losing its lock with a stubborn helper");
+    let _ = fs::write(scratch.file("go"), b"");
+    assert_eq!(code(&o), 76, "{}", stderr(&o));
+    assert!(stderr(&o).contains("killing"), "{}", stderr(&o));
+    assert!(!alive(helper), "the helper {helper} outlived the lost lock");
+
+    // A signal sent to run reaches the helper; run then releases and exits with the command's
+    // own status.
+    let key = resource("cli-daemon-signal");
+    let scratch = Scratch::new("daemon-signal");
+    let got = scratch.file("got");
+    let trap = format!("trap \"touch '{}'; exit 0\" TERM;", got.display());
+    let helper_script = helper_until_go(&scratch, &trap, "");
+    let (child, helper) = run_with_a_daemon(&nodes, &key, &scratch, &[], &helper_script);
+    send_signal(child.id(), "TERM");
+    let o = finish(child, "signalled run with a helper left");
+    let _ = fs::write(scratch.file("go"), b"");
+    assert_eq!(code(&o), 3, "the command's own status: {}", stderr(&o));
+    assert!(got.exists(), "SIGTERM reached the helper");
+    assert!(!alive(helper));
+    assert_eq!(holders(&c, &key), 0);
+}
+
+/// With its stderr on a broken pipe, `run` still stops the command on loss and exits 76: the
+/// command is signalled before anything is printed, and no failed write panics (issue 22.3:
+/// the loss message panicked on EPIPE, exit 101, and the command's processes ran on after
+/// another client took the lock). With `--trace` too, whose events go to the same stderr.
+#[test]
+fn a_lost_lock_stops_the_command_even_with_stderr_broken() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    for trace in [false, true] {
+        let key = resource("cli-lost-epipe");
+        let scratch = Scratch::new(&format!("lost-epipe-{trace}"));
+        let pidfile = scratch.file("bg.pid");
+        let setup = format!(
+            "exec >/dev/null 2>&1; sleep 30 & echo $! > '{}';",
+            pidfile.display()
+        );
+        let mut cmd = redlock(&nodes);
+        if trace && cfg!(feature = "trace") {
+            cmd.arg("--trace");
+        }
+        cmd.args([
+            "--ttl",
+            "1s",
+            "run",
+            "--resource",
+            &key,
+            "--kill-after",
+            "200ms",
+        ])
+        .args(shell_until(&scratch, &setup, ""));
+        let mut child = cmd.spawn().expect("spawn run");
+        // The read end of its stderr is closed: every write there fails with EPIPE.
+        drop(child.stderr.take());
+        wait_for_file(&scratch.file("ready"), "the command to start");
+        let bg = read_pid(&pidfile);
+        for a in &nodes {
+            redis(a, &["SET", &key, "someone-else", "PX", "60000"]);
+        }
+        let o = finish(child, "run losing its lock, stderr broken");
+        let _ = fs::write(scratch.file("go"), b"");
+        assert_eq!(code(&o), 76, "trace {trace}: the loss code, not a panic");
+        assert!(
+            !alive(bg),
+            "trace {trace}: the command's background child {bg} outlived the lost lock"
+        );
+    }
+}
+
+/// `lock` with its stdout on a broken pipe cannot hand out the token: it fails in one line
+/// (exit 71) and releases the lock rather than leave it to its ttl, and nothing panics
+/// (before: exit 101, the lock held and its token lost). `status` fails the same way.
+#[test]
+fn lock_and_status_with_stdout_broken_fail_in_one_line() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-lock-epipe");
+    for args in [&["lock"][..], &["status"]] {
+        let mut cmd = redlock(&nodes);
+        cmd.args(args).args(["--resource", &key]);
+        let mut child = cmd.spawn().expect("spawn");
+        drop(child.stdout.take());
+        let o = finish(child, "stdout broken");
+        assert_fails(&o, 71, "stdout");
+    }
+    assert_eq!(
+        holders(&c, &key),
+        0,
+        "the lock whose token was lost is released"
+    );
+}
+
+/// Addresses where nothing listens: ports that were just free.
+fn dead_ports(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// `status` tells "not held" from "unknown": when too few nodes answered to rule out a holder,
+/// it says so, shows each node's error and exits 69 (issue 23.5: with every node refusing it
+/// exited 0 saying "not held by a quorum", JSON `held_by_quorum: null`).
+#[test]
+fn status_says_unknown_when_too_few_nodes_answer() {
+    let c = cluster(3);
+    let key = resource("cli-status-unknown");
+    let status = |nodes: &[String], json: bool| {
+        let mut cmd = redlock(nodes);
+        cmd.args(["status", "--resource", &key]);
+        if json {
+            cmd.arg("--json");
+        }
+        output(cmd, "status")
+    };
+
+    // No node answers.
+    let dead = dead_ports(3);
+    let o = status(&dead, false);
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("unknown"), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(!out.contains("not held"), "{out}");
+    assert!(out.contains("unknown: 0 of 3 nodes answered"), "{out}");
+    assert_eq!(out.matches("connection refused").count(), 3, "{out}");
+    let o = status(&dead, true);
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    let json = stdout(&o);
+    assert!(json.contains("\"state\":\"unknown\""), "{json}");
+    assert!(json.contains("\"answered\":0"), "{json}");
+    assert_eq!(
+        json.matches("\"error\":\"i/o error: connection refused\"")
+            .count(),
+        3,
+        "{json}"
+    );
+
+    // Two of three answer, both free: no quorum can hold it, whatever the third holds.
+    let mut two_and_dead = c.addrs()[..2].to_vec();
+    two_and_dead.push(dead_ports(1).remove(0));
+    let o = status(&two_and_dead, false);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("not held by a quorum"),
+        "{}",
+        stdout(&o)
+    );
+    let o = status(&two_and_dead, true);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let json = stdout(&o);
+    assert!(json.contains("\"state\":\"not held\""), "{json}");
+    assert!(json.contains("\"answered\":2"), "{json}");
+    assert_eq!(json.matches("\"error\":null").count(), 2, "{json}");
+
+    // One of the two that answer holds a token: with the silent third, a quorum could.
+    redis(
+        &c.addrs()[0],
+        &["SET", &key, &"a".repeat(40), "PX", "60000"],
+    );
+    let o = status(&two_and_dead, false);
+    assert_eq!(code(&o), 69, "{}", stderr(&o));
+    assert!(stdout(&o).contains("unknown"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("not held"), "{}", stdout(&o));
+}
+
+/// A password holding `?`, `@`, `/` or `#` logs in, and is never printed: not in an address
+/// error (issue 23.6: `redis://app:s3cr?t@host` was shown in clear), not in `demo`'s list of
+/// masters, which showed the addresses as given.
+#[test]
+fn passwords_with_any_character_work_and_are_never_printed() {
+    let password = "S3CR?T@/#x";
+    let c = LocalCluster::start_with(3, &["--requirepass", password]).expect("start");
+    let nodes: Vec<String> = c
+        .addrs()
+        .iter()
+        .map(|a| format!("redis://:{password}@{a}"))
+        .collect();
+    let key = resource("cli-password");
+    let mut cmd = redlock(&nodes);
+    cmd.args([
+        "demo",
+        "--duration",
+        "300ms",
+        "--clients",
+        "2",
+        "--no-faults",
+    ]);
+    let o = output(cmd, "demo on password-protected masters");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("masters"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("S3CR"), "{}", stdout(&o));
+    let mut cmd = redlock(&nodes);
+    cmd.args(["status", "--resource", &key]);
+    let o = output(cmd, "status on password-protected masters");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for bad in [
+        format!("redis://app:{password}@127.0.0.1:0"),
+        format!("unix://app:{password}@/tmp/x.sock?color=red"),
+    ] {
+        let mut cmd = redlock(&[bad]);
+        cmd.args(["lock", "--resource", &key]);
+        let o = output(cmd, "bad address");
+        assert_fails(&o, 2, "invalid node address");
+        assert!(!stderr(&o).contains("S3CR"), "{}", stderr(&o));
+    }
+}
+
+/// `run --wait` refuses the ttls `run` refuses: one too short to be kept alive (issue 23.7:
+/// `run --ttl 20ms` exited 2, but `run --wait 1s --ttl 20ms` ran its command while sending
+/// thousands of extensions a second).
+#[test]
+fn run_wait_refuses_the_ttls_run_refuses() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-wait-ttl");
+    let scratch = Scratch::new("wait-ttl");
+    let ran = scratch.file("ran");
+    for wait in [&[][..], &["--wait", "1s"]] {
+        let mut cmd = redlock(&nodes);
+        cmd.args(["--ttl", "20ms", "run", "--resource", &key])
+            .args(wait)
+            .args(["--", "touch"])
+            .arg(&ran);
+        let o = output(cmd, "run with a ttl too short to keep");
+        assert_fails(&o, 2, "ttl");
+        assert!(!ran.exists(), "{wait:?}: the command ran");
+        assert_eq!(holders(&c, &key), 0, "{wait:?}: nothing was locked");
+    }
+}
+
+/// Durations documented as positive refuse zero with a usage error (issue 23.8:
+/// `--retry-delay 0s` was accepted though the range is (0, 24 h]; a zero bench duration
+/// printed `NaN` pairs per second into its JSON).
+#[test]
+fn zero_durations_are_bad_arguments() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    for args in [
+        &["--retry-delay", "0s", "lock", "--resource", "x"][..],
+        &["--node-timeout", "0ms", "lock", "--resource", "x"],
+        &["--ttl", "0s", "lock", "--resource", "x"],
+        &["bench", "--json", "--duration", "0s", "--warmup", "0s"],
+        &["demo", "--duration", "0s"],
+    ] {
+        // Without the test-friendly options of `redlock()`, which set --retry-delay.
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlock"));
+        cmd.env("REDLOCK_NODES", nodes.join(","))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        assert_fails(&output(cmd, &format!("{args:?}")), 2, "0");
+    }
+    assert_eq!(holders(&c, "x"), 0, "nothing was locked");
+}
+
+/// The command's environment carries no node credentials: REDLOCK_NODES, which may hold
+/// passwords, is not passed on, while the lock's own variables are (issue 23.9: with
+/// passwords in REDLOCK_NODES, as the README suggests, the command saw them).
+#[test]
+fn run_does_not_hand_node_passwords_to_the_command() {
+    let password = "S3CRET-pw";
+    let c = LocalCluster::start_with(3, &["--requirepass", password]).expect("start");
+    let nodes: Vec<String> = c
+        .addrs()
+        .iter()
+        .map(|a| format!("redis://default:{password}@{a}"))
+        .collect();
+    let key = resource("cli-env");
+    let mut cmd = redlock(&nodes);
+    cmd.args(["run", "--resource", &key, "--", "env"]);
+    let o = output(cmd, "run env");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let env = stdout(&o);
+    assert!(
+        !env.contains("S3CRET"),
+        "a password in the command's environment:\n{env}"
+    );
+    assert!(!env.contains("REDLOCK_NODES="), "{env}");
+    assert!(env.contains("REDLOCK_TOKEN="), "{env}");
+    assert!(env.contains(&format!("REDLOCK_RESOURCE={key}")), "{env}");
+    // Nor does `--help` show the variable's value.
+    for args in [&["--help"][..], &["run", "--help"]] {
+        let mut cmd = redlock(&nodes);
+        cmd.args(args);
+        let o = output(cmd, "help");
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert!(stdout(&o).contains("REDLOCK_NODES"), "{}", stdout(&o));
+        assert!(!stdout(&o).contains("S3CRET"), "{}", stdout(&o));
+    }
 }

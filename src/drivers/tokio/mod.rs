@@ -353,6 +353,21 @@ impl AsyncRedlock {
         Ok(self.keep_alive(lock, keep_alive))
     }
 
+    /// [`lock_many_within`](Self::lock_many_within), kept alive with the given policy: the
+    /// waiting form of [`lock_many_guarded_with`](Self::lock_many_guarded_with), refusing the
+    /// same ttls before acquiring anything.
+    pub async fn lock_many_guarded_within(
+        &self,
+        resources: &[&str],
+        ttl: Duration,
+        max_wait: Duration,
+        keep_alive: KeepAlive,
+    ) -> Result<LockGuard, Error> {
+        keepalive::check_ttl(&self.inner.config, ttl)?;
+        let lock = self.lock_many_within(resources, ttl, max_wait).await?;
+        Ok(self.keep_alive(lock, keep_alive))
+    }
+
     /// Keeps a lock taken earlier (by [`try_lock`](Self::try_lock), say, in a retry loop of the
     /// caller's own) alive with the given policy. The lock must come from this client's nodes.
     /// A lock with too little validity left for an extension round is not refused: the guard
