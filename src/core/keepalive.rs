@@ -155,8 +155,8 @@ pub(crate) fn loss_deadline(lock: &Lock) -> Instant {
         .unwrap_or(lock.valid_until)
 }
 
-/// The plan for `lock` under `policy`, for a guard started at `started` that has extended
-/// `extensions` times. An extension starts early enough (the policy's threshold, or the node
+/// The plan for `lock` under `policy`, at `now`, for a guard started at `started` that has
+/// extended `extensions` times. An extension starts early enough (the policy's threshold, or the node
 /// timeout plus the margin if that is more) for a round of the whole node timeout to end by
 /// the deadline.
 pub(crate) fn plan(
@@ -165,11 +165,14 @@ pub(crate) fn plan(
     started: Instant,
     extensions: u32,
     node_timeout: Duration,
+    now: Instant,
 ) -> Plan {
     let margin = loss_margin(lock.ttl);
     let deadline = loss_deadline(lock);
     let limit_reached = policy.max_extensions.is_some_and(|max| extensions >= max)
-        || policy.max_hold.is_some_and(|max| started.elapsed() >= max);
+        || policy
+            .max_hold
+            .is_some_and(|max| now.saturating_duration_since(started) >= max);
     if limit_reached {
         return Plan {
             deadline,

@@ -6,12 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use rand::Rng;
-
 use crate::config::Config;
 use smallvec::SmallVec;
 
 use crate::core::command::{Command, Extra, OpKind};
+use crate::core::random::Randomness;
 use crate::core::round::{Decision, Round, Until};
 use crate::core::rules::{drift, validity_after};
 use crate::error::{ConfigError, Error, NodeOutcome};
@@ -125,10 +124,18 @@ fn granted_mask(round: &Round) -> u64 {
         .fold(0, |mask, (i, _)| mask | 1 << i)
 }
 
+/// The token of a command that carries none.
+static NO_TOKEN: Token = Token::none();
+
 impl Acquisition {
     /// An acquisition of `names` for `ttl` with a fresh token, its arguments checked: the ttl,
     /// and that no resource is the fencing counter.
-    pub(crate) fn new(cfg: &Config, names: Names, ttl: Duration) -> Result<Acquisition, Error> {
+    pub(crate) fn new(
+        cfg: &Config,
+        names: Names,
+        ttl: Duration,
+        rng: &mut dyn Randomness,
+    ) -> Result<Acquisition, Error> {
         let (ttl_ms, ttl) = ttl_ms(cfg, ttl)?;
         if let Some(key) = cfg.fencing.as_deref() {
             if names.iter().any(|n| n.as_bytes() == key) {
@@ -139,7 +146,7 @@ impl Acquisition {
         }
         Ok(Acquisition {
             names,
-            token: Token::generate(),
+            token: Token::from_random(rng),
             ttl,
             ttl_ms,
             phase: Phase::Acquire,
@@ -349,16 +356,16 @@ pub(crate) enum Next {
 pub(crate) const WAKE_JITTER: Duration = Duration::from_micros(500);
 
 /// A random pause in `0..=WAKE_JITTER`, taken after a wake-up.
-pub(crate) fn wake_jitter() -> Duration {
+pub(crate) fn wake_jitter(rng: &mut dyn Randomness) -> Duration {
     let us = WAKE_JITTER.as_micros() as u64;
-    Duration::from_micros(rand::rng().random_range(0..=us))
+    Duration::from_micros(rng.up_to(us))
 }
 
 /// The async client's jitter: a random number of yields to the runtime (its timer cannot
 /// sleep less than a millisecond).
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-pub(crate) fn wake_yields() -> u32 {
-    rand::rng().random_range(0..=4)
+pub(crate) fn wake_yields(rng: &mut dyn Randomness) -> u32 {
+    rng.up_to(4) as u32
 }
 
 /// A waiter's watch of a held resource, in the order both clients follow:
@@ -372,8 +379,6 @@ pub(crate) fn wake_yields() -> u32 {
 #[derive(Debug)]
 pub(crate) struct Waiting {
     key: [Name; 1],
-    /// (The read carries no token; a command needs one.)
-    token: Token,
     wait: Duration,
     started: Instant,
 }
@@ -383,7 +388,6 @@ impl Waiting {
     pub(crate) fn new(key: Name, wait: Duration, now: Instant) -> Waiting {
         Waiting {
             key: [key],
-            token: Token::generate(),
             wait,
             started: now,
         }
@@ -400,7 +404,8 @@ impl Waiting {
         let cmd = Command {
             kind: OpKind::Watch,
             resources: &self.key,
-            token: &self.token,
+            // A read carries no token.
+            token: &NO_TOKEN,
             ttl_ms: 0,
             counter: None,
             fence_value: 0,
@@ -427,9 +432,10 @@ impl Waiting {
     /// The wait is over: woken by the watch (`Some(cause)`) or by the timer. Records it; `true`
     /// when the waiter should pause for the jitter before its next try (it was woken, as
     /// other waiters of the same push may have been).
-    pub(crate) fn end(self, woken: Option<crate::core::engine::Wake>) -> bool {
+    pub(crate) fn end(self, woken: Option<crate::core::engine::Wake>, now: Instant) -> bool {
         let cause = woken.map_or("timer", |w| w.as_str());
-        crate::observe::waited(self.key[0].as_str(), cause, self.started.elapsed());
+        let waited = now.saturating_duration_since(self.started);
+        crate::observe::waited(self.key[0].as_str(), cause, waited);
         woken.is_some()
     }
 }
@@ -461,7 +467,13 @@ impl Retry {
     /// [delay/2, delay] (which keeps competing clients from retrying in step), cut short at
     /// the deadline of `lock_within`. A plain wait is recorded (observability) as it is
     /// decided.
-    pub(crate) fn after(&mut self, err: Error, names: &[Name], now: Instant) -> Next {
+    pub(crate) fn after(
+        &mut self,
+        err: Error,
+        names: &[Name],
+        now: Instant,
+        rng: &mut dyn Randomness,
+    ) -> Next {
         let retriable = matches!(
             err,
             Error::Conflict { .. } | Error::NoQuorum { .. } | Error::ValiditySpent { .. }
@@ -476,7 +488,8 @@ impl Retry {
         let hi = self.delay;
         let lo = hi / 2;
         let mut wait = if hi > lo {
-            rand::rng().random_range(lo..=hi)
+            let span = (hi - lo).as_nanos().min(u128::from(u64::MAX)) as u64;
+            lo + Duration::from_nanos(rng.up_to(span))
         } else {
             hi
         };
@@ -532,6 +545,7 @@ mod tests {
     use super::*;
     use crate::config::Builder;
     use crate::core::command::Extra;
+    use crate::core::random::Seeded;
     use crate::lock::Name;
 
     fn cfg(fencing: bool) -> Config {
@@ -561,7 +575,7 @@ mod tests {
     #[test]
     fn a_fenced_acquisition_writes_back_the_highest_counter_and_counts_validity_from_phase_one() {
         let cfg = cfg(true);
-        let mut acq = Acquisition::new(&cfg, names(&["r"]), TTL).unwrap();
+        let mut acq = Acquisition::new(&cfg, names(&["r"]), TTL, &mut Seeded::new(1)).unwrap();
         let (cmd, _) = acq.round(&cfg).unwrap();
         assert_eq!(
             (cmd.kind, cmd.counter),
@@ -602,7 +616,7 @@ mod tests {
     #[test]
     fn a_lost_write_back_releases_before_it_fails() {
         let cfg = cfg(true);
-        let mut acq = Acquisition::new(&cfg, names(&["a", "b"]), TTL).unwrap();
+        let mut acq = Acquisition::new(&cfg, names(&["a", "b"]), TTL, &mut Seeded::new(1)).unwrap();
         let t1 = Instant::now();
         let ok = (NodeOutcome::Ok, Extra::Counter(1));
         acq.advance(&cfg, Ok((round(&[ok.clone(), ok.clone(), ok]), t1)), t1);
@@ -631,7 +645,8 @@ mod tests {
         let late = (NodeOutcome::Undecided, Extra::None);
         let timeout = (NodeOutcome::Timeout, Extra::None);
         for other in [late, timeout, (NodeOutcome::Ok, Extra::None)] {
-            let mut acq = Acquisition::new(&cfg, names(&["a", "b", "c"]), TTL).unwrap();
+            let mut acq =
+                Acquisition::new(&cfg, names(&["a", "b", "c"]), TTL, &mut Seeded::new(1)).unwrap();
             let votes = [held(1), held(2), held(2), held(2), other.clone()];
             acq.advance(&cfg, Ok((round(&votes), t1)), t1);
             assert_eq!(
@@ -647,7 +662,8 @@ mod tests {
         }
         // Every node refused (or was not asked): none holds a key of ours, nothing to release.
         for last in [held(2), (NodeOutcome::Down, Extra::None)] {
-            let mut acq = Acquisition::new(&cfg, names(&["a", "b", "c"]), TTL).unwrap();
+            let mut acq =
+                Acquisition::new(&cfg, names(&["a", "b", "c"]), TTL, &mut Seeded::new(1)).unwrap();
             let votes = [held(2), held(1), held(2), held(2), last];
             acq.advance(&cfg, Ok((round(&votes), t1)), t1);
             assert!(acq.round(&cfg).is_none());
@@ -661,7 +677,7 @@ mod tests {
     #[test]
     fn an_unfenced_single_lock_is_one_round_and_no_token() {
         let cfg = cfg(false);
-        let mut acq = Acquisition::new(&cfg, names(&["r"]), TTL).unwrap();
+        let mut acq = Acquisition::new(&cfg, names(&["r"]), TTL, &mut Seeded::new(1)).unwrap();
         assert_eq!(acq.round(&cfg).unwrap().0.counter, None);
         let t1 = Instant::now();
         let yes = (NodeOutcome::Ok, Extra::None);
@@ -673,7 +689,12 @@ mod tests {
         // The counter key is never a resource.
         let fenced = self::cfg(true);
         assert!(matches!(
-            Acquisition::new(&fenced, names(&["x", "redlock-mux:fencing-counter"]), TTL),
+            Acquisition::new(
+                &fenced,
+                names(&["x", "redlock-mux:fencing-counter"]),
+                TTL,
+                &mut Seeded::new(1)
+            ),
             Err(Error::Config(ConfigError::FencingKey(_)))
         ));
     }
@@ -690,7 +711,12 @@ mod tests {
         let now = Instant::now();
         let on = cfg(false);
         let mut retry = Retry::new(&on);
-        match retry.after(conflict(Some("b")), &names(&["a", "b"]), now) {
+        match retry.after(
+            conflict(Some("b")),
+            &names(&["a", "b"]),
+            now,
+            &mut Seeded::new(7),
+        ) {
             Next::Watch(w) => {
                 assert_eq!(&*w.key(), b"b");
                 assert!(w.wait <= on.retry_delay && w.wait >= on.retry_delay / 2);
@@ -698,7 +724,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // A single resource's conflict names none: the resource itself is watched.
-        match retry.after(conflict(None), &names(&["a"]), now) {
+        match retry.after(conflict(None), &names(&["a"]), now, &mut Seeded::new(7)) {
             Next::Watch(w) => assert_eq!(&*w.key(), b"a"),
             other => panic!("{other:?}"),
         }
@@ -708,15 +734,15 @@ mod tests {
             nodes: crate::error::NodeReports(Vec::new()),
         };
         assert!(matches!(
-            retry.after(no_quorum(), &names(&["a"]), now),
+            retry.after(no_quorum(), &names(&["a"]), now, &mut Seeded::new(7)),
             Next::Wait(_)
         ));
         assert!(matches!(
-            retry.after(no_quorum(), &names(&["a"]), now),
+            retry.after(no_quorum(), &names(&["a"]), now, &mut Seeded::new(7)),
             Next::Wait(_)
         ));
         assert!(matches!(
-            retry.after(no_quorum(), &names(&["a"]), now),
+            retry.after(no_quorum(), &names(&["a"]), now, &mut Seeded::new(7)),
             Next::Fail(_)
         ));
         let off = Builder::<crate::Redlock>::default()
@@ -725,7 +751,7 @@ mod tests {
             .config()
             .unwrap();
         assert!(matches!(
-            Retry::new(&off).after(conflict(None), &names(&["a"]), now),
+            Retry::new(&off).after(conflict(None), &names(&["a"]), now, &mut Seeded::new(7)),
             Next::Wait(_)
         ));
     }
@@ -738,7 +764,7 @@ mod tests {
         // Far more tries than configured, while time is left; each wait cut to what is left.
         for k in 0..10u64 {
             let at = now + Duration::from_millis(k);
-            match retry.after(conflict(None), &names(&["a"]), at) {
+            match retry.after(conflict(None), &names(&["a"]), at, &mut Seeded::new(7)) {
                 Next::Watch(w) => {
                     assert!(w.wait <= Duration::from_millis(30 - k), "{k}: {:?}", w.wait)
                 }
@@ -747,7 +773,7 @@ mod tests {
         }
         let late = now + Duration::from_millis(30);
         assert!(matches!(
-            retry.after(conflict(None), &names(&["a"]), late),
+            retry.after(conflict(None), &names(&["a"]), late, &mut Seeded::new(7)),
             Next::Fail(Error::Conflict { .. })
         ));
     }

@@ -2,9 +2,6 @@
 
 use std::fmt;
 
-use rand::rngs::OsRng;
-use rand::{RngCore, TryRngCore};
-
 /// A lock's token: the value stored under the resource's key on every node. Unique per
 /// acquisition attempt, unguessable, and stored inline (no heap allocation).
 ///
@@ -17,27 +14,17 @@ impl Token {
     /// Length of the text form: 20 random bytes as hex.
     pub const LEN: usize = 40;
 
-    /// A fresh token: 20 bytes from the operating system's generator (`getrandom(2)` on
-    /// Linux), drawn anew for every token.
-    ///
-    /// Not from a user-space generator seeded once per thread: a process that forks after
-    /// drawing from one (a pre-forking server, say) leaves parent and child with the same
-    /// generator state, so both would draw the same tokens, and one could release the
-    /// other's lock. The kernel's generator has no state in the process to copy. It costs
-    /// one system call per acquisition, small beside the round trip it precedes.
-    ///
-    /// Should the system call fail (it does not on any supported kernel), the bytes come from
-    /// `rand`'s thread-local generator with the process id folded in, so that processes
-    /// forked from one state still draw different tokens.
-    pub fn generate() -> Token {
+    /// A fresh token from `rng`: 20 bytes, as hex. The drivers' source is the operating
+    /// system's generator ([`Token::generate`]).
+    pub(crate) fn from_random(rng: &mut dyn crate::core::random::Randomness) -> Token {
         let mut raw = [0u8; 20];
-        if OsRng.try_fill_bytes(&mut raw).is_err() {
-            rand::rng().fill_bytes(&mut raw);
-            for (b, p) in raw.iter_mut().zip(std::process::id().to_le_bytes()) {
-                *b ^= p;
-            }
-        }
+        rng.fill(&mut raw);
         Token::from_raw(&raw)
+    }
+
+    /// The token of a command that carries none (a read): all zeros, never stored.
+    pub(crate) const fn none() -> Token {
+        Token([b'0'; Token::LEN])
     }
 
     fn from_raw(raw: &[u8; 20]) -> Token {

@@ -40,3 +40,42 @@ pub(crate) fn tls_for(
         _ => Ok(None),
     }
 }
+
+/// The drivers' randomness: token bytes from the operating system's generator, jitter from
+/// the thread's generator.
+///
+/// Tokens are not drawn from a user-space generator seeded once per thread: a process that
+/// forks after drawing from one (a pre-forking server, say) leaves parent and child with the
+/// same generator state, so both would draw the same tokens, and one could release the
+/// other's lock. The kernel's generator (`getrandom(2)` on Linux) has no state in the process
+/// to copy; it costs one system call per acquisition, small beside the round trip it
+/// precedes. Should the call fail (it does not on any supported kernel), the bytes come from
+/// the thread's generator with the process id folded in, so that processes forked from one
+/// state still draw different tokens.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OsRandom;
+
+impl crate::core::random::Randomness for OsRandom {
+    fn fill(&mut self, buf: &mut [u8]) {
+        use rand::{RngCore, TryRngCore};
+        if rand::rngs::OsRng.try_fill_bytes(buf).is_err() {
+            rand::rng().fill_bytes(buf);
+            for (b, p) in buf.iter_mut().zip(std::process::id().to_le_bytes()) {
+                *b ^= p;
+            }
+        }
+    }
+
+    fn up_to(&mut self, max: u64) -> u64 {
+        use rand::Rng;
+        rand::rng().random_range(0..=max)
+    }
+}
+
+impl crate::Token {
+    /// A fresh token: 20 bytes from the operating system's generator, drawn anew for every
+    /// token (see `OsRandom` for why, and `tests/fork.rs`).
+    pub fn generate() -> crate::Token {
+        crate::Token::from_random(&mut OsRandom)
+    }
+}

@@ -66,7 +66,16 @@ impl Kept {
     fn overdue(&self) -> Loss {
         let lock = self.snapshot();
         let done = self.extensions.load(Ordering::Relaxed);
-        match keepalive::plan(&lock, &self.policy, self.started, done, self.node_timeout).step {
+        match keepalive::plan(
+            &lock,
+            &self.policy,
+            self.started,
+            done,
+            self.node_timeout,
+            Instant::now(),
+        )
+        .step
+        {
             Step::Expire => Loss::Expired,
             _ => Loss::ExtendTooSlow,
         }
@@ -131,7 +140,14 @@ impl Keeper {
         for kept in guards {
             let lock = kept.snapshot();
             let done = kept.extensions.load(Ordering::Relaxed);
-            let plan = keepalive::plan(&lock, &kept.policy, kept.started, done, node_timeout);
+            let plan = keepalive::plan(
+                &lock,
+                &kept.policy,
+                kept.started,
+                done,
+                node_timeout,
+                Instant::now(),
+            );
             let now = Instant::now();
             match plan.step {
                 Step::Expire if now >= plan.deadline => kept.report(Loss::Expired),

@@ -27,6 +27,7 @@ use crate::core::command::{Command, OwnedCommand};
 use crate::core::engine::Wake;
 use crate::core::ops::{self as op, Acquisition, Next, Retry};
 use crate::core::round::{Round, Until};
+use crate::drivers::OsRandom;
 use crate::error::{Error, NodeOutcome};
 use crate::lock::{Lock, Name, Names};
 use crate::observe::OpSpan;
@@ -522,7 +523,7 @@ impl Redlock {
         loop {
             match self.acquire(names.clone(), ttl) {
                 Ok(lock) => return Ok(lock),
-                Err(e) => match retry.after(e, names, Instant::now()) {
+                Err(e) => match retry.after(e, names, Instant::now(), &mut OsRandom) {
                     Next::Fail(e) => return Err(e),
                     Next::Wait(d) => std::thread::sleep(d),
                     Next::Watch(waiting) => self.watch(waiting),
@@ -552,8 +553,8 @@ impl Redlock {
             q.woken.retain(|(w, _)| *w != id);
         }
         // (No wait, no record of one, when the read could not run.)
-        if deadline.is_some() && waiting.end(woken) {
-            std::thread::sleep(op::wake_jitter());
+        if deadline.is_some() && waiting.end(woken, Instant::now()) {
+            std::thread::sleep(op::wake_jitter(&mut OsRandom));
         }
     }
 
@@ -616,7 +617,7 @@ impl Redlock {
 
     fn acquire_rounds(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
         let cfg = &self.shared.config;
-        let mut acq = Acquisition::new(cfg, names, ttl)?;
+        let mut acq = Acquisition::new(cfg, names, ttl, &mut OsRandom)?;
         while let Some((cmd, until)) = acq.round(cfg) {
             let round = self.submit(cmd, until);
             acq.advance(cfg, round, Instant::now());

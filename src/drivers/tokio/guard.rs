@@ -159,7 +159,7 @@ async fn keep_alive(
     loop {
         let lock = snapshot();
         let done = extensions.load(Ordering::Relaxed);
-        let plan = keepalive::plan(&lock, &policy, started, done, node_timeout);
+        let plan = keepalive::plan(&lock, &policy, started, done, node_timeout, Instant::now());
         let deadline = plan.deadline;
         match plan.step {
             Step::Expire => {

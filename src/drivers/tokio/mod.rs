@@ -23,6 +23,7 @@ use crate::core::command::OwnedCommand;
 use crate::core::keepalive::{self, KeepAlive};
 use crate::core::ops::{self as op, Acquisition, Next, Retry};
 use crate::core::round::{Round, Until};
+use crate::drivers::OsRandom;
 use crate::error::{ConfigError, Error};
 use crate::lock::{Lock, Name, Names};
 use crate::observe::OpSpan;
@@ -193,7 +194,7 @@ impl AsyncRedlock {
         loop {
             match self.acquire(names.clone(), ttl).await {
                 Ok(lock) => return Ok(lock),
-                Err(e) => match retry.after(e, names, Instant::now()) {
+                Err(e) => match retry.after(e, names, Instant::now(), &mut OsRandom) {
                     Next::Fail(e) => return Err(e),
                     Next::Wait(d) => tokio::time::sleep(d).await,
                     Next::Watch(waiting) => self.watch(waiting).await,
@@ -230,10 +231,10 @@ impl AsyncRedlock {
             why = fired => why.ok(),
             _ = tokio::time::sleep_until(deadline.into()) => None,
         };
-        if waiting.end(woken) {
+        if waiting.end(woken, Instant::now()) {
             // The jitter as a few yields: tokio's timer counts whole milliseconds, so a sleep
             // of a few hundred microseconds would cost a millisecond or more.
-            for _ in 0..op::wake_yields() {
+            for _ in 0..op::wake_yields(&mut OsRandom) {
                 tokio::task::yield_now().await;
             }
         }
@@ -252,7 +253,7 @@ impl AsyncRedlock {
         // From here until the outcome is known, dropping this future releases the token.
         let mut acq = ReleaseOnDrop {
             inner: &self.inner,
-            acq: Some(Acquisition::new(cfg, names, ttl)?),
+            acq: Some(Acquisition::new(cfg, names, ttl, &mut OsRandom)?),
         };
         while let Some((cmd, until)) = acq.round(cfg) {
             // (A driver that is gone answers at once: the keys then expire.)
