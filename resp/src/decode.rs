@@ -94,7 +94,7 @@ enum Step {
 /// # Examples
 /// ```
 /// use bytes::BytesMut;
-/// use resp::{Decoder, Frame};
+/// use redlock_resp::{Decoder, Frame};
 ///
 /// let mut dec = Decoder::default();
 /// let mut buf = BytesMut::from(&b"+OK\r\n$5\r\nhel"[..]);
@@ -166,7 +166,7 @@ impl Decoder {
     /// # Examples
     /// ```
     /// use bytes::BytesMut;
-    /// use resp::{Decoder, ErrorKind, Limits};
+    /// use redlock_resp::{Decoder, ErrorKind, Limits};
     ///
     /// let mut dec = Decoder::new(Limits::new().with_max_depth(8));
     /// let mut buf = BytesMut::from(&b"*1\r\n".repeat(1000)[..]);

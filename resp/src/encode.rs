@@ -13,7 +13,7 @@ use crate::Frame;
 ///
 /// # Examples
 /// ```
-/// let mut b = resp::IntBuf::new();
+/// let mut b = redlock_resp::IntBuf::new();
 /// assert_eq!(b.format(-30_000), b"-30000");
 /// assert_eq!(b.format(i64::MIN), b"-9223372036854775808");
 /// ```
@@ -116,8 +116,8 @@ fn put_bulk(dst: &mut impl BufMut, ty: u8, payload: &[u8]) {
 /// # Examples
 /// ```
 /// let mut out = Vec::new();
-/// let mut ttl = resp::IntBuf::new();
-/// resp::encode_command(&mut out, &[b"SET", b"k", b"tok", b"NX", b"PX", ttl.format(30_000)]);
+/// let mut ttl = redlock_resp::IntBuf::new();
+/// redlock_resp::encode_command(&mut out, &[b"SET", b"k", b"tok", b"NX", b"PX", ttl.format(30_000)]);
 /// assert_eq!(out, b"*6\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\ntok\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n30000\r\n");
 /// ```
 pub fn encode_command(dst: &mut impl BufMut, args: &[&[u8]]) {
@@ -216,7 +216,7 @@ impl Frame {
     ///
     /// # Examples
     /// ```
-    /// use resp::Frame;
+    /// use redlock_resp::Frame;
     /// let mut out = Vec::new();
     /// Frame::Array(vec![Frame::Integer(1), Frame::Null]).encode(&mut out);
     /// assert_eq!(out, b"*2\r\n:1\r\n_\r\n");
@@ -230,7 +230,7 @@ impl Frame {
     ///
     /// # Examples
     /// ```
-    /// use resp::Frame;
+    /// use redlock_resp::Frame;
     /// let mut out = Vec::new();
     /// Frame::Set(vec![Frame::Boolean(true)]).encode_streamed(&mut out);
     /// assert_eq!(out, b"~?\r\n#t\r\n.\r\n");

@@ -100,7 +100,7 @@ pub enum ErrorKind {
 /// # Examples
 /// ```
 /// use bytes::BytesMut;
-/// use resp::{Decoder, ErrorKind};
+/// use redlock_resp::{Decoder, ErrorKind};
 ///
 /// let mut buf = BytesMut::from(&b"*1\r\n:007\r\n"[..]);
 /// let err = Decoder::default().decode(&mut buf).unwrap_err();

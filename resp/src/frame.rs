@@ -18,7 +18,7 @@ use bytes::Bytes;
 /// # Examples
 /// ```
 /// use bytes::BytesMut;
-/// use resp::{Decoder, Frame};
+/// use redlock_resp::{Decoder, Frame};
 ///
 /// let mut buf = BytesMut::from(&b"%1\r\n+role\r\n$6\r\nmaster\r\n"[..]);
 /// let frame = Decoder::default().decode(&mut buf).unwrap().unwrap();

@@ -18,7 +18,7 @@
 //! # Examples
 //! ```
 //! use bytes::BytesMut;
-//! use resp::{encode_command, Decoder, Frame};
+//! use redlock_resp::{encode_command, Decoder, Frame};
 //!
 //! // What a client writes...
 //! let mut out = BytesMut::new();
@@ -31,7 +31,7 @@
 //! assert_eq!(dec.decode(&mut inbuf)?, None);
 //! inbuf.extend_from_slice(b"ken\r\n");
 //! assert_eq!(dec.decode(&mut inbuf)?, Some(Frame::Bulk("token".into())));
-//! # Ok::<(), resp::Error>(())
+//! # Ok::<(), redlock_resp::Error>(())
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -50,3 +50,8 @@ pub use limits::Limits;
 
 #[cfg(test)]
 mod tests;
+
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

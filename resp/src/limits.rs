@@ -9,7 +9,7 @@
 ///
 /// # Examples
 /// ```
-/// use resp::{Decoder, Limits};
+/// use redlock_resp::{Decoder, Limits};
 /// let limits = Limits::new().with_max_depth(4).with_max_bulk_len(1 << 20);
 /// assert_eq!(limits.max_depth(), 4);
 /// let _decoder = Decoder::new(limits);

@@ -2,7 +2,7 @@
 //! encoding a command allocate nothing once the read buffer is in its steady state.
 
 use bytes::BytesMut;
-use resp::{encode_command, Decoder, Frame, IntBuf};
+use redlock_resp::{encode_command, Decoder, Frame, IntBuf};
 
 use testkit::counting_alloc;
 

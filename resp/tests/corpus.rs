@@ -1,6 +1,9 @@
 //! Replays every committed fuzz input (seed corpus and regressions) through the same checks
 //! the fuzz targets run, so that `cargo test` exercises them on every run.
 
+// The shared checks name the codec `resp`, as the fuzz crate (and the library) depend on it.
+extern crate redlock_resp as resp;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
