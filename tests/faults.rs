@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use redlock_mux::NodeOutcome;
 use testkit::proxy::{Fault, Proxy};
 use testkit::{
-    cluster, lost_round, measured_slack, redis, resource, AsyncMulti, Blocking, Flavor, LockClient,
+    cluster, get, lost_round, measured_slack, redis, resource, AsyncMulti, Blocking, Flavor,
+    LockClient,
 };
 
 const TTL: Duration = Duration::from_secs(10);
@@ -206,4 +207,103 @@ fn lost_bytes_are_noticed_and_the_node_recovers_blocking() {
 #[test]
 fn lost_bytes_are_noticed_and_the_node_recovers_async() {
     lost_bytes::<AsyncMulti>();
+}
+
+/// A user whose ACL denies `PING`: the sentinel a late reply calls for is refused in its
+/// place, which shows the stream in step, so the connection is kept (and no sentinel is sent
+/// on it again). Counted against a user allowed `PING`, with the same late node.
+#[test]
+fn a_refused_sentinel_is_in_step_and_costs_no_connection() {
+    let c = cluster(3);
+    for a in c.addrs() {
+        for (user, rule) in [("noping", "-ping"), ("ping", "+ping")] {
+            let args = ["ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", rule];
+            assert_eq!(
+                redis(&a, &args),
+                redlock_mux::resp::Frame::Simple("OK".into())
+            );
+        }
+    }
+    let (proxies, addrs) = testkit::proxy::in_front(&c, 0..1);
+    let episodes = |user: &str| {
+        let nodes: Vec<String> = addrs
+            .iter()
+            .map(|a| format!("redis://{user}:pw@{a}"))
+            .collect();
+        let client = redlock_mux::Redlock::builder()
+            .nodes(nodes)
+            .node_timeout(NODE_TIMEOUT)
+            .retry(1, Duration::ZERO)
+            .build()
+            .unwrap();
+        let warm = client.lock(&resource("ping-warm"), TTL).unwrap();
+        client.unlock(&warm).unwrap();
+        let before = client.stats().nodes[0].clone();
+        // Node 0 answers past the node timeout (within the stale limit): each round ends
+        // without it, and the next command finds its reply overdue.
+        proxies[0].set(testkit::proxy::latency(NODE_TIMEOUT * 7 / 4));
+        for _ in 0..4 {
+            if let Ok(l) = client.lock(&resource("ping"), TTL) {
+                let _ = client.unlock(&l);
+            }
+            // Past the node timeout, within the latency: the next command finds the last
+            // one's reply overdue and still owed.
+            std::thread::sleep(NODE_TIMEOUT * 5 / 4);
+        }
+        proxies[0].set(Fault::Pass);
+        let after = client.stats().nodes[0].clone();
+        (
+            after.desyncs - before.desyncs,
+            after.connects - before.connects,
+        )
+    };
+    let allowed = episodes("ping");
+    let denied = episodes("noping");
+    assert_eq!(allowed, (0, 0), "allowed PING: (desyncs, reconnects)");
+    assert_eq!(denied, allowed, "denied PING: (desyncs, reconnects)");
+}
+
+/// An acquisition refused in its form (here `NOSCRIPT` on a master whose script cache was
+/// flushed) after its round was decided is not sent again: the client has already queued the
+/// release behind it, and the acquisition would land after the release and keep its key for
+/// the whole ttl. Valkey 9 (the release is native there, so it meets no `NOSCRIPT` of its own);
+/// fenced, so the acquisition is a script.
+#[test]
+fn an_acquisition_is_never_sent_again_behind_its_release() {
+    let c = cluster(3);
+    let (name, version) = testkit::cases::server_version(&c.addrs()[0]);
+    if !(name == "valkey" && version >= (9, 0)) {
+        eprintln!("skipped: {name} {version:?} has no native release to overtake the acquisition");
+        return;
+    }
+    let (proxies, addrs) = testkit::proxy::in_front(&c, 2..3);
+    let client = redlock_mux::Redlock::builder()
+        .nodes(addrs)
+        .fencing(true)
+        .node_timeout(Duration::from_secs(2))
+        .retry(1, Duration::ZERO)
+        .build()
+        .unwrap();
+    let warm = client.lock(&resource("overtake-warm"), TTL).unwrap();
+    client.unlock(&warm).unwrap();
+    assert!(
+        client.poll_idle(Duration::from_secs(5)),
+        "every node heard from"
+    );
+    redis(&c.addrs()[2], &["SCRIPT", "FLUSH"]);
+    // Node 2 answers late: the acquisition is decided by nodes 0 and 1, and the release
+    // follows at once, before node 2's NOSCRIPT is read.
+    proxies[0].set(testkit::proxy::latency(Duration::from_millis(300)));
+    let key = resource("overtake");
+    let lock = client.lock(&key, Duration::from_secs(60)).unwrap();
+    client.unlock(&lock).unwrap();
+    client.poll_idle(Duration::from_secs(3));
+    proxies[0].set(Fault::Pass);
+    let left: Vec<String> = c
+        .addrs()
+        .iter()
+        .filter(|a| get(a, &key).is_some())
+        .cloned()
+        .collect();
+    assert!(left.is_empty(), "unlocked, yet {left:?} hold the key");
 }

@@ -86,6 +86,21 @@ pub(crate) struct Reply<T> {
     pub(crate) frame: Frame,
     /// It answers the server's native command (its shape is the native one).
     pub(crate) native: bool,
+    /// An acquisition the server refused in the form it was sent in (or found no script
+    /// for), which could go again in another form: only if its round still waits for this
+    /// node ([`Conn::send_again`]). Once the round is decided the client may already have
+    /// queued the release behind it, and an acquisition sent again now would land after that
+    /// release and take a key nobody releases.
+    pub(crate) again: Option<Again>,
+}
+
+/// An acquisition that may be sent again (see [`Reply::again`]).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Again {
+    form: Sent,
+    copy: BytesMut,
+    at: Instant,
+    resends: u8,
 }
 
 /// Who a reply in the FIFO belongs to; `T` is what the driver keeps for its own commands.
@@ -236,6 +251,9 @@ pub(crate) struct Conn<T> {
     overdue_after: Duration,
     /// The last sentinel's nonce.
     syncs: u32,
+    /// The server refused the sentinel (`PING` denied by an ACL, or renamed away): none is
+    /// sent on this connection again; the shape checks and the stale limit remain.
+    sync_refused: bool,
     /// When the socket last took bytes (or `out` last went from empty to not), as far as
     /// the last `queue` knows: with `wrote_since`, what tells a slow node from a stuck one.
     progress_at: Option<Instant>,
@@ -292,6 +310,25 @@ fn sync_nonce(n: u32, digits: &mut resp::IntBuf, out: &mut [u8; 32]) -> usize {
     len
 }
 
+/// Whether `reply` is sentinel `n`'s own nonce.
+fn sync_answered(n: u32, reply: &Frame) -> bool {
+    let mut digits = resp::IntBuf::new();
+    let mut nonce = [0u8; 32];
+    let len = sync_nonce(n, &mut digits, &mut nonce);
+    matches!(reply.without_attributes(), Frame::Bulk(b) if b.as_ref() == &nonce[..len])
+}
+
+/// Whether `reply` is the server refusing `PING` itself (an ACL's `NOPERM` naming it, or the
+/// command renamed away): an answer in the sentinel's place, and no other command's.
+fn is_ping_refusal(reply: &Frame) -> bool {
+    match reply.without_attributes() {
+        Frame::Error(m) | Frame::BulkError(m) => {
+            forms::is_refusal(reply) && m.windows(6).any(|w| w.eq_ignore_ascii_case(b"'ping'"))
+        }
+        _ => false,
+    }
+}
+
 /// Whether `reply` has a shape that can answer `owner`'s command (see `Expect::fits` for the
 /// driver's commands, which the engine checks): a login command's `+OK`, `HELLO`'s map, a
 /// script's digest, a sentinel's own nonce. An error reply answers any but a sentinel.
@@ -299,12 +336,8 @@ fn owner_fits<T>(owner: &Owner<T>, reply: &Frame) -> bool {
     let reply = reply.without_attributes();
     let error = matches!(reply, Frame::Error(_) | Frame::BulkError(_));
     match owner {
-        Owner::Sync(n) => {
-            let mut digits = resp::IntBuf::new();
-            let mut nonce = [0u8; 32];
-            let len = sync_nonce(*n, &mut digits, &mut nonce);
-            matches!(reply, Frame::Bulk(b) if b.as_ref() == &nonce[..len])
-        }
+        // Checked where it is answered (`Conn::next`).
+        Owner::Sync(_) => true,
         Owner::Handshake | Owner::Tracking | Owner::Caching => {
             error || matches!(reply, Frame::Simple(_))
         }
@@ -337,6 +370,7 @@ impl<T> Conn<T> {
             invalidated: Vec::new(),
             overdue_after,
             syncs: 0,
+            sync_refused: false,
             progress_at: None,
             wrote_since: false,
             check_eviction: false,
@@ -369,8 +403,13 @@ impl<T> Conn<T> {
 
     /// Queues `CLIENT CACHING YES`, which makes the server track the key of the next command
     /// (a waiter's read), where the connection speaks RESP3. Nothing otherwise.
-    pub(crate) fn queue_caching(&mut self) {
+    pub(crate) fn queue_caching(&mut self, now: Instant) {
         if self.resp3 {
+            // A sentinel, if one is due, goes first: `CACHING YES` applies to the very next
+            // command, which must be the read.
+            if self.needs_sync(now) {
+                self.queue_sync();
+            }
             encode_command(&mut self.out, &[b"CLIENT", b"CACHING", b"YES"]);
             self.owed.push_back(Owner::Caching);
         }
@@ -440,6 +479,7 @@ impl<T> Conn<T> {
         self.load_error = None;
         self.progress_at = None;
         self.wrote_since = false;
+        self.sync_refused = false;
         self.out.clear();
         self.inb.clear();
         self.owed.clear();
@@ -529,9 +569,10 @@ impl<T> Conn<T> {
     /// Queues a command, written by `write`, whose reply goes to `tag`, and returns the form
     /// it went out in. A script call ([`How::Script`], written as `EVALSHA`) goes out in the
     /// form this connection uses, and when the server refuses that form (or lost the script,
-    /// or the function library) it is sent again in the next one in its place, whether or not
-    /// the operation's round is still open (a release or an extension must reach every node
-    /// that holds the key, not only a quorum of them); its reply goes to `tag` either way. A
+    /// or the function library) it is sent again in the next one, behind what was queued
+    /// since, whether or not the operation's round is still open (a release or an extension
+    /// must reach every node that holds the key, not only a quorum of them); its reply goes
+    /// to `tag` either way. An acquisition is the exception ([`Reply::again`]). A
     /// connection that is stuck takes nothing and hands the tag back.
     pub(crate) fn queue(
         &mut self,
@@ -584,6 +625,9 @@ impl<T> Conn<T> {
     /// Replies are owed in the order commands were queued, so the oldest command tells whether
     /// any is overdue: one look at the queue's head on the hot path.
     fn needs_sync(&self, now: Instant) -> bool {
+        if self.sync_refused {
+            return false;
+        }
         let oldest = self.owed.iter().find_map(|o| match o {
             Owner::Op(_, at, ..) => Some(*at),
             _ => None,
@@ -666,7 +710,18 @@ impl<T> Conn<T> {
                 return Err(ConnError::Desync);
             }
             match owner {
-                Owner::Sync(_) => continue,
+                Owner::Sync(n) => {
+                    if sync_answered(n, &frame) {
+                        continue;
+                    }
+                    if is_ping_refusal(&frame) {
+                        // In its place, but refused: the stream is in step, and the server
+                        // will refuse every sentinel.
+                        self.sync_refused = true;
+                        continue;
+                    }
+                    return Err(ConnError::Desync);
+                }
                 Owner::Handshake => {
                     if let Frame::Error(msg) | Frame::BulkError(msg) = frame.without_attributes() {
                         return Err(ConnError::Handshake(
@@ -722,15 +777,52 @@ impl<T> Conn<T> {
                     // A healthy exchange: the next failure starts the backoff from the bottom.
                     self.backoff = Duration::ZERO;
                     let len = len.min(self.scripted.len());
+                    let native = matches!(sent, Sent::Native(_));
                     if len > 0 && resends < MAX_RESENDS && frame.without_attributes().is_error() {
                         if let Some(next) = self.resend_form(len, sent, &frame) {
-                            self.resend(tag, at, len, sent, next, resends);
+                            if next == Sent::Fcall {
+                                self.load_functions();
+                            }
+                            if forms::takes_keys(&self.scripted[..len]) {
+                                self.after_noscript(sent, next);
+                                let copy = self.scripted.split_to(len);
+                                let again = Some(Again {
+                                    form: next,
+                                    copy,
+                                    at,
+                                    resends,
+                                });
+                                return Ok(Some(Reply {
+                                    tag,
+                                    frame,
+                                    native,
+                                    again,
+                                }));
+                            }
+                            // The copy moves to the back, behind the copies of the commands
+                            // already owed.
+                            let copy = self.scripted.split_to(len);
+                            self.write_again(
+                                tag,
+                                Again {
+                                    form: next,
+                                    copy,
+                                    at,
+                                    resends,
+                                },
+                            );
+                            self.after_noscript(sent, next);
                             continue;
                         }
                     }
                     bytes::Buf::advance(&mut self.scripted, len);
-                    let native = matches!(sent, Sent::Native(_));
-                    return Ok(Some(Reply { tag, frame, native }));
+                    let again = None;
+                    return Ok(Some(Reply {
+                        tag,
+                        frame,
+                        native,
+                        again,
+                    }));
                 }
             }
         }
@@ -750,20 +842,9 @@ impl<T> Conn<T> {
         self.forms.after(sent, reply, native_able)
     }
 
-    /// Sends the script call whose copy heads [`Conn::scripted`] again, in the form `next`,
-    /// its reply owed to `tag` as before: with the function library loaded ahead of an
-    /// `FCALL`, and every script loaded again after an `EVAL` that answered a `NOSCRIPT`.
-    fn resend(&mut self, tag: T, at: Instant, len: usize, sent: Sent, next: Sent, resends: u8) {
-        if next == Sent::Fcall {
-            self.load_functions();
-        }
-        // The copy moves to the back, behind the copies of the commands already owed.
-        let copy = self.scripted.split_to(len);
-        let written = forms::write_as(&copy, next, &mut self.out);
-        debug_assert!(written, "a form chosen for a command it has");
-        self.scripted.extend_from_slice(&copy);
-        self.owed
-            .push_back(Owner::Op(tag, at, len, next, resends.saturating_add(1)));
+    /// After a `NOSCRIPT` (the script cache was flushed) answered by the `EVAL` form: counted,
+    /// and every script loaded again, whether or not the command itself goes again.
+    fn after_noscript(&mut self, sent: Sent, next: Sent) {
         if sent == Sent::Evalsha && next == Sent::Eval {
             self.noscript_fallbacks += 1;
             crate::observe::script_fallback();
@@ -771,6 +852,33 @@ impl<T> Conn<T> {
                 self.reload_scripts();
             }
         }
+    }
+
+    /// Sends a script call again in the form `again` says, its reply owed to `tag` as before.
+    fn write_again(&mut self, tag: T, again: Again) {
+        let Again {
+            form,
+            copy,
+            at,
+            resends,
+        } = again;
+        let written = forms::write_as(&copy, form, &mut self.out);
+        debug_assert!(written, "a form chosen for a command it has");
+        self.scripted.extend_from_slice(&copy);
+        self.owed.push_back(Owner::Op(
+            tag,
+            at,
+            copy.len(),
+            form,
+            resends.saturating_add(1),
+        ));
+    }
+
+    /// Sends an acquisition again (see [`Reply::again`]): the engine calls this only while
+    /// its round still waits for this node, when nothing of the same operation can be queued
+    /// behind it yet.
+    pub(crate) fn send_again(&mut self, tag: T, again: Again) {
+        self.write_again(tag, again);
     }
 
     /// Records that the connection failed at `now`: clears it, and sets when the next connect
@@ -1296,6 +1404,60 @@ mod tests {
         let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
         c.queue(1, t, |b| b.put_slice(b"x"), How::Plain).unwrap();
         assert!(c.queue(2, t + OVERDUE * 10, |_| {}, How::Plain).is_ok());
+    }
+
+    #[test]
+    fn a_sentinel_goes_before_client_caching_never_between_it_and_the_read() {
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+        c.resp3 = true;
+        let t = Instant::now();
+        c.queue(1, t, |b| b.put_slice(b"*1\r\n$3\r\nSET\r\n"), How::Plain)
+            .unwrap();
+        let later = t + OVERDUE * 2;
+        c.queue_caching(later);
+        c.queue(
+            2,
+            later,
+            |b| b.put_slice(b"*1\r\n$4\r\nPTTL\r\n"),
+            How::Plain,
+        )
+        .unwrap();
+        let out = String::from_utf8_lossy(&c.out).into_owned();
+        let (ping, caching, pttl) = (
+            out.find("PING").expect("a sentinel"),
+            out.find("CACHING").expect("CLIENT CACHING"),
+            out.find("PTTL").expect("the read"),
+        );
+        assert!(ping < caching && caching < pttl, "{out}");
+        assert_eq!(out.matches("PING").count(), 1, "{out}");
+    }
+
+    #[test]
+    fn a_sentinel_refused_in_its_place_keeps_the_connection_and_is_not_sent_again() {
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+        let t = Instant::now();
+        c.queue(1, t, |_| {}, How::Plain).unwrap();
+        c.queue(2, t + OVERDUE * 2, |_| {}, How::Plain).unwrap();
+        feed(
+            &mut c,
+            b":1\r\n-NOPERM User app has no permissions to run the 'ping' command\r\n:2\r\n",
+        );
+        assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
+        assert_eq!(c.next_reply().unwrap(), Some((2, Frame::Integer(2))));
+        c.out.clear();
+        c.queue(3, t, |_| {}, How::Plain).unwrap();
+        c.queue(4, t + OVERDUE * 10, |_| {}, How::Plain).unwrap();
+        assert!(c.out.is_empty(), "no sentinel after a refusal");
+        // Another command's refusal in a sentinel's place is no proof of step.
+        let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+        c.queue(1, t, |_| {}, How::Plain).unwrap();
+        c.queue(2, t + OVERDUE * 2, |_| {}, How::Plain).unwrap();
+        feed(
+            &mut c,
+            b":1\r\n-NOPERM User app has no permissions to run the 'evalsha' command\r\n",
+        );
+        assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
+        assert_eq!(c.next_reply(), Err(ConnError::Desync));
     }
 
     #[test]

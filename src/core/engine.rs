@@ -294,7 +294,7 @@ impl<U> Engine<U> {
         for i in 0..self.nodes.len() {
             if watch && self.nodes[i].link != Link::Closed {
                 // Right before the read: the server tracks the key of the next command only.
-                self.nodes[i].conn.queue_caching();
+                self.nodes[i].conn.queue_caching(now);
             }
             let how = match (scripted, native_able) {
                 (false, _) => How::Plain,
@@ -438,6 +438,15 @@ impl<U> Engine<U> {
             match self.nodes[i].conn.next() {
                 Ok(Some(reply)) => {
                     let (tag, frame) = (reply.tag, reply.frame);
+                    if let Some(again) = reply.again {
+                        // An acquisition to send again in another form: only while its round
+                        // waits for this node (see `Reply::again`); else its refusal is a
+                        // late reply like any other.
+                        if self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
+                            self.nodes[i].conn.send_again(tag, again);
+                            continue;
+                        }
+                    }
                     let expect = if reply.native {
                         Expect::Native
                     } else {

@@ -15,7 +15,9 @@
 //! refusal is an ACL's `NOPERM` or an unknown command (an older server, a renamed command):
 //! the form is then never tried again on that connection, and the refused command is sent
 //! again at once in the next form of the chain, whether or not anyone still waits for its
-//! reply (a release must reach every node that holds the key). The chain under
+//! reply (a release must reach every node that holds the key). The one exception is an
+//! acquisition, sent again only while its round still waits for that node: later, the
+//! client may have queued the release behind it, and the acquisition would land after it. The chain under
 //! [`Scripts::Auto`] is native (where the server has it), script, function, in that order of
 //! preference, skipping what was refused; [`Scripts::Native`] uses native commands only (the
 //! dialect the server named, or, before it has, Valkey's, corrected once it has);
@@ -223,6 +225,12 @@ pub(crate) fn has_native_form(evalsha: &[u8]) -> bool {
     };
     (sha == script::RELEASE_SHA1.as_bytes() || sha == script::EXTEND_SHA1.as_bytes())
         && after.starts_with(b"$1\r\n1\r\n")
+}
+
+/// Whether an encoded `EVALSHA` of one of our scripts sets keys: the acquire script (the
+/// others only change or delete keys that hold the caller's token).
+pub(crate) fn takes_keys(evalsha: &[u8]) -> bool {
+    digest(evalsha).is_some_and(|(sha, _)| sha == script::ACQUIRE_SHA1.as_bytes())
 }
 
 /// Writes `evalsha` (an encoded `EVALSHA` of one of our scripts, the canonical copy) into

@@ -802,3 +802,57 @@ fn no_sentinel_while_every_reply_is_within_its_deadline() {
     assert!(s.io().is_empty());
     assert_eq!(s.e.stats().nodes[2].desyncs, 0);
 }
+
+#[test]
+fn an_acquisition_is_sent_again_only_while_its_round_waits_for_the_node() {
+    let token = Token::generate();
+    let two = [Name::new("a"), Name::new("b")];
+    let acquire = Command {
+        kind: OpKind::Acquire,
+        resources: &two,
+        token: &token,
+        ttl_ms: 10_000,
+        counter: None,
+        fence_value: 0,
+    };
+    const NOSCRIPT: &[u8] = b"-NOSCRIPT No matching script.\r\n";
+    // Decided by nodes 0 and 1 first: node 2's NOSCRIPT comes after, and the acquisition
+    // does not go again (a release may already be queued behind it).
+    let mut s = Sim::new(3, true);
+    s.e.submit(&acquire, Until::Decided, s.now, 1);
+    s.io();
+    for i in 0..3 {
+        s.sent(i);
+    }
+    s.reply(0, b":0\r\n");
+    s.reply(1, b":0\r\n");
+    assert_eq!(s.completed().len(), 1);
+    s.reply(2, NOSCRIPT);
+    let out = String::from_utf8_lossy(&s.sent(2)).into_owned();
+    assert!(
+        !out.contains("EVAL\r\n"),
+        "sent again after its round: {out}"
+    );
+    assert!(
+        out.contains("SCRIPT"),
+        "the scripts are loaded again: {out}"
+    );
+    // Still waited for: it goes again as EVAL.
+    let mut s = Sim::new(3, true);
+    s.e.submit(&acquire, Until::Decided, s.now, 1);
+    s.io();
+    for i in 0..3 {
+        s.sent(i);
+    }
+    s.reply(2, NOSCRIPT);
+    let out = String::from_utf8_lossy(&s.sent(2)).into_owned();
+    assert!(out.contains("$4\r\nEVAL\r\n"), "{out}");
+    // The scripts are loaded again first (queued as the NOSCRIPT was read), then the EVAL.
+    let mut answer = b"$1\r\nx\r\n".repeat(PRELOADS);
+    answer.extend(b":0\r\n");
+    s.reply(2, &answer);
+    s.reply(0, b":0\r\n");
+    let done = s.completed();
+    assert_eq!(done.len(), 1, "{:?}", s.e.stats().nodes[2]);
+    assert_eq!(done[0].round.decision(), Decision::Won);
+}
