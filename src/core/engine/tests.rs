@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use super::*;
 use crate::config::Builder;
 use crate::core::command::{Form, OpKind};
+use crate::core::conn::CONNECT_TIMEOUT;
 use crate::core::round::Until;
 use crate::lock::Name;
 use crate::Token;

@@ -30,6 +30,13 @@
 //! - A connection that owes a reply long past every deadline ([`stale_after`]), owes more than
 //!   [`MAX_OWED`] replies, or takes longer than [`CONNECT_TIMEOUT`] to open is dropped.
 
+// | module | its job |
+// |---|---|
+// | `mod.rs` | slots of operations in flight, node links, submitting a round, the socket events |
+// | `dispatch.rs` | reply routing: a reply to its operation, checked and judged as a vote |
+// | `timers.rs` | round deadlines and connect timeouts, the heap that keeps them |
+// | `watch.rs` | waiters' watches, fired by invalidation pushes and dropped connections |
+
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io;
@@ -41,11 +48,11 @@ use smallvec::SmallVec;
 use crate::config::Scripts;
 use crate::config::{Config, NodeAddr};
 use crate::core::command::{Command, Expect, Extra, Form};
-use crate::core::conn::{stale_after, Conn, ConnError, Invalidated, CONNECT_TIMEOUT};
+use crate::core::conn::{stale_after, Conn};
 use crate::core::conn::{How, Native};
 use crate::core::forms::Sent;
 use crate::core::round::{Decision, Round, Until};
-use crate::error::{FencingFault, NodeOutcome};
+use crate::error::NodeOutcome;
 use crate::stats::{NodeStats, Stats};
 
 /// Replies one connection may owe before its node counts as stuck and is reconnected: room
@@ -166,26 +173,6 @@ pub(crate) struct Engine<U> {
     watches: Vec<(u64, Box<[u8]>)>,
     /// Watches that fired, with why, for the driver to tell their waiters.
     woken: VecDeque<(u64, Wake)>,
-}
-
-/// Why a watch fired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// A master pushed an invalidation of the key (or of every key).
-    Pushed,
-    /// A connection closed: whatever it tracked can no longer be pushed.
-    Dropped,
-}
-
-impl Wake {
-    /// The cause's name, for events and metrics.
-    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Wake::Pushed => "push",
-            Wake::Dropped => "dropped",
-        }
-    }
 }
 
 impl<U> Engine<U> {
@@ -424,239 +411,12 @@ impl<U> Engine<U> {
         }
     }
 
-    /// Bytes read from node `i`. Every whole reply goes to its operation; a reply that breaks
-    /// the protocol drops the connection (see [`poll_io`](Engine::poll_io)).
-    pub(crate) fn handle_input(&mut self, i: usize, bytes: &[u8], now: Instant) {
-        let Some(node) = self.nodes.get_mut(i) else {
-            return;
-        };
-        if node.link == Link::Closed {
-            return;
-        }
-        node.conn.received(bytes);
-        loop {
-            match self.nodes[i].conn.next() {
-                Ok(Some(reply)) => {
-                    let (tag, frame) = (reply.tag, reply.frame);
-                    if let Some(again) = reply.again {
-                        // An acquisition to send again in another form: only while its round
-                        // waits for this node (see `Reply::again`); else its refusal is a
-                        // late reply like any other.
-                        if self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
-                            self.nodes[i].conn.send_again(tag, again);
-                            continue;
-                        }
-                    }
-                    let expect = if reply.native {
-                        Expect::Native
-                    } else {
-                        tag.expect
-                    };
-                    if !expect.fits(&frame) {
-                        // Out of step: no later reply on this connection can be trusted.
-                        // The command this reply was matched to fails with the rest.
-                        let outcome = ConnError::Desync.outcome();
-                        if self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
-                            self.vote(tag, i, outcome.clone());
-                        }
-                        self.take_invalidated(i);
-                        self.nodes[i].stats.desyncs += 1;
-                        self.fail_node(i, &outcome, now, Socket::Held);
-                        return;
-                    }
-                    if !self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
-                        // Late, or a reply to a fired command: read and dropped.
-                        self.nodes[i].stats.late_replies += 1;
-                        continue;
-                    }
-                    let (mut outcome, extra) = Command::judge(expect, &frame);
-                    if let (NodeOutcome::Server(msg), Some(why)) =
-                        (&mut outcome, self.nodes[i].conn.load_error())
-                    {
-                        // A missing function or script whose loading failed: say why (an
-                        // ACL's NOPERM names the command it denies).
-                        if msg.starts_with("ERR Function not found") || msg.starts_with("NOSCRIPT")
-                        {
-                            msg.push_str("; loading it failed: ");
-                            msg.push_str(why);
-                        }
-                    }
-                    if let (Expect::Fenced, NodeOutcome::Ok, Some(policy)) =
-                        (expect, &outcome, self.nodes[i].conn.evicting())
-                    {
-                        // The counter may be evicted there: not a vote a token can rest on.
-                        outcome = NodeOutcome::Fencing(FencingFault::EvictionPolicy(policy.into()));
-                    }
-                    self.vote_with(tag, i, outcome, extra);
-                }
-                Ok(None) => return self.take_invalidated(i),
-                Err(e) => {
-                    self.take_invalidated(i);
-                    if e == ConnError::Desync {
-                        self.nodes[i].stats.desyncs += 1;
-                    }
-                    self.fail_node(i, &e.outcome(), now, Socket::Held);
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Fires the watches of the keys node `i` pushed invalidations of.
-    fn take_invalidated(&mut self, i: usize) {
-        let Some(pushed) = self.nodes[i].conn.take_invalidated() else {
-            return;
-        };
-        self.nodes[i].stats.invalidations += pushed.len() as u64;
-        for what in pushed {
-            match what {
-                Invalidated::All => self.wake_watches(|_| true, Wake::Pushed),
-                Invalidated::Key(k) => self.wake_watches(|key| key == k.as_ref(), Wake::Pushed),
-            }
-        }
-    }
-
-    /// Fires (and forgets) every watch whose key `matches`.
-    fn wake_watches(&mut self, matches: impl Fn(&[u8]) -> bool, why: Wake) {
-        let woken = &mut self.woken;
-        self.watches.retain(|(id, key)| {
-            if matches(key) {
-                woken.push_back((*id, why));
-                false
-            } else {
-                true
-            }
-        });
-    }
-
-    /// Watches `key` for waiter `id` (chosen by the driver, unique among its watches): the
-    /// watch fires once, when a tracking master pushes an invalidation of the key or any
-    /// connection closes, and [`poll_woken`](Engine::poll_woken) then yields `id`. Register it
-    /// before the read that makes the servers track the key, so that no push is missed.
-    pub(crate) fn watch(&mut self, id: u64, key: Box<[u8]>) {
-        self.watches.push((id, key));
-    }
-
-    /// Forgets waiter `id`'s watch, if it has not fired (and a firing not yet polled).
-    pub(crate) fn unwatch(&mut self, id: u64) {
-        self.watches.retain(|(w, _)| *w != id);
-        self.woken.retain(|(w, _)| *w != id);
-    }
-
-    /// Whether any watch waits.
-    #[cfg(test)]
-    pub(crate) fn watching(&self) -> bool {
-        !self.watches.is_empty()
-    }
-
-    /// Whether some watch has fired and not been polled.
-    pub(crate) fn has_woken(&self) -> bool {
-        !self.woken.is_empty()
-    }
-
-    /// The next watch that fired, and why.
-    pub(crate) fn poll_woken(&mut self) -> Option<(u64, Wake)> {
-        self.woken.pop_front()
-    }
-
-    /// How many nodes' connections push invalidations now.
-    #[allow(dead_code)]
-    pub(crate) fn tracking(&self) -> usize {
-        self.nodes
-            .iter()
-            .filter(|n| n.link == Link::Open && n.conn.tracking())
-            .count()
-    }
-
     /// Node `i`'s socket failed or was closed by the peer; it is already gone on the driver's
     /// side. `outcome` says how, and is the node's vote in every round waiting on it:
     /// `NodeOutcome::Io(kind)`, or `NodeOutcome::Tls` for a TLS failure.
     pub(crate) fn handle_closed(&mut self, i: usize, outcome: NodeOutcome, now: Instant) {
         if i < self.nodes.len() && self.nodes[i].link != Link::Closed {
             self.fail_node(i, &outcome, now, Socket::Gone);
-        }
-    }
-
-    /// Ends every round whose deadline has passed (nodes still owing time out) and drops
-    /// connects that take too long.
-    pub(crate) fn handle_timeout(&mut self, now: Instant) {
-        let due = |e: &Self| {
-            e.deadlines
-                .peek()
-                .is_some_and(|Reverse((when, ..))| *when <= now)
-        };
-        if self.connecting == 0 && !due(self) {
-            return;
-        }
-        while let Some(&Reverse((when, slot, gen))) = self.deadlines.peek() {
-            if when > now {
-                break;
-            }
-            self.deadlines.pop();
-            let tag = Tag::to_find(slot, gen);
-            if let Some(op) = self.op_mut(tag) {
-                let mut timed_out: SmallVec<[usize; 8]> = SmallVec::new();
-                for i in 0..op.round_len() {
-                    if op.round.is_pending(i) {
-                        timed_out.push(i);
-                    }
-                }
-                for i in timed_out {
-                    self.vote(tag, i, NodeOutcome::Timeout);
-                }
-            }
-        }
-        for i in 0..self.nodes.len() {
-            if self.connecting == 0 {
-                break;
-            }
-            if let Link::Connecting(since) = self.nodes[i].link {
-                if now.saturating_duration_since(since) >= CONNECT_TIMEOUT {
-                    self.fail_node(i, &NodeOutcome::Timeout, now, Socket::Held);
-                }
-            }
-        }
-    }
-
-    /// Drops the deadlines of rounds that ended early: those at the top at once, and all of
-    /// them once they outnumber the live ones, so that the heap stays the size of what is in
-    /// flight (and stops growing, and allocating, in a steady state).
-    fn prune_deadlines(&mut self) {
-        while let Some(&Reverse((_, slot, gen))) = self.deadlines.peek() {
-            if self.op(Tag::to_find(slot, gen)).is_some() {
-                break;
-            }
-            self.deadlines.pop();
-        }
-        if self.deadlines.len() > 2 * self.live + 16 {
-            let ops = &self.ops;
-            self.deadlines.retain(|Reverse((_, slot, gen))| {
-                ops.get(*slot as usize)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|op| op.gen == *gen)
-            });
-        }
-    }
-
-    /// When [`handle_timeout`](Engine::handle_timeout) must next be called, if nothing else
-    /// happens first.
-    pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
-        self.prune_deadlines();
-        let round = self.deadlines.peek().map(|Reverse((when, ..))| *when);
-        if self.connecting == 0 {
-            return round;
-        }
-        let connect = self
-            .nodes
-            .iter()
-            .filter_map(|n| match n.link {
-                Link::Connecting(since) => Some(crate::core::time::later(since, CONNECT_TIMEOUT)),
-                _ => None,
-            })
-            .min();
-        match (round, connect) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
         }
     }
 
@@ -792,5 +552,10 @@ impl<U> Op<U> {
     }
 }
 
+mod dispatch;
 #[cfg(test)]
 mod tests;
+mod timers;
+mod watch;
+
+pub(crate) use watch::Wake;
