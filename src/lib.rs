@@ -1,3 +1,13 @@
+// Module map (each module, its job):
+//   config    node addresses (config/addr.rs), the builder (config/builder.rs), the validated Config
+//   core      floor 2, sans I/O: the engine, connections, commands, rounds, rules, operations
+//   drivers   floor 3: the blocking client on mio, the async client on tokio, TLS; they move bytes
+//   error     Error, ConfigError, NodeOutcome and the per-node reports
+//   inspect   a resource's holder and ttl on every node (status)
+//   lock      Lock, its resources and token
+//   observe   spans, events and metrics through the tracing / metrics facades (features)
+//   stats     Stats: what each node's connections have seen
+
 //! Redlock, the distributed lock over N independent Redis masters, with one write pass to all
 //! of them.
 //!

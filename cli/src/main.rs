@@ -1,3 +1,15 @@
+// Module map (each module, its job):
+//   args     the command line
+//   bench    `redlock bench`: a load generator
+//   demo     `redlock demo`: local masters, contention and faults, watched by the checker
+//   exit     exit codes
+//   lockcmd  `lock`, `unlock`, `extend`, `status`
+//   observe  --trace and --metrics
+//   out      writes to stdout and stderr that never panic
+//   plot     bench --plot
+//   run      `redlock run`: hold a lock while a command (and all it starts) runs
+//   stats    latency histograms
+
 //! `redlock`: a distributed `flock(1)`, a lock you can take and release from a shell, a load
 //! generator that reports a latency histogram, and a demonstration on five throwaway masters.
 //!

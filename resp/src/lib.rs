@@ -1,3 +1,10 @@
+// Module map (each module, its job):
+//   decode   the incremental decoder (decode/line.rs: one line at a time)
+//   encode   commands and frames to bytes
+//   error    the typed error, with its byte offset
+//   frame    Frame, the RESP2/RESP3 value
+//   limits   the bounds a decoder enforces
+
 //! A strict, incremental, zero-copy codec for RESP2 and RESP3, the Redis protocol.
 //!
 //! - [`Decoder`] turns bytes into [`Frame`]s. It takes a `BytesMut` that a socket reads into,

@@ -1,3 +1,14 @@
+// Module map (each module, its job):
+//   cases          test bodies shared by both clients (for_each_case!), by theme
+//   checker        the mutual-exclusion and fencing checker
+//   clock          masters under libfaketime, their wall clocks stepped
+//   counting_alloc an allocator that counts, for the allocation tests
+//   hostile        a fake node that answers in one bad way
+//   local          throwaway local masters on free loopback ports
+//   proxy          the fault-injecting TCP proxy
+//   soak           the soak: contended locking under a seeded fault schedule
+//   tls            certificates made for the TLS tests
+
 //! The test machinery of redlock-mux, a crate of its own so that none of it is compiled into
 //! the library: throwaway local `redis-server` masters ([`local`]), masters whose wall clock
 //! can be stepped ([`clock`]), the fault-injecting proxy
