@@ -33,6 +33,13 @@ use crate::lock::Lock;
 /// stops the extensions and releases the lock (fire and forget); [`release`](LockGuard::release)
 /// does it and waits for the answer.
 ///
+/// # In a forked child
+/// A guard inherited through `fork()` holds nothing in the child: the lock is the parent's
+/// (same token, same connections). There it is lost from the start
+/// ([`Loss::ExtendFailed`] with [`Error::Forked`]), its validity is zero, `release` answers
+/// `Error::Forked`, and dropping it neither releases the lock nor touches the inherited
+/// runtime; the parent's guard goes on as before.
+///
 /// # Examples
 /// ```no_run
 /// use std::time::Duration;
@@ -92,8 +99,11 @@ impl LockGuard {
         self.lock.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// The validity left, from the monotonic clock.
+    /// The validity left, from the monotonic clock (zero in a forked child).
     pub fn validity(&self) -> Duration {
+        if self.redlock.forked() {
+            return Duration::ZERO;
+        }
         self.lock().validity()
     }
 
@@ -104,11 +114,14 @@ impl LockGuard {
 
     /// Whether the lock has been lost.
     pub fn is_lost(&self) -> bool {
-        self.loss.borrow().is_some()
+        self.redlock.forked() || self.loss.borrow().is_some()
     }
 
     /// Resolves when the lock is lost, with why. Cancellation-safe: use it in `select!`.
     pub async fn lost(&self) -> Loss {
+        if self.redlock.forked() {
+            return Loss::ExtendFailed(Error::Forked);
+        }
         let mut rx = self.loss.clone();
         let loss = match rx.wait_for(Option::is_some).await {
             Ok(loss) => loss.clone(),
@@ -123,17 +136,26 @@ impl LockGuard {
         self.loss.clone()
     }
 
-    /// Stops the extensions and releases the lock, waiting for the nodes' answer.
+    /// Stops the extensions and releases the lock, waiting for the nodes' answer
+    /// ([`Error::Forked`] in a forked child, which releases nothing).
     pub async fn release(mut self) -> Result<(), Error> {
-        self.task.abort();
         self.released = true;
+        if self.redlock.forked() {
+            return Err(Error::Forked);
+        }
+        self.task.abort();
         let lock = self.lock();
         self.redlock.unlock(&lock).await
     }
 }
 
 impl Drop for LockGuard {
+    /// Stops the extensions and releases the lock; nothing in a forked child, where both are
+    /// the parent's (aborting the task would schedule it on the inherited runtime).
     fn drop(&mut self) {
+        if self.redlock.forked() {
+            return;
+        }
         self.task.abort();
         if !self.released {
             fire_release(&self.redlock.inner, &self.lock());
