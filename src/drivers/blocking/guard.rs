@@ -66,10 +66,7 @@ impl Kept {
     fn overdue(&self) -> Loss {
         let lock = self.snapshot();
         let done = self.extensions.load(Ordering::Relaxed);
-        match keepalive::plan(&lock, &self.policy, self.started, done, self.node_timeout).step {
-            Step::Expire => Loss::Expired,
-            _ => Loss::ExtendTooSlow,
-        }
+        keepalive::overdue(&lock, &self.policy, self.started, done, self.node_timeout)
     }
 }
 
