@@ -327,4 +327,13 @@ pub enum Error {
     /// a key it may have set expires with its ttl. The client itself stays usable.
     #[error("operation aborted: the client's driver failed before the round ended")]
     Aborted,
+    /// The client was built in another process: this one is a `fork()` of it. Parent and
+    /// child would share the client's connections (and each could read the other's replies),
+    /// so a client, and the guards it made, do nothing in a forked child: operations end with
+    /// this error before anything is sent, and an inherited guard reports itself lost
+    /// ([`Loss::ExtendFailed`](crate::Loss::ExtendFailed) with this error) and releases
+    /// nothing when dropped. The parent's client is unaffected. Build a new client in the
+    /// child (`Redlock::with_config(client.config().clone())`).
+    #[error("the client belongs to the process that forked this one: build a new client here")]
+    Forked,
 }

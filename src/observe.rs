@@ -132,6 +132,7 @@ fn kind(e: &Error) -> &'static str {
         Error::Expired => "expired",
         Error::Config(_) => "config",
         Error::Aborted => "aborted",
+        Error::Forked => "forked",
     }
 }
 

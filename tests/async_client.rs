@@ -604,3 +604,46 @@ fn releases_nobody_awaits_use_the_connections_form() {
     c.server(2).resume().unwrap();
     gone(&key, "the dropped acquisition's release");
 }
+
+/// Loss is read from the clock as well as reported, so it is known when the keep-alive task
+/// cannot run (review 22.4): on a current-thread runtime, a task that does synchronous steps
+/// and checks `is_lost()` between them gives the keep-alive task no turn. Before the fix
+/// `is_lost()` stayed false past the validity's end, with `validity()` at zero (in the
+/// review another client took the lock at 2.0 s, and it was still false at 5 s).
+#[test]
+fn a_guard_whose_task_cannot_run_reports_loss_by_the_clock() {
+    let c = cluster(3);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = AsyncRedlock::builder()
+            .nodes(c.addrs())
+            .node_timeout(Duration::from_millis(150))
+            .retry(1, Duration::ZERO)
+            .build()
+            .unwrap();
+        let key = resource("blocked-guard");
+        let guard = client
+            .lock_guarded(&key, Duration::from_secs(1))
+            .await
+            .unwrap();
+        let valid_until = guard.lock().valid_until();
+        assert!(!guard.is_lost(), "lost at once: {:?}", guard.loss());
+        // Synchronous steps, no await between them, until the validity has run out.
+        while Instant::now() <= valid_until {
+            std::thread::sleep(
+                valid_until.saturating_duration_since(Instant::now()) + Duration::from_millis(1),
+            );
+        }
+        assert_eq!(guard.validity(), Duration::ZERO);
+        assert!(
+            guard.is_lost(),
+            "the validity has run out and is_lost() is false"
+        );
+        assert_eq!(guard.loss(), Some(Loss::ExtendTooSlow));
+        // `lost()` says so at once too, whatever the task does when it next runs.
+        assert_eq!(guard.lost().await, Loss::ExtendTooSlow);
+    });
+}

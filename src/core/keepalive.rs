@@ -155,6 +155,24 @@ pub(crate) fn loss_deadline(lock: &Lock) -> Instant {
         .unwrap_or(lock.valid_until)
 }
 
+/// What the loss deadline passing without a report means, for a guard in the state `plan`
+/// takes: a limit reached ([`Loss::Expired`], as the plan says), or an extension that did not
+/// come in time ([`Loss::ExtendTooSlow`]). Both guards derive loss from the clock with it, so
+/// that loss is known by the deadline whatever their keep-alive is doing.
+pub(crate) fn overdue(
+    lock: &Lock,
+    policy: &KeepAlive,
+    started: Instant,
+    extensions: u32,
+    node_timeout: Duration,
+    now: Instant,
+) -> Loss {
+    match plan(lock, policy, started, extensions, node_timeout, now).step {
+        Step::Expire => Loss::Expired,
+        _ => Loss::ExtendTooSlow,
+    }
+}
+
 /// The plan for `lock` under `policy`, at `now`, for a guard started at `started` that has
 /// extended `extensions` times. An extension starts early enough (the policy's threshold, or the node
 /// timeout plus the margin if that is more) for a round of the whole node timeout to end by

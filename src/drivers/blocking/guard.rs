@@ -66,7 +66,7 @@ impl Kept {
     fn overdue(&self) -> Loss {
         let lock = self.snapshot();
         let done = self.extensions.load(Ordering::Relaxed);
-        match keepalive::plan(
+        keepalive::overdue(
             &lock,
             &self.policy,
             self.started,
@@ -74,11 +74,6 @@ impl Kept {
             self.node_timeout,
             Instant::now(),
         )
-        .step
-        {
-            Step::Expire => Loss::Expired,
-            _ => Loss::ExtendTooSlow,
-        }
     }
 }
 
@@ -195,6 +190,12 @@ impl Keeper {
 /// most a node timeout); [`release`](BlockingGuard::release) does the same and returns the
 /// outcome.
 ///
+/// # In a forked child
+/// A guard inherited through `fork()` holds nothing in the child: the lock is the parent's
+/// (same token, same connections). There it is lost from the start
+/// ([`Loss::ExtendFailed`] with [`Error::Forked`]), its validity is zero, `release` answers
+/// `Error::Forked`, and dropping it does nothing at all; the parent's guard goes on as before.
+///
 /// # Examples
 /// ```no_run
 /// use std::time::Duration;
@@ -226,8 +227,11 @@ impl BlockingGuard {
         self.kept.snapshot()
     }
 
-    /// The validity left, from the monotonic clock.
+    /// The validity left, from the monotonic clock (zero in a forked child).
     pub fn validity(&self) -> Duration {
+        if self.redlock.forked() {
+            return Duration::ZERO;
+        }
         self.lock().validity()
     }
 
@@ -238,16 +242,22 @@ impl BlockingGuard {
 
     /// Whether the lock has been lost (see the type's docs for when).
     pub fn is_lost(&self) -> bool {
-        self.kept.loss_now().is_some()
+        self.loss().is_some()
     }
 
     /// Why the lock was lost, if it was.
     pub fn loss(&self) -> Option<Loss> {
+        if self.redlock.forked() {
+            return Some(Loss::ExtendFailed(Error::Forked));
+        }
         self.kept.loss_now()
     }
 
     /// Waits up to `timeout` for the lock to be lost; returns why, or `None` if it still holds.
     pub fn wait_lost(&self, timeout: Duration) -> Option<Loss> {
+        if self.redlock.forked() {
+            return Some(Loss::ExtendFailed(Error::Forked));
+        }
         let until = crate::core::time::later(Instant::now(), timeout);
         let mut slot = locked(&self.kept.loss);
         loop {
@@ -272,9 +282,13 @@ impl BlockingGuard {
         }
     }
 
-    /// Stops the extensions and releases the lock, returning the nodes' answer.
+    /// Stops the extensions and releases the lock, returning the nodes' answer
+    /// ([`Error::Forked`] in a forked child, which releases nothing).
     pub fn release(mut self) -> Result<(), Error> {
         self.released = true;
+        if self.redlock.forked() {
+            return Err(Error::Forked);
+        }
         self.stop();
         self.redlock.unlock(&self.lock())
     }
@@ -290,8 +304,11 @@ impl BlockingGuard {
 }
 
 impl Drop for BlockingGuard {
+    /// Stops the extensions and releases the lock; nothing in a forked child, where the lock
+    /// and the keeper are the parent's (and a lock the keeper's thread held at the fork would
+    /// never be let go).
     fn drop(&mut self) {
-        if !self.released {
+        if !self.released && !self.redlock.forked() {
             self.stop();
             let _ = self.redlock.unlock(&self.lock());
         }
@@ -320,7 +337,8 @@ impl Redlock {
     }
 
     /// Keeps a lock taken earlier alive with the given policy (the lock must come from this
-    /// client's nodes).
+    /// client's nodes). In a forked child the guard is lost from the start, as an inherited
+    /// one is (see [`BlockingGuard`]), and nothing is started.
     pub fn keep_alive(&self, lock: Lock, policy: KeepAlive) -> BlockingGuard {
         let kept = Arc::new(Kept {
             lock: Mutex::new(lock),
@@ -332,6 +350,13 @@ impl Redlock {
             stopped: AtomicBool::new(false),
             node_timeout: self.config().node_timeout(),
         });
+        if self.forked() {
+            return BlockingGuard {
+                redlock: self.clone(),
+                kept,
+                released: false,
+            };
+        }
         let mut slot = locked(&self.shared.keeper);
         let keeper = slot
             .get_or_insert_with(|| Arc::new(Keeper::default()))

@@ -68,6 +68,9 @@ pub struct Redlock {
 /// What the handles of one client share.
 pub(crate) struct Shared {
     config: Config,
+    /// The process the client was built in: its connections, poller and waker are that
+    /// process's, and a forked child must leave them alone (see [`Redlock::forked`]).
+    pid: u32,
     driver: Mutex<Driver>,
     /// Operations of callers that found the driver busy, for the next holder to run in its
     /// batch, and the results of those run by another caller.
@@ -224,6 +227,7 @@ impl Redlock {
         Ok(Redlock {
             shared: Arc::new(Shared {
                 config,
+                pid: std::process::id(),
                 driver: Mutex::new(driver),
                 queue: Mutex::new(Queue::default()),
                 keeper: Mutex::new(None),
@@ -240,10 +244,29 @@ impl Redlock {
         &self.shared.config
     }
 
+    /// Whether this is a forked child of the process the client was built in.
+    ///
+    /// Parent and child share the client's sockets (and its mio poller's epoll set): were the
+    /// child to write to them, either could read the other's replies, matched to its own
+    /// commands in order, and take another's `OK` for a grant. So in a child the client reads
+    /// and writes nothing, takes none of its locks (another thread of the parent may have
+    /// held one at the fork, and no longer exists to let it go), and never deregisters or
+    /// shuts down what it inherited: its operations end with [`Error::Forked`] before they
+    /// start, and dropping it only closes the child's copies of the descriptors, which leaves
+    /// the parent's connections and registrations as they were. One `getpid(2)` per round.
+    pub(crate) fn forked(&self) -> bool {
+        std::process::id() != self.shared.pid
+    }
+
     /// A snapshot of the per-node counters (votes by outcome, timeouts, reconnects,
     /// `NOSCRIPT` fallbacks, buffered bytes) and the largest batch. Waits for a round in
     /// progress to end.
+    ///
+    /// In a forked child (see [`Error::Forked`]), empty: the counters are the parent's.
     pub fn stats(&self) -> Stats {
+        if self.forked() {
+            return Stats::default();
+        }
         self.wake_watcher();
         self.driver().engine.stats()
     }
@@ -278,7 +301,13 @@ impl Redlock {
     /// that runs the next one (which may be this caller). Returns the tally and the instant
     /// read before the round's first write, or [`Error::Aborted`] if the round that carried
     /// it panicked in another caller's thread.
+    ///
+    /// In a forked child, [`Error::Forked`] before anything is locked or sent: every
+    /// operation's rounds come through here.
     fn submit(&self, cmd: Command<'_>, until: Until) -> Result<(Round, Instant), Error> {
+        if self.forked() {
+            return Err(Error::Forked);
+        }
         let mut q = self.queue();
         if !q.busy && q.waiting.is_empty() {
             // Nobody runs a round and nobody waits: run this one, alone unless others queue
@@ -436,8 +465,12 @@ impl Redlock {
     /// fail-fast round left in progress: what was written to it waits inside the session
     /// until the client drives the socket again (here, at its next operation, or on drop).
     ///
-    /// Returns at once if another caller is running a round (which services the same).
+    /// Returns at once if another caller is running a round (which services the same), and
+    /// in a forked child (the connections are the parent's), where it returns `false`.
     pub fn poll_idle(&self, max_wait: Duration) -> bool {
+        if self.forked() {
+            return false;
+        }
         {
             let mut q = self.queue();
             if q.busy || !q.waiting.is_empty() {
@@ -694,8 +727,11 @@ impl Drop for Shared {
     /// Gives late `NOSCRIPT`s their `EVAL` form before the connections close (see
     /// [`poll_idle`](Redlock::poll_idle)), when the last handle of the client goes: waits up
     /// to twice the node timeout, and only while some node still owes the reply to a release
-    /// or extension.
+    /// or extension. Not in a forked child: the connections are the parent's.
     fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            return;
+        }
         let bound = self.config.node_timeout.saturating_mul(2);
         let driver = match self.driver.get_mut() {
             Ok(d) => d,

@@ -81,10 +81,12 @@ pub(crate) struct Driver {
     tls: Option<std::sync::Arc<crate::drivers::tls::TlsSetup>>,
     /// The waiters whose watches are registered, by id.
     waiters: Vec<(u64, oneshot::Sender<Wake>)>,
+    /// The process the client was built in: a forked child must leave the sockets alone.
+    pid: u32,
 }
 
 impl Driver {
-    pub(crate) fn new(config: &Config, rx: mpsc::UnboundedReceiver<Msg>) -> Driver {
+    pub(crate) fn new(config: &Config, rx: mpsc::UnboundedReceiver<Msg>, pid: u32) -> Driver {
         Driver {
             rx,
             closed: false,
@@ -101,6 +103,7 @@ impl Driver {
             #[cfg(feature = "tls")]
             tls: config.tls.clone(),
             waiters: Vec::new(),
+            pid,
         }
     }
 
@@ -113,6 +116,10 @@ impl Driver {
     /// they register the waker (`Pending`), so the task is woken again by whatever comes next.
     /// Only a deadline already due sends it round once more.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if std::process::id() != self.pid {
+            self.abandon();
+            return Poll::Ready(());
+        }
         let nodes = match &self.wakers {
             Some(w) if w.wakes(cx.waker()) => w.nodes(),
             _ => {
@@ -160,6 +167,21 @@ impl Driver {
             if !self.arm_timer(cx) {
                 return Poll::Pending;
             }
+        }
+    }
+
+    /// Ends the task in a forked child that runs the inherited runtime, without reading or
+    /// writing a byte: the sockets are the parent's, and either process could read the
+    /// other's replies. They are leaked, not dropped: dropping a tokio socket deregisters it
+    /// from the runtime's epoll set, which the child shares with the parent, and would take
+    /// the parent's registration away. The rounds still waiting are dropped with the engine,
+    /// so their callers get `Error::Forked`.
+    fn abandon(&mut self) {
+        for sock in self.socks.iter_mut() {
+            std::mem::forget(sock.take());
+        }
+        for conn in self.connecting.iter_mut() {
+            std::mem::forget(conn.take());
         }
     }
 

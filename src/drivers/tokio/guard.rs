@@ -24,14 +24,26 @@ use crate::lock::Lock;
 /// same deadline, not at the end). So work that stops when loss is reported stops while the
 /// lock still holds, as long as it stops within the margin. Extensions start early enough
 /// (the threshold, or the node timeout plus the margin if that is more) for a round that
-/// takes the whole node timeout to end before the deadline. Only a process paused past the
-/// deadline (SIGSTOP, swap) misses it: nothing in the process runs then.
+/// takes the whole node timeout to end before the deadline. Loss is derived from the clock as
+/// well as reported by the task, so [`is_lost`](LockGuard::is_lost),
+/// [`loss`](LockGuard::loss) and [`lost`](LockGuard::lost) see it by the deadline even when
+/// the task cannot run (a current-thread runtime whose thread is busy with synchronous work,
+/// say); [`loss_watch`](LockGuard::loss_watch) is the task's report alone, and comes only
+/// when the task runs. Only a process paused past the deadline (SIGSTOP, swap) misses it:
+/// nothing in the process runs then.
 ///
 /// When an extension fails, or the validity is about to run out, the guard signals loss: await
 /// [`lost`](LockGuard::lost) in a `select!` beside the work, or watch
 /// [`loss_watch`](LockGuard::loss_watch), and stop the work when it fires. Dropping the guard
 /// stops the extensions and releases the lock (fire and forget); [`release`](LockGuard::release)
 /// does it and waits for the answer.
+///
+/// # In a forked child
+/// A guard inherited through `fork()` holds nothing in the child: the lock is the parent's
+/// (same token, same connections). There it is lost from the start
+/// ([`Loss::ExtendFailed`] with [`Error::Forked`]), its validity is zero, `release` answers
+/// `Error::Forked`, and dropping it neither releases the lock nor touches the inherited
+/// runtime; the parent's guard goes on as before.
 ///
 /// # Examples
 /// ```no_run
@@ -52,6 +64,10 @@ pub struct LockGuard {
     lock: Arc<Mutex<Lock>>,
     loss: watch::Receiver<Option<Loss>>,
     extensions: Arc<AtomicU32>,
+    /// What the loss deadline means when it passes unreported (`keepalive::overdue`).
+    policy: KeepAlive,
+    started: Instant,
+    node_timeout: Duration,
     task: tokio::task::JoinHandle<()>,
     released: bool,
 }
@@ -70,18 +86,23 @@ impl LockGuard {
         let shared = Arc::new(Mutex::new(lock));
         let extensions = Arc::new(AtomicU32::new(0));
         let (tx, rx) = watch::channel(None);
+        let started = Instant::now();
         let task = tokio::spawn(keep_alive(
             redlock.clone(),
             shared.clone(),
             policy,
+            started,
             extensions.clone(),
             tx,
         ));
         LockGuard {
+            node_timeout: redlock.inner.config.node_timeout,
             redlock,
             lock: shared,
             loss: rx,
             extensions,
+            policy,
+            started,
             task,
             released: false,
         }
@@ -92,8 +113,11 @@ impl LockGuard {
         self.lock.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// The validity left, from the monotonic clock.
+    /// The validity left, from the monotonic clock (zero in a forked child).
     pub fn validity(&self) -> Duration {
+        if self.redlock.forked() {
+            return Duration::ZERO;
+        }
         self.lock().validity()
     }
 
@@ -102,38 +126,91 @@ impl LockGuard {
         self.extensions.load(Ordering::Relaxed)
     }
 
-    /// Whether the lock has been lost.
+    /// Whether the lock has been lost (see the type's docs for when).
     pub fn is_lost(&self) -> bool {
-        self.loss.borrow().is_some()
+        self.loss().is_some()
     }
 
-    /// Resolves when the lock is lost, with why. Cancellation-safe: use it in `select!`.
+    /// Why the lock was lost, if it was: the task's report, or, once the loss deadline has
+    /// passed without one, what the deadline means.
+    pub fn loss(&self) -> Option<Loss> {
+        if self.redlock.forked() {
+            return Some(Loss::ExtendFailed(Error::Forked));
+        }
+        // The lock and the clock are read together, under the lock's mutex, and the report
+        // after them: the task reports a late extension before it stores the extended lock,
+        // under the same mutex, so a loss once seen stays seen.
+        let now = Instant::now();
+        let overdue = {
+            let lock = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            (now >= keepalive::loss_deadline(&lock)).then(|| lock.clone())
+        };
+        if let Some(loss) = self.loss.borrow().clone() {
+            return Some(loss);
+        }
+        overdue.map(|lock| {
+            let done = self.extensions();
+            keepalive::overdue(
+                &lock,
+                &self.policy,
+                self.started,
+                done,
+                self.node_timeout,
+                now,
+            )
+        })
+    }
+
+    /// Resolves when the lock is lost, with why: when the task reports it, or at the loss
+    /// deadline by the clock, whichever comes first. Cancellation-safe: use it in `select!`.
     pub async fn lost(&self) -> Loss {
         let mut rx = self.loss.clone();
-        let loss = match rx.wait_for(Option::is_some).await {
-            Ok(loss) => loss.clone(),
-            // The keep-alive task is gone without a word: it can no longer extend.
-            Err(_) => None,
-        };
-        loss.unwrap_or(Loss::Expired)
+        loop {
+            if let Some(loss) = self.loss() {
+                return loss;
+            }
+            let deadline = keepalive::loss_deadline(&self.lock());
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        // The keep-alive task is gone without a word: it can no longer
+                        // extend.
+                        return self.loss().unwrap_or(Loss::Expired);
+                    }
+                }
+                // (The lock may have been extended meanwhile: the loop reads it again.)
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {}
+            }
+        }
     }
 
-    /// A watch channel that turns `Some` when the lock is lost.
+    /// A watch channel that turns `Some` when the keep-alive task reports the loss (it does
+    /// not see the loss derived from the clock while the task cannot run; see the type's
+    /// docs).
     pub fn loss_watch(&self) -> watch::Receiver<Option<Loss>> {
         self.loss.clone()
     }
 
-    /// Stops the extensions and releases the lock, waiting for the nodes' answer.
+    /// Stops the extensions and releases the lock, waiting for the nodes' answer
+    /// ([`Error::Forked`] in a forked child, which releases nothing).
     pub async fn release(mut self) -> Result<(), Error> {
-        self.task.abort();
         self.released = true;
+        if self.redlock.forked() {
+            return Err(Error::Forked);
+        }
+        self.task.abort();
         let lock = self.lock();
         self.redlock.unlock(&lock).await
     }
 }
 
 impl Drop for LockGuard {
+    /// Stops the extensions and releases the lock; nothing in a forked child, where both are
+    /// the parent's (aborting the task would schedule it on the inherited runtime).
     fn drop(&mut self) {
+        if self.redlock.forked() {
+            return;
+        }
         self.task.abort();
         if !self.released {
             fire_release(&self.redlock.inner, &self.lock());
@@ -148,13 +225,12 @@ async fn keep_alive(
     redlock: AsyncRedlock,
     shared: Arc<Mutex<Lock>>,
     policy: KeepAlive,
+    started: Instant,
     extensions: Arc<AtomicU32>,
     loss: watch::Sender<Option<Loss>>,
 ) {
-    let started = Instant::now();
     let node_timeout = redlock.inner.config.node_timeout;
     let snapshot = || shared.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let store = |lock: Lock| *shared.lock().unwrap_or_else(|p| p.into_inner()) = lock;
     let at = tokio::time::Instant::from_std;
     loop {
         let lock = snapshot();
@@ -181,22 +257,31 @@ async fn keep_alive(
             _ = tokio::time::sleep_until(at(deadline)) => None,
         };
         // Success or not, the attempt's validity is what the lock is worth now: an extension
-        // that reached the nodes caps it at the new ttl even when it failed.
-        store(attempt);
-        match outcome {
-            Some(Ok(())) => {
+        // that reached the nodes caps it at the new ttl even when it failed. It is stored
+        // under the mutex the guard reads the lock and the clock under, any loss reported
+        // first; an extension confirmed at or past the deadline counts as lost (the guard's
+        // clock has said so already), so a loss once seen stays seen.
+        let lost = {
+            let mut slot = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let lost = match outcome {
+                Some(Ok(())) if Instant::now() >= deadline => Some(Loss::ExtendTooSlow),
+                Some(Ok(())) => None,
+                Some(Err(e)) => Some(Loss::ExtendFailed(e)),
+                None => Some(Loss::ExtendTooSlow),
+            };
+            if let Some(lost) = &lost {
+                let _ = loss.send(Some(lost.clone()));
+            }
+            *slot = attempt;
+            lost
+        };
+        match lost {
+            None => {
                 let n = extensions.fetch_add(1, Ordering::Relaxed) + 1;
                 crate::observe::extended(lock.resource(), n);
             }
-            Some(Err(e)) => {
-                let lost = Loss::ExtendFailed(e);
+            Some(lost) => {
                 crate::observe::lost(lock.resource(), &lost);
-                let _ = loss.send(Some(lost));
-                return;
-            }
-            None => {
-                crate::observe::lost(lock.resource(), &Loss::ExtendTooSlow);
-                let _ = loss.send(Some(Loss::ExtendTooSlow));
                 return;
             }
         }

@@ -63,9 +63,29 @@ pub struct AsyncRedlock {
 
 struct Inner {
     config: Config,
+    /// The process the client was built in (see [`AsyncRedlock::forked`]).
+    pid: u32,
     tx: mpsc::UnboundedSender<Msg>,
     /// Ids for waiters' watches.
     next_watch: std::sync::atomic::AtomicU64,
+}
+
+impl Inner {
+    fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+}
+
+impl Drop for Inner {
+    /// In a forked child, keeps the channel to the driver open rather than close it: closing
+    /// wakes the driver task, which schedules it on the inherited runtime (and wakes that
+    /// runtime's poller, an event file descriptor shared with the parent's).
+    fn drop(&mut self) {
+        if self.forked() {
+            let (orphan, _) = mpsc::unbounded_channel();
+            std::mem::forget(std::mem::replace(&mut self.tx, orphan));
+        }
+    }
 }
 
 impl std::fmt::Debug for AsyncRedlock {
@@ -104,10 +124,11 @@ impl AsyncRedlock {
     pub fn with_config(config: Config) -> Result<AsyncRedlock, Error> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
         let (tx, rx) = mpsc::unbounded_channel();
-        handle.spawn(Driver::new(&config, rx).run());
+        handle.spawn(Driver::new(&config, rx, std::process::id()).run());
         Ok(AsyncRedlock {
             inner: Arc::new(Inner {
                 config,
+                pid: std::process::id(),
                 tx,
                 next_watch: std::sync::atomic::AtomicU64::new(1),
             }),
@@ -119,10 +140,20 @@ impl AsyncRedlock {
         &self.inner.config
     }
 
+    /// Whether this is a forked child of the process the client was built in: then the
+    /// client sends its driver nothing (see [`Error::Forked`]). The driver task, should the
+    /// child run the inherited runtime, goes quiet by itself (`driver.rs`).
+    pub(crate) fn forked(&self) -> bool {
+        self.inner.forked()
+    }
+
     /// A snapshot of the per-node counters (votes by outcome, timeouts, reconnects, `NOSCRIPT`
     /// fallbacks, buffered bytes) and the largest batch, from the driver task.
-    /// [`Error::Aborted`] if the driver is gone.
+    /// [`Error::Aborted`] if the driver is gone, [`Error::Forked`] in a forked child.
     pub async fn stats(&self) -> Result<Stats, Error> {
+        if self.forked() {
+            return Err(Error::Forked);
+        }
         let (reply, answer) = oneshot::channel();
         self.inner
             .tx
@@ -380,7 +411,13 @@ impl AsyncRedlock {
     /// Runs one round of `cmd` on every node through the driver: returns the tally and the
     /// instant read before the round was handed over (so before its first write), or
     /// [`Error::Aborted`] if the driver task is gone (its runtime is shutting down).
+    ///
+    /// In a forked child, [`Error::Forked`] before anything is sent, and for a round sent
+    /// before the fork, whose answer the driver then never gives.
     async fn round(&self, cmd: OwnedCommand, until: Until) -> Result<(Round, Instant), Error> {
+        if self.forked() {
+            return Err(Error::Forked);
+        }
         let (reply, answer) = oneshot::channel();
         let t1 = Instant::now();
         let msg = Msg::Round {
@@ -390,7 +427,13 @@ impl AsyncRedlock {
             reply,
         };
         self.inner.tx.send(msg).map_err(|_| Error::Aborted)?;
-        let round = answer.await.map_err(|_| Error::Aborted)?;
+        let round = answer.await.map_err(|_| {
+            if self.forked() {
+                Error::Forked
+            } else {
+                Error::Aborted
+            }
+        })?;
         Ok((round, t1))
     }
 }
@@ -429,6 +472,9 @@ impl ReleaseOnDrop<'_> {
 impl Drop for ReleaseOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(acq) = self.acq.take() {
+            if self.inner.forked() {
+                return;
+            }
             let cmd = OwnedCommand::new(&acq.release());
             let _ = self.inner.tx.send(Msg::Fire { cmd });
         }
@@ -443,12 +489,19 @@ struct Unwatch<'a> {
 
 impl Drop for Unwatch<'_> {
     fn drop(&mut self) {
+        if self.inner.forked() {
+            return;
+        }
         let _ = self.inner.tx.send(Msg::Unwatch { id: self.id });
     }
 }
 
-/// Releases `lock` on every node without waiting (for a dropped guard).
+/// Releases `lock` on every node without waiting (for a dropped guard); nothing in a forked
+/// child.
 fn fire_release(inner: &Inner, lock: &Lock) {
+    if inner.forked() {
+        return;
+    }
     let cmd = OwnedCommand::new(&lock.release());
     let _ = inner.tx.send(Msg::Fire { cmd });
 }
