@@ -647,3 +647,62 @@ fn a_guard_whose_task_cannot_run_reports_loss_by_the_clock() {
         assert_eq!(guard.lost().await, Loss::ExtendTooSlow);
     });
 }
+
+/// An acquisition whose future is dropped (a timeout around it) fires its release at once,
+/// while the engine's round for it may still wait for the nodes. A node that then refuses the
+/// acquisition in its form (`NOSCRIPT` after a `SCRIPT FLUSH`) must not get it again: it
+/// would land behind the fired release and keep its key for the whole ttl. Valkey 9, fenced
+/// (the acquisition a script, the release the native `DELIFEQ`, which meets no `NOSCRIPT`).
+#[test]
+fn a_dropped_acquisition_refused_in_its_form_leaves_no_key() {
+    let c = cluster(3);
+    let (name, version) = testkit::cases::server_version(&c.addrs()[0]);
+    if !(name == "valkey" && version >= (9, 0)) {
+        eprintln!("skipped: {name} {version:?} has no native release to overtake the acquisition");
+        return;
+    }
+    let (proxies, addrs) = testkit::proxy::in_front(&c, 0..3);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let key = resource("dropped-refused");
+    rt.block_on(async {
+        let client = AsyncRedlock::builder()
+            .nodes(addrs)
+            .fencing(true)
+            .node_timeout(Duration::from_secs(2))
+            .retry(1, Duration::ZERO)
+            .build()
+            .unwrap();
+        let warm = client.lock(&resource("dropped-warm"), TTL).await.unwrap();
+        client.unlock(&warm).await.unwrap();
+        for a in c.addrs() {
+            redis(&a, &["SCRIPT", "FLUSH"]);
+        }
+        // Replies come 300 ms late; the caller gives up after 100 ms, before any is read.
+        for p in &proxies {
+            p.set(testkit::proxy::latency(Duration::from_millis(300)));
+        }
+        let r = tokio::time::timeout(
+            Duration::from_millis(100),
+            client.try_lock(&key, Duration::from_secs(60)),
+        )
+        .await;
+        assert!(r.is_err(), "answered before the timeout: {r:?}");
+        // Every reply in and the engine's round over (node timeout 2 s), the client served.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    });
+    for p in &proxies {
+        p.set(testkit::proxy::Fault::Pass);
+    }
+    let left: Vec<String> = c
+        .addrs()
+        .into_iter()
+        .filter(|a| get(a, &key).is_some())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "dropped and released, yet {left:?} hold the key"
+    );
+}

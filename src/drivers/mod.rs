@@ -41,8 +41,7 @@ pub(crate) fn tls_for(
     }
 }
 
-/// The drivers' randomness: token bytes from the operating system's generator, jitter from
-/// the thread's generator.
+/// The drivers' randomness: token bytes and jitter from the operating system's generator.
 ///
 /// Tokens are not drawn from a user-space generator seeded once per thread: a process that
 /// forks after drawing from one (a pre-forking server, say) leaves parent and child with the
@@ -67,8 +66,17 @@ impl crate::core::random::Randomness for OsRandom {
     }
 
     fn up_to(&mut self, max: u64) -> u64 {
-        use rand::Rng;
-        rand::rng().random_range(0..=max)
+        // From the kernel too: a thread's generator is not reseeded on fork, so workers
+        // forked from one parent that had retried would retry in step (one system call per
+        // retry or wake-up, against the round trip it is spent waiting for).
+        use rand::{Rng, TryRngCore};
+        match rand::rngs::OsRng.try_next_u64() {
+            Ok(n) => match max.checked_add(1) {
+                Some(span) => n % span,
+                None => n,
+            },
+            Err(_) => rand::rng().random_range(0..=max),
+        }
     }
 }
 

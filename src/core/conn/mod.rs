@@ -98,10 +98,11 @@ pub(crate) struct Reply<T> {
     /// It answers the server's native command (its shape is the native one).
     pub(crate) native: bool,
     /// An acquisition the server refused in the form it was sent in (or found no script
-    /// for), which could go again in another form: only if its round still waits for this
-    /// node ([`Conn::send_again`]). Once the round is decided the client may already have
-    /// queued the release behind it, and an acquisition sent again now would land after that
-    /// release and take a key nobody releases.
+    /// for), which could go again in another form: only if nothing has been queued on the
+    /// connection behind it and its round still waits for this node ([`Conn::send_again`]).
+    /// Otherwise the client may already have queued the release behind it (the round was
+    /// decided, or the caller went away), and an acquisition sent again would land after
+    /// that release and take a key nobody releases.
     pub(crate) again: Option<Again>,
 }
 
@@ -562,6 +563,20 @@ impl<T> Conn<T> {
                             }
                             if forms::takes_keys(&self.scripted[..len]) {
                                 self.after_noscript(sent, next);
+                                if self.owed.iter().any(|o| matches!(o, Owner::Op(..))) {
+                                    // Something was queued behind it (another caller's
+                                    // command, or the release of this very acquisition
+                                    // when its caller went away): sent again now, it would
+                                    // land after that. Its reply is handed over as it is.
+                                    bytes::Buf::advance(&mut self.scripted, len);
+                                    let again = None;
+                                    return Ok(Some(Reply {
+                                        tag,
+                                        frame,
+                                        native,
+                                        again,
+                                    }));
+                                }
                                 let copy = self.scripted.split_to(len);
                                 let again = Some(Again {
                                     form: next,
