@@ -44,9 +44,11 @@ impl Kept {
     }
 
     fn report(&self, loss: Loss) {
+        // The lock's mutex is never held while the loss's is taken, nor the other way round.
+        let lock = self.snapshot();
         let mut slot = locked(&self.loss);
         if slot.is_none() {
-            crate::observe::lost(self.snapshot().resource(), &loss);
+            crate::observe::lost(lock.resource(), &loss);
             *slot = Some(loss);
         }
         self.lost.notify_all();
@@ -55,19 +57,28 @@ impl Kept {
     /// The loss reported, or, once the deadline has passed with none, the loss the deadline
     /// means: loss is known by the deadline whatever the keeper is doing.
     fn loss_now(&self) -> Option<Loss> {
+        // The lock and the clock are read together, under the lock's mutex (where the keeper
+        // judges lateness and stores an extension), and the report after them.
+        let overdue = {
+            let lock = locked(&self.lock);
+            (Instant::now() >= keepalive::loss_deadline(&lock)).then(|| lock.clone())
+        };
         if let Some(loss) = locked(&self.loss).clone() {
             return Some(loss);
         }
-        (Instant::now() >= self.deadline()).then(|| self.overdue())
+        overdue.map(|lock| self.overdue_for(&lock))
     }
 
     /// What the deadline passing without a report means: a limit reached (the policy's plan
     /// says so), or an extension that did not come in time.
     fn overdue(&self) -> Loss {
-        let lock = self.snapshot();
+        self.overdue_for(&self.snapshot())
+    }
+
+    fn overdue_for(&self, lock: &Lock) -> Loss {
         let done = self.extensions.load(Ordering::Relaxed);
         keepalive::overdue(
-            &lock,
+            lock,
             &self.policy,
             self.started,
             done,
@@ -152,13 +163,22 @@ impl Keeper {
                 Step::Extend(_) => {
                     let mut attempt = lock.clone();
                     let result = redlock.extend(&mut attempt, lock.ttl);
-                    // Success or not, the attempt's validity is what the lock is worth now.
-                    *locked(&kept.lock) = attempt;
+                    // The lateness is judged, and the attempt stored, under the lock's mutex,
+                    // where a guard reads the lock and the clock together: a guard that saw the
+                    // deadline pass can never see the lock extended after it.
+                    let late = {
+                        let mut held = locked(&kept.lock);
+                        let late = result.is_ok() && Instant::now() >= plan.deadline;
+                        if !late {
+                            // Success or not, the attempt's validity is what the lock is
+                            // worth now.
+                            *held = attempt;
+                        }
+                        late
+                    };
                     match result {
                         // Confirmed too late to count on: the work was told to stop already.
-                        Ok(()) if Instant::now() > plan.deadline => {
-                            kept.report(Loss::ExtendTooSlow)
-                        }
+                        Ok(()) if late => kept.report(Loss::ExtendTooSlow),
                         Ok(()) => {
                             let n = kept.extensions.fetch_add(1, Ordering::Relaxed) + 1;
                             crate::observe::extended(lock.resource(), n);
