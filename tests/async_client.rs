@@ -706,3 +706,33 @@ fn a_dropped_acquisition_refused_in_its_form_leaves_no_key() {
         "dropped and released, yet {left:?} hold the key"
     );
 }
+
+/// `keep_alive` is a plain method on a `Send + Sync` client: called from a thread outside any
+/// runtime it starts its task on the client's own runtime (it panicked in `tokio::spawn`), and
+/// the lock is kept alive from there.
+#[test]
+fn keep_alive_from_a_thread_outside_the_runtime_keeps_the_lock() {
+    let c = cluster(1);
+    let rt = multi_thread();
+    let client = rt.block_on(async {
+        AsyncRedlock::builder()
+            .nodes(c.addrs())
+            .retry(1, Duration::ZERO)
+            .build()
+            .unwrap()
+    });
+    let key = resource("outside");
+    let lock = rt
+        .block_on(client.lock(&key, Duration::from_secs(2)))
+        .unwrap();
+    let other = client.clone();
+    let guard = std::thread::spawn(move || other.keep_alive(lock, KeepAlive::default()))
+        .join()
+        .expect("keep_alive called outside a runtime");
+    // Past the first ttl, still held: the task extended it.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!guard.is_lost(), "{:?}", guard.loss());
+    assert!(guard.extensions() >= 1);
+    assert!(pttl(&c.addrs()[0], &key) > 0);
+    rt.block_on(guard.release()).unwrap();
+}

@@ -68,7 +68,8 @@ pub struct LockGuard {
     policy: KeepAlive,
     started: Instant,
     node_timeout: Duration,
-    task: tokio::task::JoinHandle<()>,
+    /// The keep-alive task (none in a forked child).
+    task: Option<tokio::task::JoinHandle<()>>,
     released: bool,
 }
 
@@ -87,14 +88,18 @@ impl LockGuard {
         let extensions = Arc::new(AtomicU32::new(0));
         let (tx, rx) = watch::channel(None);
         let started = Instant::now();
-        let task = tokio::spawn(keep_alive(
-            redlock.clone(),
-            shared.clone(),
-            policy,
-            started,
-            extensions.clone(),
-            tx,
-        ));
+        // In a forked child nothing is started on the inherited runtime: the guard reports
+        // the loss at once.
+        let task = (!redlock.forked()).then(|| {
+            redlock.inner.runtime.spawn(keep_alive(
+                redlock.clone(),
+                shared.clone(),
+                policy,
+                started,
+                extensions.clone(),
+                tx,
+            ))
+        });
         LockGuard {
             node_timeout: redlock.inner.config.node_timeout,
             redlock,
@@ -198,7 +203,9 @@ impl LockGuard {
         if self.redlock.forked() {
             return Err(Error::Forked);
         }
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
         let lock = self.lock();
         self.redlock.unlock(&lock).await
     }
@@ -211,7 +218,9 @@ impl Drop for LockGuard {
         if self.redlock.forked() {
             return;
         }
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
         if !self.released {
             fire_release(&self.redlock.inner, &self.lock());
         }

@@ -65,6 +65,9 @@ struct Inner {
     config: Config,
     /// The process the client was built in (see [`AsyncRedlock::forked`]).
     pid: u32,
+    /// The runtime the client was built in, where its driver runs: keep-alive tasks are
+    /// started there, from whichever thread asks.
+    runtime: tokio::runtime::Handle,
     tx: mpsc::UnboundedSender<Msg>,
     /// Ids for waiters' watches.
     next_watch: std::sync::atomic::AtomicU64,
@@ -129,6 +132,7 @@ impl AsyncRedlock {
             inner: Arc::new(Inner {
                 config,
                 pid: std::process::id(),
+                runtime: handle,
                 tx,
                 next_watch: std::sync::atomic::AtomicU64::new(1),
             }),
@@ -404,6 +408,10 @@ impl AsyncRedlock {
     /// caller's own) alive with the given policy. The lock must come from this client's nodes.
     /// A lock with too little validity left for an extension round is not refused: the guard
     /// starts extending at once and reports loss at its deadline if that does not succeed.
+    ///
+    /// The keep-alive task runs on the runtime the client was built in, so this may be called
+    /// from any thread, inside a runtime or not. In a forked child nothing is started, and the
+    /// guard reports the loss at once ([`Error::Forked`]).
     pub fn keep_alive(&self, lock: Lock, policy: KeepAlive) -> LockGuard {
         LockGuard::start(self.clone(), lock, policy)
     }
