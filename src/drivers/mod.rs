@@ -87,3 +87,45 @@ impl crate::Token {
         crate::Token::from_random(&mut OsRandom)
     }
 }
+
+/// The process a client was built in, to tell a forked child from it (see `Error::Forked`).
+///
+/// The process id tells them apart, with one system call, except where the child is in a new
+/// pid namespace (`clone(CLONE_NEWPID)`, as sandboxes do) and happens to get the same number:
+/// certain when the creator is its namespace's init (pid 1, a container's entrypoint), as the
+/// first process of a new namespace is pid 1 too. For a client built by a pid 1, the pid
+/// namespace is compared as well (a `readlink` of `/proc/self/ns/pid`, some microseconds per
+/// operation, paid only there). A child in a new namespace that got another creator's number
+/// later on is not told apart (it takes as many processes in that namespace first).
+#[derive(Debug, Clone)]
+pub(crate) struct Birth {
+    pid: u32,
+    /// The pid namespace, where the pid alone may not tell (the creator is pid 1).
+    ns: Option<std::path::PathBuf>,
+}
+
+impl Birth {
+    /// The current process.
+    pub(crate) fn here() -> Birth {
+        let pid = std::process::id();
+        let ns = (pid == 1).then(pid_namespace).flatten();
+        Birth { pid, ns }
+    }
+
+    /// Whether the current process is not the one this was taken in.
+    pub(crate) fn forked(&self) -> bool {
+        if std::process::id() != self.pid {
+            return true;
+        }
+        match &self.ns {
+            None => false,
+            // Unreadable now, though it was readable: not the same process's view.
+            Some(ns) => pid_namespace().as_ref() != Some(ns),
+        }
+    }
+}
+
+/// The current process's pid namespace, as `/proc` names it (`pid:[inode]`).
+fn pid_namespace() -> Option<std::path::PathBuf> {
+    std::fs::read_link("/proc/self/ns/pid").ok()
+}

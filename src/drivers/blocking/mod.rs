@@ -70,7 +70,7 @@ pub(crate) struct Shared {
     config: Config,
     /// The process the client was built in: its connections, poller and waker are that
     /// process's, and a forked child must leave them alone (see [`Redlock::forked`]).
-    pid: u32,
+    birth: crate::drivers::Birth,
     driver: Mutex<Driver>,
     /// Operations of callers that found the driver busy, for the next holder to run in its
     /// batch, and the results of those run by another caller.
@@ -227,7 +227,7 @@ impl Redlock {
         Ok(Redlock {
             shared: Arc::new(Shared {
                 config,
-                pid: std::process::id(),
+                birth: crate::drivers::Birth::here(),
                 driver: Mutex::new(driver),
                 queue: Mutex::new(Queue::default()),
                 keeper: Mutex::new(None),
@@ -253,9 +253,10 @@ impl Redlock {
     /// held one at the fork, and no longer exists to let it go), and never deregisters or
     /// shuts down what it inherited: its operations end with [`Error::Forked`] before they
     /// start, and dropping it only closes the child's copies of the descriptors, which leaves
-    /// the parent's connections and registrations as they were. One `getpid(2)` per round.
+    /// the parent's connections and registrations as they were. One `getpid(2)` per round (see
+    /// `Birth` for a creator that is its pid namespace's init).
     pub(crate) fn forked(&self) -> bool {
-        std::process::id() != self.shared.pid
+        self.shared.birth.forked()
     }
 
     /// A snapshot of the per-node counters (votes by outcome, timeouts, reconnects,
@@ -729,7 +730,7 @@ impl Drop for Shared {
     /// to twice the node timeout, and only while some node still owes the reply to a release
     /// or extension. Not in a forked child: the connections are the parent's.
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if self.birth.forked() {
             return;
         }
         let bound = self.config.node_timeout.saturating_mul(2);

@@ -82,11 +82,15 @@ pub(crate) struct Driver {
     /// The waiters whose watches are registered, by id.
     waiters: Vec<(u64, oneshot::Sender<Wake>)>,
     /// The process the client was built in: a forked child must leave the sockets alone.
-    pid: u32,
+    birth: crate::drivers::Birth,
 }
 
 impl Driver {
-    pub(crate) fn new(config: &Config, rx: mpsc::UnboundedReceiver<Msg>, pid: u32) -> Driver {
+    pub(crate) fn new(
+        config: &Config,
+        rx: mpsc::UnboundedReceiver<Msg>,
+        birth: crate::drivers::Birth,
+    ) -> Driver {
         Driver {
             rx,
             closed: false,
@@ -103,7 +107,7 @@ impl Driver {
             #[cfg(feature = "tls")]
             tls: config.tls.clone(),
             waiters: Vec::new(),
-            pid,
+            birth,
         }
     }
 
@@ -116,7 +120,7 @@ impl Driver {
     /// they register the waker (`Pending`), so the task is woken again by whatever comes next.
     /// Only a deadline already due sends it round once more.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if std::process::id() != self.pid {
+        if self.birth.forked() {
             self.abandon();
             return Poll::Ready(());
         }

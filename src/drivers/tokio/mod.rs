@@ -64,7 +64,7 @@ pub struct AsyncRedlock {
 struct Inner {
     config: Config,
     /// The process the client was built in (see [`AsyncRedlock::forked`]).
-    pid: u32,
+    birth: crate::drivers::Birth,
     /// The runtime the client was built in, where its driver runs: keep-alive tasks are
     /// started there, from whichever thread asks.
     runtime: tokio::runtime::Handle,
@@ -75,7 +75,7 @@ struct Inner {
 
 impl Inner {
     fn forked(&self) -> bool {
-        std::process::id() != self.pid
+        self.birth.forked()
     }
 }
 
@@ -127,11 +127,12 @@ impl AsyncRedlock {
     pub fn with_config(config: Config) -> Result<AsyncRedlock, Error> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
         let (tx, rx) = mpsc::unbounded_channel();
-        handle.spawn(Driver::new(&config, rx, std::process::id()).run());
+        let birth = crate::drivers::Birth::here();
+        handle.spawn(Driver::new(&config, rx, birth.clone()).run());
         Ok(AsyncRedlock {
             inner: Arc::new(Inner {
                 config,
-                pid: std::process::id(),
+                birth,
                 runtime: handle,
                 tx,
                 next_watch: std::sync::atomic::AtomicU64::new(1),
