@@ -6,6 +6,7 @@ use super::*;
 impl Decoder {
     /// Opens an aggregate of `items` items (`None`: streamed) at `at`, or, when it has none,
     /// returns it as a finished value.
+    #[inline]
     pub(super) fn open(&mut self, kind: Agg, items: Option<u64>, at: usize) -> Result<Line, Error> {
         let max = self.limits.max_depth();
         if self.stack.len() >= max {
@@ -28,6 +29,7 @@ impl Decoder {
     }
 
     /// Decodes one line (a scalar, or the header of a bulk or aggregate) at `self.pos`.
+    #[inline]
     pub(super) fn line(&mut self, buf: &[u8]) -> Result<Line, Error> {
         let pos = self.pos;
         let Some(&ty) = buf.get(pos) else {
@@ -53,6 +55,7 @@ impl Decoder {
 
     /// Whether a line of type `ty` may stand at `pos`: any type but a chunk outside a
     /// streamed string, only a chunk inside one.
+    #[inline]
     pub(super) fn check_type(&self, ty: u8, pos: usize) -> Result<(), Error> {
         let in_string = matches!(
             self.stack.last(),
@@ -77,6 +80,7 @@ impl Decoder {
 
     /// The header of a bulk string, bulk error or verbatim string (`ty`), whose length is
     /// `body`: its payload is awaited next.
+    #[inline]
     pub(super) fn bulk_header(&mut self, ty: u8, body: &[u8], s: usize) -> Result<Line, Error> {
         let n = parse_int(body).ok_or(Error::new(ErrorKind::InvalidInteger, s))?;
         if n == -1 && ty == b'$' {
@@ -96,6 +100,7 @@ impl Decoder {
 
     /// A streamed string's chunk header: a chunk of that length is awaited next, or, of
     /// length 0, the string ends.
+    #[inline]
     pub(super) fn chunk_header(
         &mut self,
         body: &[u8],
@@ -146,6 +151,7 @@ impl Decoder {
 
     /// An aggregate's header (`ty`: array, set, map, push or attribute), its count in `body`
     /// (or `?`, streamed).
+    #[inline]
     pub(super) fn aggregate_header(
         &mut self,
         ty: u8,
@@ -196,6 +202,7 @@ impl Decoder {
     }
 
     /// `.`: ends the innermost streamed aggregate, if that is where we are.
+    #[inline]
     pub(super) fn stream_end(&mut self, body: &[u8], s: usize, pos: usize) -> Result<Line, Error> {
         if !body.is_empty() {
             return Err(Error::new(ErrorKind::UnexpectedPayload, s));
@@ -214,6 +221,7 @@ impl Decoder {
 
     /// A push may only stand at the top level, or as the value an outermost attribute
     /// annotates.
+    #[inline]
     pub(super) fn push_allowed(&self) -> bool {
         self.stack
             .iter()
@@ -221,6 +229,7 @@ impl Decoder {
     }
 
     /// Checks a declared bulk or chunk length against the limits.
+    #[inline]
     pub(super) fn bulk_len(&self, n: i64, at: usize) -> Result<usize, Error> {
         if n < 0 {
             return Err(Error::new(ErrorKind::InvalidLength(n), at));
@@ -238,6 +247,7 @@ impl Decoder {
 
 /// A scalar line of type `ty` (simple string, error, integer, big number, double, boolean,
 /// null), its body `body` at `s..end` of the buffer.
+#[inline]
 fn scalar_line(ty: u8, body: &[u8], s: usize, end: usize) -> Result<Tok, Error> {
     let int = |body: &[u8]| parse_int(body).ok_or(Error::new(ErrorKind::InvalidInteger, s));
     Ok(match ty {

@@ -103,7 +103,7 @@ pub(crate) struct Reply<T> {
     /// Otherwise the client may already have queued the release behind it (the round was
     /// decided, or the caller went away), and an acquisition sent again would land after
     /// that release and take a key nobody releases.
-    pub(crate) again: Option<Again>,
+    pub(crate) again: Option<Box<Again>>,
 }
 
 /// An acquisition that may be sent again (see [`Reply::again`]).
@@ -578,12 +578,12 @@ impl<T> Conn<T> {
                                     }));
                                 }
                                 let copy = self.scripted.split_to(len);
-                                let again = Some(Again {
+                                let again = Some(Box::new(Again {
                                     form: next,
                                     copy,
                                     at,
                                     resends,
-                                });
+                                }));
                                 return Ok(Some(Reply {
                                     tag,
                                     frame,

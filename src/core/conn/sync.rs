@@ -53,7 +53,8 @@ impl<T> Conn<T> {
     /// Replies are owed in the order commands were queued, so the oldest command tells whether
     /// any is overdue: one look at the queue's head on the hot path.
     pub(super) fn needs_sync(&self, now: Instant) -> bool {
-        if self.sync_refused {
+        // Nothing owed (the common case on the hot path), or no sentinel ever: nothing to do.
+        if self.owed.is_empty() || self.sync_refused {
             return false;
         }
         let oldest = self.owed.iter().find_map(|o| match o {

@@ -29,7 +29,7 @@ impl<U> Engine<U> {
                         // waits for this node (see `Reply::again`); else its refusal is a
                         // late reply like any other.
                         if self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
-                            self.nodes[i].conn.send_again(tag, again);
+                            self.nodes[i].conn.send_again(tag, *again);
                             continue;
                         }
                     }

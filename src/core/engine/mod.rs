@@ -266,8 +266,15 @@ impl<U> Engine<U> {
             cmd.expect(),
             Expect::Acquired | Expect::Fenced | Expect::Script
         );
-        let native_able =
-            matches!(self.scripts, Scripts::Auto | Scripts::Native) && cmd.has_native_form();
+        // Native forms are encoded only where some connection may use one: under Native
+        // mode, or under Auto once a server said it has them (not on every release to
+        // servers that have none).
+        let native_able = cmd.has_native_form()
+            && match self.scripts {
+                Scripts::Native => true,
+                Scripts::Auto => self.nodes.iter().any(|n| n.conn.native().is_some()),
+                _ => false,
+            };
         let mut natives = std::mem::take(&mut self.native_wire);
         natives.clear();
         if native_able {
