@@ -76,12 +76,36 @@ pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
     })?;
     let elapsed = start.elapsed();
 
-    let overlaps = checker.overlaps();
-    let hits = checker.detector_hits();
-    let ok = overlaps.is_empty() && hits == 0;
+    let run = Run {
+        masters: masters_line(cluster.as_ref(), &clients[0]),
+        clients: a.clients,
+        elapsed,
+        paused_for,
+    };
+    let (text, ok) = report(&run, &rec, &checker);
+    drop(cluster);
+    out::print(&text, "the report")?;
+    if ok {
+        Ok(0)
+    } else {
+        Err(Failure::new(exit::FAILED, "mutual exclusion violated"))
+    }
+}
+
+/// What a demo run was, for its report.
+struct Run {
+    /// The masters line of the report.
+    masters: String,
+    clients: usize,
+    elapsed: Duration,
+    /// When a master was paused, and for how long.
+    paused_for: Option<(Duration, Duration)>,
+}
+
+/// The masters line: local ones with their ports, or the given ones without their passwords.
+fn masters_line(cluster: Option<&testkit::local::LocalCluster>, client: &Redlock) -> String {
     let mut text = String::new();
-    say!(text, "redlock demo");
-    match &cluster {
+    match cluster {
         Some(c) => say!(
             text,
             "  masters   {} local redis-server processes on 127.0.0.1 (ports {}), quorum {}",
@@ -97,23 +121,34 @@ pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
         None => say!(
             text,
             "  masters   {} (quorum {})",
-            clients[0]
+            client
                 .config()
                 .nodes()
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(", "),
-            clients[0].config().quorum()
+            client.config().quorum()
         ),
     }
+    text.trim_end().to_string()
+}
+
+/// The report of a run, and whether it was safe.
+fn report(run: &Run, rec: &Recorder, checker: &Checker) -> (String, bool) {
+    let overlaps = checker.overlaps();
+    let hits = checker.detector_hits();
+    let ok = overlaps.is_empty() && hits == 0;
+    let mut text = String::new();
+    say!(text, "redlock demo");
+    say!(text, "{}", run.masters);
     say!(
             text,
         "  workload  {} clients, each with its own connections, fighting over one resource for {:.1}s",
-        a.clients,
-        elapsed.as_secs_f64()
+        run.clients,
+        run.elapsed.as_secs_f64()
     );
-    match paused_for {
+    match run.paused_for {
         Some((at, len)) => say!(
             text,
             "  fault     master 3 frozen (SIGSTOP) from {:.1}s for {:.1}s, then resumed",
@@ -163,13 +198,7 @@ pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
             );
         }
     }
-    drop(cluster);
-    out::print(&text, "the report")?;
-    if ok {
-        Ok(0)
-    } else {
-        Err(Failure::new(exit::FAILED, "mutual exclusion violated"))
-    }
+    (text, ok)
 }
 
 /// One client: take the lock, hold it for a moment inside the checker, release; back off a
