@@ -130,78 +130,23 @@ impl Verdict {
 /// quorum holds it, does not, or cannot be known to (fewer than a quorum answered, or the
 /// silent nodes could complete one: then it exits [`UNAVAILABLE`](exit::UNAVAILABLE)).
 pub fn status(global: &Global, a: &StatusArgs) -> Result<u8, Failure> {
-    use redlock_mux::Holder;
     let redlock = global.blocking(&global.node_list())?;
     let what = || format!("status {:?}", a.resource);
     let view = redlock
         .inspect(&a.resource)
         .map_err(|e| Failure::lock(&what(), &e))?;
-    let holder = |h: &Holder| match h {
-        Holder::Free => "free".to_string(),
-        Holder::Token(t) => prefix(t),
-        Holder::Other => "not a lock token".to_string(),
-        Holder::Unknown(why) => format!("unknown ({why})"),
-        _ => "unknown".to_string(),
-    };
     let verdict = Verdict::of(&view);
     let total = view.nodes.len();
     let answered = view
         .nodes
         .iter()
-        .filter(|n| !matches!(n.holder, Holder::Unknown(_)))
+        .filter(|n| !matches!(n.holder, redlock_mux::Holder::Unknown(_)))
         .count();
-    let mut text = String::new();
-    if a.json {
-        let nodes: Vec<String> = view
-            .nodes
-            .iter()
-            .map(|n| {
-                let ttl = n
-                    .ttl
-                    .map_or_else(|| "null".to_string(), |d| d.as_millis().to_string());
-                let (shown, error) = match &n.holder {
-                    Holder::Unknown(why) => ("unknown".to_string(), json_string(&why.to_string())),
-                    h => (holder(h), "null".to_string()),
-                };
-                format!(
-                    "{{\"node\":{},\"holder\":{},\"ttl_ms\":{ttl},\"error\":{error}}}",
-                    json_string(&n.addr),
-                    json_string(&shown)
-                )
-            })
-            .collect();
-        let held = match verdict {
-            Verdict::Held(t) => json_string(&prefix(&t)),
-            _ => "null".to_string(),
-        };
-        text.push_str(&format!(
-            "{{\"resource\":{},\"nodes\":[{}],\"quorum\":{},\"answered\":{answered},\"state\":{},\"held_by_quorum\":{held}}}\n",
-            json_string(&a.resource),
-            nodes.join(","),
-            view.quorum,
-            json_string(verdict.name())
-        ));
+    let text = if a.json {
+        status_json(&a.resource, &view, &verdict, answered)
     } else {
-        for n in &view.nodes {
-            let ttl = n
-                .ttl
-                .map_or_else(|| "-".to_string(), |d| format!("{}ms", d.as_millis()));
-            text.push_str(&format!("{}  {}  ttl {ttl}\n", n.addr, holder(&n.holder)));
-        }
-        text.push_str(&match verdict {
-            Verdict::Held(t) => format!(
-                "held by a quorum ({} of {total}): {}\n",
-                view.quorum,
-                prefix(&t)
-            ),
-            Verdict::NotHeld => format!("not held by a quorum ({} of {total})\n", view.quorum),
-            Verdict::Unknown => format!(
-                "unknown: {answered} of {total} nodes answered; counting those that did not, \
-                 a quorum ({} of {total}) may hold it\n",
-                view.quorum
-            ),
-        });
-    }
+        status_text(&view, &verdict, answered)
+    };
     out::print(&text, "the status")?;
     if verdict == Verdict::Unknown {
         return Err(Failure::new(
@@ -213,6 +158,87 @@ pub fn status(global: &Global, a: &StatusArgs) -> Result<u8, Failure> {
         ));
     }
     Ok(0)
+}
+
+/// A node's holder, as `status` shows it.
+fn holder_name(h: &redlock_mux::Holder) -> String {
+    use redlock_mux::Holder;
+    match h {
+        Holder::Free => "free".to_string(),
+        Holder::Token(t) => prefix(t),
+        Holder::Other => "not a lock token".to_string(),
+        Holder::Unknown(why) => format!("unknown ({why})"),
+        _ => "unknown".to_string(),
+    }
+}
+
+/// `status --json`: one object, each node's holder, ttl and error.
+fn status_json(
+    resource: &str,
+    view: &redlock_mux::Inspection,
+    verdict: &Verdict,
+    answered: usize,
+) -> String {
+    use redlock_mux::Holder;
+    let nodes: Vec<String> = view
+        .nodes
+        .iter()
+        .map(|n| {
+            let ttl = n
+                .ttl
+                .map_or_else(|| "null".to_string(), |d| d.as_millis().to_string());
+            let (shown, error) = match &n.holder {
+                Holder::Unknown(why) => ("unknown".to_string(), json_string(&why.to_string())),
+                h => (holder_name(h), "null".to_string()),
+            };
+            format!(
+                "{{\"node\":{},\"holder\":{},\"ttl_ms\":{ttl},\"error\":{error}}}",
+                json_string(&n.addr),
+                json_string(&shown)
+            )
+        })
+        .collect();
+    let held = match verdict {
+        Verdict::Held(t) => json_string(&prefix(t)),
+        _ => "null".to_string(),
+    };
+    format!(
+        "{{\"resource\":{},\"nodes\":[{}],\"quorum\":{},\"answered\":{answered},\"state\":{},\"held_by_quorum\":{held}}}\n",
+        json_string(resource),
+        nodes.join(","),
+        view.quorum,
+        json_string(verdict.name())
+    )
+}
+
+/// `status` as text: a line per node, then the verdict.
+fn status_text(view: &redlock_mux::Inspection, verdict: &Verdict, answered: usize) -> String {
+    let total = view.nodes.len();
+    let mut text = String::new();
+    for n in &view.nodes {
+        let ttl = n
+            .ttl
+            .map_or_else(|| "-".to_string(), |d| format!("{}ms", d.as_millis()));
+        text.push_str(&format!(
+            "{}  {}  ttl {ttl}\n",
+            n.addr,
+            holder_name(&n.holder)
+        ));
+    }
+    text.push_str(&match verdict {
+        Verdict::Held(t) => format!(
+            "held by a quorum ({} of {total}): {}\n",
+            view.quorum,
+            prefix(t)
+        ),
+        Verdict::NotHeld => format!("not held by a quorum ({} of {total})\n", view.quorum),
+        Verdict::Unknown => format!(
+            "unknown: {answered} of {total} nodes answered; counting those that did not, \
+             a quorum ({} of {total}) may hold it\n",
+            view.quorum
+        ),
+    });
+    text
 }
 
 /// `s` as a JSON string literal.
