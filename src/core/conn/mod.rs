@@ -556,56 +556,41 @@ impl<T> Conn<T> {
                     self.backoff = Duration::ZERO;
                     let len = len.min(self.scripted.len());
                     let native = matches!(sent, Sent::Native(_));
-                    if len > 0 && resends < MAX_RESENDS && frame.without_attributes().is_error() {
-                        if let Some(next) = self.resend_form(len, sent, &frame) {
-                            if next == Sent::Fcall {
-                                self.load_functions();
-                            }
-                            if forms::takes_keys(&self.scripted[..len]) {
-                                self.after_noscript(sent, next);
-                                if self.owed.iter().any(|o| matches!(o, Owner::Op(..))) {
-                                    // Something was queued behind it (another caller's
-                                    // command, or the release of this very acquisition
-                                    // when its caller went away): sent again now, it would
-                                    // land after that. Its reply is handed over as it is.
-                                    bytes::Buf::advance(&mut self.scripted, len);
-                                    let again = None;
-                                    return Ok(Some(Reply {
-                                        tag,
-                                        frame,
-                                        native,
-                                        again,
-                                    }));
-                                }
-                                let copy = self.scripted.split_to(len);
-                                let again = Some(Box::new(Again {
-                                    form: next,
-                                    copy,
-                                    at,
-                                    resends,
-                                }));
-                                return Ok(Some(Reply {
-                                    tag,
-                                    frame,
-                                    native,
-                                    again,
-                                }));
-                            }
-                            // The copy moves to the back, behind the copies of the commands
-                            // already owed.
-                            let copy = self.scripted.split_to(len);
-                            self.write_again(
-                                tag,
-                                Again {
-                                    form: next,
-                                    copy,
-                                    at,
-                                    resends,
-                                },
-                            );
+                    let refused = len > 0 && resends < MAX_RESENDS;
+                    let next = (refused && frame.without_attributes().is_error())
+                        .then(|| self.resend_form(len, sent, &frame))
+                        .flatten();
+                    if let Some(next) = next {
+                        if next == Sent::Fcall {
+                            self.load_functions();
+                        }
+                        let acquisition = forms::takes_keys(&self.scripted[..len]);
+                        // The copy moves to the back, behind the copies of the commands
+                        // already owed.
+                        let copy = self.scripted.split_to(len);
+                        let again = Again {
+                            form: next,
+                            copy,
+                            at,
+                            resends,
+                        };
+                        if !acquisition {
+                            self.write_again(tag, again);
                             self.after_noscript(sent, next);
                             continue;
                         }
+                        self.after_noscript(sent, next);
+                        // An acquisition is offered to the engine (see `Reply::again`), and
+                        // only if nothing was queued behind it (another caller's command, or
+                        // the release of this very acquisition when its caller went away).
+                        let behind = self.owed.iter().any(|o| matches!(o, Owner::Op(..)));
+                        let again = (!behind).then(|| Box::new(again));
+                        return Ok(Some(Reply {
+                            tag,
+                            frame,
+                            native,
+                            again,
+                        }));
                     }
                     bytes::Buf::advance(&mut self.scripted, len);
                     let again = None;
