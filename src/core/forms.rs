@@ -16,8 +16,10 @@
 //! the form is then never tried again on that connection, and the refused command is sent
 //! again at once in the next form of the chain, whether or not anyone still waits for its
 //! reply (a release must reach every node that holds the key). The one exception is an
-//! acquisition, sent again only while its round still waits for that node: later, the
-//! client may have queued the release behind it, and the acquisition would land after it. The chain under
+//! acquisition, sent again only while its round still waits for that node and nothing was
+//! queued behind it on that connection: otherwise the client may have queued its release
+//! (the round was decided, or the caller went away), and the acquisition would land after
+//! it. The chain under
 //! [`Scripts::Auto`] is native (where the server has it), script, function, in that order of
 //! preference, skipping what was refused; [`Scripts::Native`] uses native commands only (the
 //! dialect the server named, or, before it has, Valkey's, corrected once it has);
