@@ -1,12 +1,11 @@
 // Module map (each module, its job):
-//   config    node addresses (config/addr.rs), the builder (config/builder.rs), the validated Config
-//   core      floor 2, sans I/O: the engine, connections, commands, rounds, rules, operations
+//   builder   Builder: every option (the core's Options) and the TLS settings, for either client
 //   drivers   floor 3: the blocking client on mio, the async client on tokio, TLS; they move bytes
-//   error     Error, ConfigError, NodeOutcome and the per-node reports
-//   inspect   a resource's holder and ttl on every node (status)
-//   lock      Lock, its resources and token
-//   observe   spans, events and metrics through the tracing / metrics facades (features)
-//   stats     Stats: what each node's connections have seen
+//   lock      Lock: the core's lock record, with its validity from the monotonic clock
+//   observe   spans, and the core's events through the tracing / metrics facades (features)
+// Floor 2, the sans-I/O core (engine, connections, commands, rounds, rules, operations, the
+// configuration, errors and statistics), is the crate `redlock-core` (folder core/); its public
+// types are re-exported here.
 
 //! Redlock, the distributed lock over N independent Redis masters, with one write pass to all
 //! of them.
@@ -69,29 +68,31 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
 
-mod config;
-mod core;
+mod builder;
 mod drivers;
-mod error;
-mod inspect;
 mod lock;
 mod observe;
-mod stats;
 
-pub use crate::config::{
-    Builder, Config, Endpoint, NodeAddr, Scripts, DEFAULT_FENCING_KEY, DEFAULT_PORT,
-    MAX_FENCING_TOKEN, MAX_OPTION_DURATION, MAX_TTL,
-};
-pub use crate::core::keepalive::{loss_margin, KeepAlive, Loss, DEFAULT_MAX_HOLD};
-pub use crate::core::script;
-pub use crate::core::token::Token;
+// The core's modules, under the names the drivers use.
+use redlock_core as core;
+use redlock_core::{config, error, stats};
+
+pub use crate::builder::Builder;
 pub use crate::drivers::blocking::{BlockingGuard, Redlock};
 #[cfg(feature = "tokio")]
 pub use crate::drivers::tokio::{AsyncRedlock, LockGuard};
-pub use crate::error::{ConfigError, Error, FencingFault, NodeOutcome, NodeReport, NodeReports};
-pub use crate::inspect::{Holder, Inspection, NodeState};
-pub use crate::lock::{Lock, MAX_RESOURCES};
-pub use crate::stats::{NodeStats, Stats};
+pub use crate::drivers::OsRandom;
+pub use crate::lock::Lock;
+pub use redlock_core::script;
+pub use redlock_core::{
+    loss_margin, Config, ConfigError, Endpoint, Error, Event, FencingFault, Holder, Inspection,
+    KeepAlive, Loss, NodeAddr, NodeOutcome, NodeReport, NodeReports, NodeState, NodeStats, Options,
+    Scripts, Stats, Token, DEFAULT_FENCING_KEY, DEFAULT_MAX_HOLD, DEFAULT_PORT, MAX_FENCING_TOKEN,
+    MAX_OPTION_DURATION, MAX_RESOURCES, MAX_TTL,
+};
+
+/// Re-exported: the deterministic core these clients drive.
+pub use redlock_core;
 
 #[cfg(feature = "metrics")]
 pub use crate::observe::describe_metrics;

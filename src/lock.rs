@@ -1,101 +1,37 @@
 //! [`Lock`]: a held lock, and how long it may still be relied on.
 
 use std::fmt;
+use std::ops::Deref;
 use std::time::{Duration, Instant};
 
-use smallvec::SmallVec;
+pub(crate) use redlock_core::lock::{names, Name, Names};
 
-use crate::error::ConfigError;
-use crate::Token;
-
-/// A resource name, stored inline up to 64 bytes (no heap allocation for the names locks
-/// usually have) and on the heap beyond.
-#[derive(PartialEq, Eq)]
-pub(crate) struct Name(SmallVec<[u8; 64]>);
-
-impl Clone for Name {
-    /// One copy of the bytes (`SmallVec`'s own `clone` goes byte by byte).
-    fn clone(&self) -> Name {
-        Name(SmallVec::from_slice(&self.0))
-    }
-}
-
-impl fmt::Debug for Name {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl Name {
-    pub(crate) fn new(s: &str) -> Name {
-        Name(SmallVec::from_slice(s.as_bytes()))
-    }
-
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    pub(crate) fn as_str(&self) -> &str {
-        // Only ever built from a `&str`.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-}
-
-/// The resources of one lock: one, inline, for the usual lock; several for a lock over a set
-/// (`lock_many`).
-pub(crate) type Names = SmallVec<[Name; 1]>;
-
-/// The most resources one lock may cover: every node runs one script over all of them, and a
-/// script over thousands of keys holds the server for as long.
-pub const MAX_RESOURCES: usize = 1024;
-
-/// The resource list of a lock, checked: at least one, at most [`MAX_RESOURCES`], no
-/// duplicates (a set given twice the same key would lock it against itself).
-pub(crate) fn names(resources: &[&str]) -> Result<Names, ConfigError> {
-    if resources.is_empty() || resources.len() > MAX_RESOURCES {
-        return Err(ConfigError::Resources {
-            count: resources.len(),
-            max: MAX_RESOURCES,
-        });
-    }
-    let mut out = Names::with_capacity(resources.len());
-    for r in resources {
-        if out.iter().any(|n: &Name| n.as_bytes() == r.as_bytes()) {
-            return Err(ConfigError::DuplicateResource((*r).to_string()));
-        }
-        out.push(Name::new(r));
-    }
-    Ok(out)
-}
+use crate::{Error, Token};
 
 /// A lock acquired on a quorum of nodes.
 ///
-/// It is valid until [`valid_until`](Lock::valid_until): the instant the first command was
-/// sent, plus the ttl, minus the clock-drift allowance, minus nothing else. That is the
-/// earliest moment any node may expire the key. Work that relies on the lock must finish
+/// It is valid until [`valid_until`](redlock_core::Lock::valid_until): the instant the first
+/// command was sent, plus the ttl, minus the clock-drift allowance, minus nothing else. That is
+/// the earliest moment any node may expire the key. Work that relies on the lock must finish
 /// before then; [`validity`](Lock::validity) tells how much time is left. Past it, the lock
 /// protects nothing, whatever the nodes still hold.
 ///
 /// A holder paused (GC, swap, SIGSTOP) past its validity can still act afterwards. Where that
 /// matters, build the client with [`fencing(true)`](crate::Builder::fencing): every lock then
-/// carries a [`fencing_token`](Lock::fencing_token) that increases from one holder to the
-/// next, for the resource to check.
+/// carries a [`fencing_token`](redlock_core::Lock::fencing_token) that increases from one
+/// holder to the next, for the resource to check.
 ///
 /// A lock over several resources (`lock_many`) holds all of them with one token; `unlock`
 /// and `extend` act on the whole set.
 ///
 /// Dropping a `Lock` does not release it (the keys expire with their ttl); call
 /// `unlock` for that.
+///
+/// It wraps the core's record of the lock ([`redlock_core::Lock`], whose methods it has
+/// through `Deref`: `resource`, `resources`, `token`, `fencing_token`, `valid_until`,
+/// `granted_by`, `ttl`) and adds what needs the clock.
 #[derive(Clone)]
-pub struct Lock {
-    pub(crate) resources: Names,
-    pub(crate) token: Token,
-    pub(crate) valid_until: Instant,
-    pub(crate) ttl: Duration,
-    pub(crate) fencing: Option<u64>,
-    /// The nodes (of the first 64) that granted the acquisition, one bit each.
-    pub(crate) granted: u64,
-}
+pub struct Lock(pub(crate) redlock_core::Lock);
 
 impl Lock {
     /// A lock handle for a token obtained elsewhere (say, printed by `redlock lock` in another
@@ -103,113 +39,45 @@ impl Lock {
     /// already expired, so `extend` refuses it, while `unlock` releases it if the token still
     /// holds the key.
     pub fn from_token(resource: &str, token: Token) -> Lock {
-        Lock {
-            resources: smallvec::smallvec![Name::new(resource)],
+        Lock(redlock_core::Lock::from_token(
+            resource,
             token,
-            valid_until: Instant::now(),
-            ttl: Duration::ZERO,
-            fencing: None,
-            granted: 0,
-        }
+            Instant::now(),
+        ))
     }
 
     /// [`from_token`](Lock::from_token) for a lock over several resources, taken with
     /// `lock_many`. Errors as `lock_many` does for an empty or repeating list.
-    pub fn from_token_many(resources: &[&str], token: Token) -> Result<Lock, crate::Error> {
-        Ok(Lock {
-            resources: names(resources)?,
-            token,
-            valid_until: Instant::now(),
-            ttl: Duration::ZERO,
-            fencing: None,
-            granted: 0,
-        })
-    }
-
-    /// The resource (the Redis key) this lock is held on; for a lock over several resources,
-    /// the first one given (see [`resources`](Lock::resources)).
-    pub fn resource(&self) -> &str {
-        self.resources.first().map_or("", Name::as_str)
-    }
-
-    /// Every resource this lock holds, in the order given.
-    pub fn resources(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
-        self.resources.iter().map(Name::as_str)
-    }
-
-    /// The fencing token, when the client was built with
-    /// [`fencing(true)`](crate::Builder::fencing): a number that is strictly greater than the
-    /// token of every holder whose validity ended before this lock was acquired (gaps
-    /// allowed). Hand it to the resource with every write, and have the resource refuse a
-    /// write carrying a token lower than the highest it has seen: a holder that was paused
-    /// past its validity is then refused. `None` for an unfenced lock. The guarantee and its
-    /// assumptions are in `docs/redlock.md`.
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.fencing
-    }
-
-    /// The token stored under the key: proof of ownership for release and extension.
-    pub fn token(&self) -> &Token {
-        &self.token
+    pub fn from_token_many(resources: &[&str], token: Token) -> Result<Lock, Error> {
+        redlock_core::Lock::from_token_many(resources, token, Instant::now()).map(Lock)
     }
 
     /// The time left before the lock may expire on some node, from the monotonic clock; zero
     /// once it has.
     pub fn validity(&self) -> Duration {
-        self.valid_until.saturating_duration_since(Instant::now())
+        self.0.validity_at(Instant::now())
     }
 
     /// Whether the validity has run out.
     pub fn is_expired(&self) -> bool {
-        Instant::now() >= self.valid_until
-    }
-
-    /// The monotonic instant at which the validity runs out.
-    pub fn valid_until(&self) -> Instant {
-        self.valid_until
-    }
-
-    /// The nodes whose yes won this lock when it was acquired, by their index in the client's
-    /// node list (the first 64 nodes only), in order: at least a quorum. A node that answered
-    /// after the round was decided (fail-fast) may hold the key too and is not listed. Empty
-    /// for a lock made by [`from_token`](Lock::from_token). For diagnosis: which masters were
-    /// counted.
-    pub fn granted_by(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..64).filter(move |i| self.granted & (1 << i) != 0)
-    }
-
-    /// The ttl the lock was last acquired or extended with.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.0.is_expired_at(Instant::now())
     }
 }
 
-impl Lock {
-    /// The release of this lock's token on all of its resources.
-    pub(crate) fn release(&self) -> crate::core::command::Command<'_> {
-        self.extension(0)
-            .with_kind(crate::core::command::OpKind::Release)
-    }
+impl Deref for Lock {
+    type Target = redlock_core::Lock;
 
-    /// The extension of all of its resources to `ttl_ms`.
-    pub(crate) fn extension(&self, ttl_ms: u64) -> crate::core::command::Command<'_> {
-        crate::core::command::Command {
-            kind: crate::core::command::OpKind::Extend,
-            resources: &self.resources,
-            token: &self.token,
-            ttl_ms,
-            counter: None,
-            fence_value: 0,
-        }
+    fn deref(&self) -> &redlock_core::Lock {
+        &self.0
     }
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
-            .field("resources", &self.resources)
-            .field("token", &self.token)
-            .field("fencing_token", &self.fencing)
+            .field("resources", &self.0.resources().collect::<Vec<_>>())
+            .field("token", self.0.token())
+            .field("fencing_token", &self.0.fencing_token())
             .field("validity", &self.validity())
             .finish()
     }

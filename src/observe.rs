@@ -20,6 +20,7 @@
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 use std::time::Instant;
 
+use crate::core::event::Event;
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 use crate::error::Error;
 #[cfg(feature = "tracing")]
@@ -74,8 +75,8 @@ impl OpSpan {
         let lock = result.as_ref().ok();
         self.finish(
             result,
-            lock.map(crate::Lock::token),
-            lock.and_then(crate::Lock::fencing_token),
+            lock.map(|l| l.token()),
+            lock.and_then(|l| l.fencing_token()),
         );
     }
 
@@ -133,6 +134,7 @@ fn kind(e: &Error) -> &'static str {
         Error::Config(_) => "config",
         Error::Aborted => "aborted",
         Error::Forked => "forked",
+        _ => "other",
     }
 }
 
@@ -146,62 +148,85 @@ fn nodes(e: &Error) -> Option<&crate::error::NodeReports> {
     }
 }
 
-/// A node's connection is opened again (its `connects` count, the first included).
-#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+/// Hands the core's events to the facades, each once, and empties `events`.
 #[inline]
-pub(crate) fn reconnect(addr: &crate::config::NodeAddr, connects: u64) {
-    #[cfg(feature = "tracing")]
-    if connects > 1 {
-        tracing::debug!(node = %addr, connects, "redlock: reconnecting");
+pub(crate) fn events(cfg: &crate::Config, events: &mut Vec<Event>) {
+    if events.is_empty() {
+        return;
     }
-    #[cfg(feature = "metrics")]
-    if connects > 1 {
-        meter::count(&meter::RECONNECTS);
+    for e in events.drain(..) {
+        event(
+            |i| {
+                cfg.nodes()
+                    .get(i)
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            },
+            &e,
+        );
     }
 }
 
-/// A fenced client could not read a master's eviction policy (`CONFIG GET` denied or renamed
-/// away, or an answer of another shape): its fenced acquisitions count the node as one whose
-/// policy keeps the counter, which the operator must then make sure of.
-#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+/// Hands the engine's queued events to the facades, each once.
 #[inline]
-pub(crate) fn eviction_unchecked(node: &str, why: &str) {
-    #[cfg(feature = "tracing")]
-    tracing::warn!(
-        node,
-        why,
-        "redlock: cannot read the master's maxmemory-policy; fencing assumes it never evicts the counter"
-    );
+pub(crate) fn engine_events<U>(engine: &mut crate::core::engine::Engine<U>) {
+    if !engine.has_events() {
+        return;
+    }
+    while let Some(e) = engine.poll_event() {
+        event(|i| engine.addr(i).to_string(), &e);
+    }
 }
 
-/// A `NOSCRIPT` (or a missing function) answered by sending the command again.
-#[inline]
-pub(crate) fn script_fallback() {
-    #[cfg(feature = "tracing")]
-    tracing::debug!("redlock: script missing on the server; sent again with its body");
-    #[cfg(feature = "metrics")]
-    meter::count(&meter::FALLBACKS);
-}
-
-/// A waiter of `lock` waited `waited` for a held resource before its next try, ended by
-/// `cause`: `push` (an invalidation pushed by a master), `dropped` (a connection closed),
-/// `timer` (the `PTTL`s' expiry, or the retry delay, with wake-ups on) or `delay` (the retry
-/// delay alone: wake-ups off, or nodes failing rather than refusing).
+/// One event of the core, to the facades. (Without the `tracing` and `metrics` features,
+/// nothing.)
 #[cfg_attr(
     not(any(feature = "tracing", feature = "metrics")),
     allow(unused_variables)
 )]
-#[inline]
-pub(crate) fn waited(resource: &str, cause: &'static str, waited: std::time::Duration) {
-    #[cfg(feature = "tracing")]
-    tracing::debug!(
-        resource,
-        cause,
-        waited_us = waited.as_micros() as u64,
-        "redlock: waiter woken"
-    );
-    #[cfg(feature = "metrics")]
-    meter::wait(cause, waited.as_secs_f64());
+fn event(addr: impl Fn(usize) -> String, e: &Event) {
+    match e {
+        Event::Connect { node, connects } => {
+            #[cfg(feature = "tracing")]
+            if *connects > 1 {
+                tracing::debug!(node = %addr(*node), connects, "redlock: reconnecting");
+            }
+            #[cfg(feature = "metrics")]
+            if *connects > 1 {
+                meter::count(&meter::RECONNECTS);
+            }
+        }
+        Event::EvictionUnchecked { node, why } => {
+            #[cfg(feature = "tracing")]
+            tracing::warn!(
+                node = %addr(*node),
+                why,
+                "redlock: cannot read the master's maxmemory-policy; fencing assumes it never evicts the counter"
+            );
+        }
+        Event::ScriptFallback { .. } => {
+            #[cfg(feature = "tracing")]
+            tracing::debug!("redlock: script missing on the server; sent again with its body");
+            #[cfg(feature = "metrics")]
+            meter::count(&meter::FALLBACKS);
+        }
+        Event::Waited {
+            resource,
+            cause,
+            waited,
+        } => {
+            #[cfg(feature = "tracing")]
+            tracing::debug!(
+                resource = resource.as_str(),
+                cause,
+                waited_us = waited.as_micros() as u64,
+                "redlock: waiter woken"
+            );
+            #[cfg(feature = "metrics")]
+            meter::wait(cause, waited.as_secs_f64());
+        }
+        _ => {}
+    }
 }
 
 /// A guard extended its lock.
@@ -226,6 +251,7 @@ pub(crate) fn lost(resource: &str, loss: &crate::Loss) {
             crate::Loss::ExtendFailed(_) => "extend_failed",
             crate::Loss::ExtendTooSlow => "extend_too_slow",
             crate::Loss::Expired => "expired",
+            _ => "other",
         };
         meter::loss(cause);
     }

@@ -8,7 +8,7 @@
 // fork(2), pipe(2) and their kin are only reachable through libc.
 #![allow(unsafe_code)]
 
-use redlock_mux::Token;
+use redlock_mux::{OsRandom, Token};
 
 const DRAWS: usize = 16;
 
@@ -16,7 +16,7 @@ const DRAWS: usize = 16;
 fn tokens_drawn_after_a_fork_differ_between_parent_and_child() {
     // A draw before the fork, as a parent that locked something before forking would make:
     // any per-thread generator state is initialised now, and copied by the fork.
-    let _ = Token::generate();
+    let _ = Token::from_random(&mut OsRandom);
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe(2) writes two descriptors into the array it is given, which has room for
     // exactly two.
@@ -31,7 +31,7 @@ fn tokens_drawn_after_a_fork_differ_between_parent_and_child() {
     if pid == 0 {
         let mut out = [0u8; DRAWS * Token::LEN];
         for chunk in out.chunks_exact_mut(Token::LEN) {
-            chunk.copy_from_slice(Token::generate().as_bytes());
+            chunk.copy_from_slice(Token::from_random(&mut OsRandom).as_bytes());
         }
         // SAFETY: writes `out.len()` bytes from a live stack array to our own pipe, then ends
         // the child at once.
@@ -42,7 +42,9 @@ fn tokens_drawn_after_a_fork_differ_between_parent_and_child() {
     }
     // SAFETY: closes the parent's copy of the write end, which it does not use.
     unsafe { libc::close(wr) };
-    let parent: Vec<Token> = (0..DRAWS).map(|_| Token::generate()).collect();
+    let parent: Vec<Token> = (0..DRAWS)
+        .map(|_| Token::from_random(&mut OsRandom))
+        .collect();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {

@@ -9,7 +9,7 @@ mod forking;
 
 use std::time::Duration;
 
-use redlock_mux::{Error, Lock, Loss, Token};
+use redlock_mux::{Error, Lock, Loss, OsRandom, Token};
 
 /// The child's findings, as bits of its exit code.
 const NOT_LOST: i32 = 1;
@@ -46,7 +46,7 @@ fn a_forked_child_dropping_an_inherited_guard_leaves_the_parents_lock() {
         }
         // The client refuses to work, on another resource (so that only the guard's drop
         // below could release the parent's).
-        let other = Lock::from_token("fork:other", Token::generate());
+        let other = Lock::from_token("fork:other", Token::from_random(&mut OsRandom));
         if !matches!(
             client.try_lock("fork:other", Duration::from_secs(30)),
             Err(Error::Forked)

@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use redlock_mux::{Error, Lock, Redlock, Token};
+use redlock_mux::{Error, Lock, OsRandom, Redlock, Token};
 
 use crate::args::{nodes_or_local, BenchArgs, Client, Global, Resources};
 use crate::exit::{self, Failure};
@@ -44,7 +44,7 @@ pub fn bench(global: &Global, a: &BenchArgs) -> Result<u8, Failure> {
     // Fail in one line, before any thread starts, when the nodes cannot be reached.
     let lock = probe
         .try_lock(
-            &format!("redlock-bench:probe:{}", Token::generate()),
+            &format!("redlock-bench:probe:{}", Token::from_random(&mut OsRandom)),
             global.ttl,
         )
         .map_err(|e| Failure::lock("probing the nodes", &e))?;
@@ -52,7 +52,7 @@ pub fn bench(global: &Global, a: &BenchArgs) -> Result<u8, Failure> {
     drop(probe);
 
     // A prefix of this run's own, so that runs side by side do not contend.
-    let token = Token::generate();
+    let token = Token::from_random(&mut OsRandom);
     let run = &token.as_str()[..8];
     let resource = |client: usize, slot: usize| match a.resources {
         Resources::Distinct => format!("redlock-bench:{run}:{client}:{slot}"),

@@ -34,7 +34,7 @@ pub fn demo(global: &Global, a: &DemoArgs) -> Result<u8, Failure> {
     let probe = &clients[0];
     let resource = format!(
         "redlock-demo:{}",
-        &redlock_mux::Token::generate().as_str()[..8]
+        &redlock_mux::Token::from_random(&mut redlock_mux::OsRandom).as_str()[..8]
     );
     let lock = probe
         .try_lock(&resource, global.ttl)

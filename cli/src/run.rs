@@ -33,7 +33,7 @@ use std::process::{Command, ExitStatus};
 use std::task::Poll;
 use std::time::Duration;
 
-use redlock_mux::{loss_margin, AsyncRedlock, Error, KeepAlive, Lock, LockGuard, Token};
+use redlock_mux::{loss_margin, AsyncRedlock, Error, KeepAlive, Lock, LockGuard, OsRandom, Token};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::{sleep, sleep_until, Instant};
 
@@ -62,7 +62,7 @@ pub fn run(global: &Global, a: &RunArgs) -> Result<u8, Failure> {
                 // Dropping the acquisition queued a release of whatever it had taken; the
                 // driver writes in order, so once one more round on the same nodes has been
                 // answered, that release has gone out too.
-                let nobody = Lock::from_token(&a.resources[0], Token::generate());
+                let nobody = Lock::from_token(&a.resources[0], Token::from_random(&mut OsRandom));
                 let _ = redlock.unlock(&nobody).await;
                 errln!("redlock: signal {sig} while acquiring {}; giving up", describe(&a.resources));
                 return Ok(128 + sig as u8);

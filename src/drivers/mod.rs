@@ -16,6 +16,49 @@ pub(crate) type Tls = tls::Tls;
 #[cfg(not(feature = "tls"))]
 pub(crate) type Tls = std::convert::Infallible;
 
+/// The TLS client settings of a client's `rediss://` nodes: `None` when it has none; nothing
+/// at all without the `tls` feature.
+#[cfg(feature = "tls")]
+pub(crate) type TlsSetup = Option<std::sync::Arc<tls::TlsSetup>>;
+/// The TLS client settings of a client's `rediss://` nodes: `None` when it has none; nothing
+/// at all without the `tls` feature.
+#[cfg(not(feature = "tls"))]
+pub(crate) type TlsSetup = ();
+
+/// The TLS options a builder collects (none without the `tls` feature).
+#[cfg(feature = "tls")]
+pub(crate) type TlsOptions = tls::TlsOptions;
+/// The TLS options a builder collects (none without the `tls` feature).
+#[cfg(not(feature = "tls"))]
+pub(crate) type TlsOptions = ();
+
+/// The TLS settings `config`'s nodes need, made from `opts`: none unless some node is
+/// `rediss://`, which without the `tls` feature is refused.
+pub(crate) fn tls_setup(
+    config: &crate::Config,
+    opts: &TlsOptions,
+) -> Result<TlsSetup, crate::ConfigError> {
+    let tls_node = config.nodes().iter().find(|n| n.tls);
+    #[cfg(feature = "tls")]
+    {
+        Ok(match tls_node {
+            Some(_) => Some(std::sync::Arc::new(tls::TlsSetup::new(opts)?)),
+            None => None,
+        })
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let () = opts;
+        match tls_node {
+            Some(node) => Err(crate::ConfigError::InvalidAddress {
+                addr: node.to_string(),
+                reason: "rediss:// needs the crate's `tls` feature",
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 /// What a failed socket operation means for its node's vote (a TLS failure keeps its
 /// description).
 pub(crate) fn outcome_of(e: &std::io::Error) -> crate::error::NodeOutcome {
@@ -31,10 +74,7 @@ pub(crate) fn outcome_of(e: &std::io::Error) -> crate::error::NodeOutcome {
 
 /// The TLS session a connection to node `addr` needs, if it is a `rediss://` node.
 #[cfg(feature = "tls")]
-pub(crate) fn tls_for(
-    cfg: &Option<std::sync::Arc<tls::TlsSetup>>,
-    addr: &crate::config::NodeAddr,
-) -> std::io::Result<Option<tls::Tls>> {
+pub(crate) fn tls_for(cfg: &TlsSetup, addr: &crate::NodeAddr) -> std::io::Result<Option<tls::Tls>> {
     match (addr.tls, cfg) {
         (true, Some(setup)) => setup.session(&addr.host).map(Some),
         _ => Ok(None),
@@ -51,10 +91,13 @@ pub(crate) fn tls_for(
 /// precedes. Should the call fail (it does not on any supported kernel), the bytes come from
 /// the thread's generator with the process id folded in, so that processes forked from one
 /// state still draw different tokens.
+///
+/// A token of your own (for [`Lock::from_token`](crate::Lock::from_token), say):
+/// `Token::from_random(&mut OsRandom)`.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct OsRandom;
+pub struct OsRandom;
 
-impl crate::core::random::Randomness for OsRandom {
+impl redlock_core::random::Randomness for OsRandom {
     fn fill(&mut self, buf: &mut [u8]) {
         use rand::{RngCore, TryRngCore};
         if rand::rngs::OsRng.try_fill_bytes(buf).is_err() {
@@ -77,14 +120,6 @@ impl crate::core::random::Randomness for OsRandom {
             },
             Err(_) => rand::rng().random_range(0..=max),
         }
-    }
-}
-
-impl crate::Token {
-    /// A fresh token: 20 bytes from the operating system's generator, drawn anew for every
-    /// token (see `OsRandom` for why, and `tests/fork.rs`).
-    pub fn generate() -> crate::Token {
-        crate::Token::from_random(&mut OsRandom)
     }
 }
 

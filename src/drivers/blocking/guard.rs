@@ -162,7 +162,7 @@ impl Keeper {
                 Step::Extend(t) if now < t => soon(t),
                 Step::Extend(_) => {
                     let mut attempt = lock.clone();
-                    let result = redlock.extend(&mut attempt, lock.ttl);
+                    let result = redlock.extend(&mut attempt, lock.ttl());
                     // The lateness is judged, and the attempt stored, under the lock's mutex,
                     // where a guard reads the lock and the clock together: a guard that saw the
                     // deadline pass can never see the lock extended after it.

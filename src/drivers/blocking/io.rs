@@ -58,7 +58,9 @@ impl<'a> Job<'a> {
 }
 
 impl Driver {
-    pub(super) fn new(config: &Config) -> io::Result<Driver> {
+    pub(super) fn new(config: &Config, tls: crate::drivers::TlsSetup) -> io::Result<Driver> {
+        #[cfg(not(feature = "tls"))]
+        let () = tls;
         let poll = Poll::new()?;
         let waker = std::sync::Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
         Ok(Driver {
@@ -67,11 +69,11 @@ impl Driver {
             waker,
             woke: false,
             events: Events::with_capacity(64),
-            socks: config.nodes.iter().map(|_| None).collect(),
+            socks: config.nodes().iter().map(|_| None).collect(),
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
             now: Instant::now(),
             #[cfg(feature = "tls")]
-            tls: config.tls.clone(),
+            tls,
         })
     }
 
@@ -163,6 +165,7 @@ impl Driver {
     /// Opens and drops the sockets the engine asks for, then writes what it has for each node.
     fn sync(&mut self) {
         self.apply_io();
+        crate::observe::engine_events(&mut self.engine);
         for i in 0..self.socks.len() {
             if !self.engine.transmit(i).is_empty() {
                 self.flush(i);

@@ -22,17 +22,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use self::io::{Driver, Job};
-use crate::config::{Builder, Config};
 use crate::core::command::{Command, OwnedCommand};
 use crate::core::engine::Wake;
-use crate::core::ops::{self as op, Acquisition, Next, Retry};
+use crate::core::event::Events;
+use crate::core::op::{self, Cx, Input, Operation, Retry, Step};
 use crate::core::round::{Round, Until};
 use crate::drivers::OsRandom;
 use crate::error::{Error, NodeOutcome};
 use crate::lock::{Lock, Name, Names};
 use crate::observe::OpSpan;
 use crate::stats::Stats;
-use crate::Token;
+use crate::{Builder, Config};
 
 /// The most operations one round carries: callers beyond wait for the next round.
 const MAX_BATCH: usize = 128;
@@ -197,7 +197,8 @@ impl Builder<Redlock> {
     /// Validates the options and builds the blocking client. No connection is opened yet:
     /// each node is connected on first use, without blocking.
     pub fn build(self) -> Result<Redlock, Error> {
-        Redlock::with_config(self.config()?)
+        let (config, tls) = self.parts()?;
+        Redlock::with_parts(config, tls)
     }
 }
 
@@ -207,12 +208,19 @@ impl Redlock {
         Builder::default()
     }
 
-    /// Builds a client from a validated configuration.
+    /// Builds a client from a validated configuration. Its `rediss://` nodes, if any, get
+    /// the default TLS settings (the system's root certificates); other settings need the
+    /// [`Builder`].
     pub fn with_config(config: Config) -> Result<Redlock, Error> {
-        let driver = Driver::new(&config).map_err(|e| Error::NoQuorum {
+        let tls = crate::drivers::tls_setup(&config, &Default::default())?;
+        Redlock::with_parts(config, tls)
+    }
+
+    fn with_parts(config: Config, tls: crate::drivers::TlsSetup) -> Result<Redlock, Error> {
+        let driver = Driver::new(&config, tls).map_err(|e| Error::NoQuorum {
             nodes: crate::error::NodeReports(
                 config
-                    .nodes
+                    .nodes()
                     .iter()
                     .enumerate()
                     .map(|(node, a)| crate::error::NodeReport {
@@ -361,7 +369,7 @@ impl Redlock {
     /// A round in which no node was asked (for a result that cannot be missing).
     fn unanswered(&self) -> (Round, Instant) {
         let cfg = &self.shared.config;
-        let mut round = Round::new(cfg.nodes.len(), cfg.quorum, Until::AllIn);
+        let mut round = Round::new(cfg.nodes().len(), cfg.quorum(), Until::AllIn);
         round.close(|_| NodeOutcome::Undecided);
         (round, Instant::now())
     }
@@ -492,7 +500,7 @@ impl Redlock {
     /// [`Config::min_ttl`] ..= [`MAX_TTL`](crate::MAX_TTL).
     pub fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let names: Names = smallvec::smallvec![Name::new(resource)];
-        self.with_retries(&names, ttl, Retry::new(&self.shared.config))
+        self.acquire(names, ttl, Retry::new(&self.shared.config))
     }
 
     /// Acquires `resource` for `ttl`, trying for up to `max_wait`: as many tries as fit (the
@@ -510,7 +518,7 @@ impl Redlock {
     ) -> Result<Lock, Error> {
         let names: Names = smallvec::smallvec![Name::new(resource)];
         let retry = Retry::within(&self.shared.config, max_wait, Instant::now());
-        self.with_retries(&names, ttl, retry)
+        self.acquire(names, ttl, retry)
     }
 
     /// One round of acquisition, no retries. On failure the lock is released on every node
@@ -519,7 +527,8 @@ impl Redlock {
     ///
     /// The ttl is taken in whole milliseconds (rounded down).
     pub fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        self.acquire(smallvec::smallvec![Name::new(resource)], ttl)
+        let names: Names = smallvec::smallvec![Name::new(resource)];
+        self.acquire(names, ttl, Retry::once())
     }
 
     /// Acquires every resource of `resources` for `ttl` as one lock, with retries as
@@ -532,7 +541,7 @@ impl Redlock {
     /// [`Error::Config`].
     pub fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
         let names = crate::lock::names(resources)?;
-        self.with_retries(&names, ttl, Retry::new(&self.shared.config))
+        self.acquire(names, ttl, Retry::new(&self.shared.config))
     }
 
     /// [`lock_many`](Redlock::lock_many), trying for up to `max_wait` as
@@ -545,54 +554,91 @@ impl Redlock {
     ) -> Result<Lock, Error> {
         let names = crate::lock::names(resources)?;
         let retry = Retry::within(&self.shared.config, max_wait, Instant::now());
-        self.with_retries(&names, ttl, retry)
+        self.acquire(names, ttl, retry)
     }
 
     /// One round of [`lock_many`](Redlock::lock_many), no retries.
     pub fn try_lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
-        self.acquire(crate::lock::names(resources)?, ttl)
+        self.acquire(crate::lock::names(resources)?, ttl, Retry::once())
     }
 
-    fn with_retries(&self, names: &Names, ttl: Duration, mut retry: Retry) -> Result<Lock, Error> {
+    fn acquire(&self, names: Names, ttl: Duration, retry: Retry) -> Result<Lock, Error> {
+        let resource = names.first().map_or("", Name::as_str);
+        let span = OpSpan::new("acquire", resource);
+        let result = self.run(op::Acquire::new(names, ttl, retry)).map(Lock);
+        span.finish_acquire(&result);
+        result
+    }
+
+    /// Runs `op` (any operation of the core) to its end: the one loop that does what its
+    /// steps say, in the order they say it. A waiter's watch is registered with the engine
+    /// before its read goes out, and taken back when its wait ends (or the operation does).
+    fn run<O: Operation>(&self, mut op: O) -> Result<O::Output, Error> {
+        let cfg = &self.shared.config;
+        let mut events = Events::new();
+        let mut input = Input::Start;
+        let mut watch = None;
         loop {
-            match self.acquire(names.clone(), ttl) {
-                Ok(lock) => return Ok(lock),
-                Err(e) => match retry.after(e, names, Instant::now(), &mut OsRandom) {
-                    Next::Fail(e) => return Err(e),
-                    Next::Wait(d) => std::thread::sleep(d),
-                    Next::Watch(waiting) => self.watch(waiting),
-                },
-            }
+            let step = {
+                let mut cx = Cx {
+                    now: Instant::now(),
+                    rng: &mut OsRandom,
+                    events: &mut events,
+                };
+                op.step(input, cfg, &mut cx)
+            };
+            input = match step {
+                Step::Round(cmd, until) => Input::Round(self.submit(cmd, until)),
+                Step::Sleep(d) | Step::Jitter(d) => {
+                    std::thread::sleep(d);
+                    Input::Slept
+                }
+                Step::Watch(key) => {
+                    watch = Some(self.register_watch(key));
+                    Input::Watching
+                }
+                Step::Await(deadline) => {
+                    let id = watch.take();
+                    let woken = match (id, deadline) {
+                        (Some(id), Some(deadline)) => self.wait_woken(id, deadline),
+                        _ => None,
+                    };
+                    self.unwatch(id);
+                    Input::Woken(woken)
+                }
+                Step::Done => break,
+            };
+            crate::observe::events(cfg, &mut events);
         }
+        crate::observe::events(cfg, &mut events);
+        self.unwatch(watch);
+        op.finish()
     }
 
-    /// Waits for a held resource to change, in the order [`Waiting`](op::Waiting) gives: the
-    /// watch registered, the read, then the first of the watch firing and the timer. While no
-    /// round runs, a waiter reads the pushes itself in the driver
-    /// ([`Driver::idle`](io::Driver::idle)), and gives the driver up to any caller with a
-    /// round to run; the others park until woken.
-    fn watch(&self, waiting: op::Waiting) {
+    /// Registers a watch of `key` with the engine (by the next caller that runs it, before
+    /// any round goes out); returns its id.
+    fn register_watch(&self, key: &[u8]) -> u64 {
         let id = self
             .shared
             .next_watch
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.queue().watch.push((id, waiting.key()));
-        let (cmd, until) = waiting.round();
-        let read = self.submit(cmd, until);
-        let deadline = waiting.deadline(&self.shared.config, &read, Instant::now());
-        let woken = deadline.and_then(|deadline| self.wait_woken(id, deadline));
-        {
+        self.queue().watch.push((id, key.into()));
+        id
+    }
+
+    /// Takes watch `id` back, and any firing of it not collected.
+    fn unwatch(&self, id: Option<u64>) {
+        if let Some(id) = id {
             let mut q = self.queue();
             q.unwatch.push(id);
             q.woken.retain(|(w, _)| *w != id);
         }
-        // (No wait, no record of one, when the read could not run.)
-        if deadline.is_some() && waiting.end(woken, Instant::now()) {
-            std::thread::sleep(op::wake_jitter(&mut OsRandom));
-        }
     }
 
-    /// Waits until watch `id` fires (its cause) or `deadline` passes (`None`).
+    /// Waits until watch `id` fires (its cause) or `deadline` passes (`None`). While no round
+    /// runs, the waiter reads the pushes itself in the driver
+    /// ([`Driver::idle`](io::Driver::idle)), and gives the driver up to any caller with a
+    /// round to run; the others park until woken.
     fn wait_woken(&self, id: u64, deadline: Instant) -> Option<Wake> {
         loop {
             let mut q = self.queue();
@@ -641,41 +687,13 @@ impl Redlock {
         }
     }
 
-    /// Runs the rounds of an acquisition (`ops::Acquisition` says which) to its end.
-    fn acquire(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
-        let span = OpSpan::new("acquire", names.first().map_or("", Name::as_str));
-        let result = self.acquire_rounds(names, ttl);
-        span.finish_acquire(&result);
-        result
-    }
-
-    fn acquire_rounds(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
-        let cfg = &self.shared.config;
-        let mut acq = Acquisition::new(cfg, names, ttl, &mut OsRandom)?;
-        while let Some((cmd, until)) = acq.round(cfg) {
-            let round = self.submit(cmd, until);
-            acq.advance(cfg, round, Instant::now());
-        }
-        acq.finish()
-    }
-
     /// Reads who holds `resource` on every node, and for how long (`GET` and `PTTL`, each a
     /// round that waits for every node). Nothing is changed. See [`Inspection`](crate::Inspection).
     pub fn inspect(&self, resource: &str) -> Result<crate::Inspection, Error> {
         let span = OpSpan::new("inspect", resource);
-        let result = self.inspect_rounds(resource);
+        let result = self.run(op::Inspect::new(resource));
         span.finish(&result, None, None);
         result
-    }
-
-    fn inspect_rounds(&self, resource: &str) -> Result<crate::Inspection, Error> {
-        let names = [Name::new(resource)];
-        // (The commands carry no token; one is needed to build them.)
-        let token = Token::generate();
-        let [get, pttl] = crate::inspect::commands(&names, &token);
-        let (get, _) = self.submit(get, Until::AllIn)?;
-        let (pttl, _) = self.submit(pttl, Until::AllIn)?;
-        Ok(crate::Inspection::from_rounds(self.config(), &get, &pttl))
     }
 
     /// Releases the lock on every node, with the compare-and-delete script.
@@ -685,16 +703,9 @@ impl Redlock {
     /// too few nodes answered.
     pub fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         let span = OpSpan::new("release", lock.resource());
-        let result = self.release(lock);
+        let result = self.run(op::Release::new(&lock.0));
         span.finish(&result, Some(lock.token()), lock.fencing_token());
         result
-    }
-
-    fn release(&self, lock: &Lock) -> Result<(), Error> {
-        let cmd = lock.release();
-        let cfg = &self.shared.config;
-        let (round, _) = self.submit(cmd, cfg.until())?;
-        op::confirmed(cfg, &round, lock.is_expired())
     }
 
     /// Extends the lock to `ttl` from now, with the compare-and-pexpire script, and updates its
@@ -710,17 +721,9 @@ impl Redlock {
     /// more time than its keys have.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let span = OpSpan::new("extend", lock.resource());
-        let result = self.extend_rounds(lock, ttl);
+        let result = self.run(op::Extend::new(&mut lock.0, ttl));
         span.finish(&result, Some(lock.token()), lock.fencing_token());
         result
-    }
-
-    fn extend_rounds(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
-        let (ttl_ms, ttl) = op::begin_extend(&self.shared.config, lock, ttl, Instant::now())?;
-        let cmd = lock.extension(ttl_ms);
-        let cfg = &self.shared.config;
-        let (round, t1) = self.submit(cmd, cfg.until())?;
-        op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)
     }
 }
 
@@ -733,7 +736,7 @@ impl Drop for Shared {
         if self.birth.forked() {
             return;
         }
-        let bound = self.config.node_timeout.saturating_mul(2);
+        let bound = self.config.node_timeout().saturating_mul(2);
         let driver = match self.driver.get_mut() {
             Ok(d) => d,
             // A round panicked: its connections are out of step; nothing is serviced.

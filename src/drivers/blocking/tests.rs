@@ -1,6 +1,7 @@
 //! The blocking client without servers where it can: batches, panics inside them, waiters.
 
 use super::*;
+use crate::drivers::OsRandom;
 use crate::Token;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -43,7 +44,10 @@ fn a_panic_inside_a_batch_wakes_every_caller_with_an_error() {
     let first = {
         let client = client.clone();
         std::thread::spawn(move || {
-            let _ = client.unlock(&Lock::from_token("batch", Token::generate()));
+            let _ = client.unlock(&Lock::from_token(
+                "batch",
+                Token::from_random(&mut OsRandom),
+            ));
         })
     };
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -56,7 +60,8 @@ fn a_panic_inside_a_batch_wakes_every_caller_with_an_error() {
         .map(|i| {
             let (client, tx) = (client.clone(), tx.clone());
             std::thread::spawn(move || {
-                let lock = Lock::from_token(&format!("batch{i}"), Token::generate());
+                let lock =
+                    Lock::from_token(&format!("batch{i}"), Token::from_random(&mut OsRandom));
                 let r = client.unlock(&lock);
                 let _ = tx.send(r);
             })

@@ -88,16 +88,19 @@ pub(crate) struct Driver {
 impl Driver {
     pub(crate) fn new(
         config: &Config,
+        tls: crate::drivers::TlsSetup,
         rx: mpsc::UnboundedReceiver<Msg>,
         birth: crate::drivers::Birth,
     ) -> Driver {
+        #[cfg(not(feature = "tls"))]
+        let () = tls;
         Driver {
             rx,
             closed: false,
             engine: Engine::new(config),
-            socks: config.nodes.iter().map(|_| None).collect(),
-            connecting: config.nodes.iter().map(|_| None).collect(),
-            armed: config.nodes.iter().map(|_| false).collect(),
+            socks: config.nodes().iter().map(|_| None).collect(),
+            connecting: config.nodes().iter().map(|_| None).collect(),
+            armed: config.nodes().iter().map(|_| false).collect(),
             wakers: None,
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
@@ -105,7 +108,7 @@ impl Driver {
             batch: 0,
             now: Instant::now(),
             #[cfg(feature = "tls")]
-            tls: config.tls.clone(),
+            tls,
             waiters: Vec::new(),
             birth,
         }
@@ -156,6 +159,7 @@ impl Driver {
             }
             self.engine.handle_timeout(self.now);
             self.apply_io();
+            crate::observe::engine_events(&mut self.engine);
             while let Some(done) = self.engine.poll_completed() {
                 // The caller may be gone (its future dropped): nothing to do then.
                 let _ = done.user.send(done.round);

@@ -101,7 +101,7 @@ impl LockGuard {
             ))
         });
         LockGuard {
-            node_timeout: redlock.inner.config.node_timeout,
+            node_timeout: redlock.inner.config.node_timeout(),
             redlock,
             lock: shared,
             loss: rx,
@@ -238,7 +238,7 @@ async fn keep_alive(
     extensions: Arc<AtomicU32>,
     loss: watch::Sender<Option<Loss>>,
 ) {
-    let node_timeout = redlock.inner.config.node_timeout;
+    let node_timeout = redlock.inner.config.node_timeout();
     let snapshot = || shared.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let at = tokio::time::Instant::from_std;
     loop {
@@ -260,7 +260,7 @@ async fn keep_alive(
             Step::Extend(when) => tokio::time::sleep_until(at(when)).await,
         }
         let mut attempt = lock.clone();
-        let ttl = lock.ttl;
+        let ttl = lock.ttl();
         let outcome = tokio::select! {
             r = redlock.extend(&mut attempt, ttl) => Some(r),
             _ = tokio::time::sleep_until(at(deadline)) => None,

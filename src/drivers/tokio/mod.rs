@@ -18,16 +18,18 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::driver::{Driver, Msg};
 pub use self::guard::LockGuard;
-use crate::config::{Builder, Config};
 use crate::core::command::OwnedCommand;
+use crate::core::engine::Wake;
+use crate::core::event::Events;
 use crate::core::keepalive::{self, KeepAlive};
-use crate::core::ops::{self as op, Acquisition, Next, Retry};
+use crate::core::op::{self, Cx, Input, Operation, Retry, Step};
 use crate::core::round::{Round, Until};
 use crate::drivers::OsRandom;
 use crate::error::{ConfigError, Error};
 use crate::lock::{Lock, Name, Names};
 use crate::observe::OpSpan;
 use crate::stats::Stats;
+use crate::{Builder, Config};
 
 /// A Redlock client for async code on tokio.
 ///
@@ -103,7 +105,8 @@ impl Builder<AsyncRedlock> {
     /// Validates the options and builds the async client. Must be called inside a tokio
     /// runtime, which the driver task is spawned on; connections open on first use.
     pub fn build(self) -> Result<AsyncRedlock, Error> {
-        AsyncRedlock::with_config(self.config()?)
+        let (config, tls) = self.parts()?;
+        AsyncRedlock::with_parts(config, tls)
     }
 }
 
@@ -112,7 +115,8 @@ impl<C> Builder<C> {
     /// for (`Redlock::builder().build_async()`); as [`build`](Builder::build) on
     /// `AsyncRedlock::builder()`.
     pub fn build_async(self) -> Result<AsyncRedlock, Error> {
-        AsyncRedlock::with_config(self.config()?)
+        let (config, tls) = self.parts()?;
+        AsyncRedlock::with_parts(config, tls)
     }
 }
 
@@ -124,11 +128,19 @@ impl AsyncRedlock {
 
     /// Builds a client from a validated configuration, spawning its driver task on the
     /// current tokio runtime. The task ends when the last clone is dropped.
+    ///
+    /// Its `rediss://` nodes, if any, get the default TLS settings (the system's root
+    /// certificates); other settings need the [`Builder`].
     pub fn with_config(config: Config) -> Result<AsyncRedlock, Error> {
+        let tls = crate::drivers::tls_setup(&config, &Default::default())?;
+        AsyncRedlock::with_parts(config, tls)
+    }
+
+    fn with_parts(config: Config, tls: crate::drivers::TlsSetup) -> Result<AsyncRedlock, Error> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let birth = crate::drivers::Birth::here();
-        handle.spawn(Driver::new(&config, rx, birth.clone()).run());
+        handle.spawn(Driver::new(&config, tls, rx, birth.clone()).run());
         Ok(AsyncRedlock {
             inner: Arc::new(Inner {
                 config,
@@ -172,7 +184,7 @@ impl AsyncRedlock {
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let names: Names = smallvec::smallvec![Name::new(resource)];
         let retry = Retry::new(&self.inner.config);
-        self.with_retries(&names, ttl, retry).await
+        self.acquire(names, ttl, retry).await
     }
 
     /// Acquires `resource` for `ttl`, trying for up to `max_wait` (however many tries that
@@ -185,14 +197,14 @@ impl AsyncRedlock {
     ) -> Result<Lock, Error> {
         let names: Names = smallvec::smallvec![Name::new(resource)];
         let retry = Retry::within(&self.inner.config, max_wait, Instant::now());
-        self.with_retries(&names, ttl, retry).await
+        self.acquire(names, ttl, retry).await
     }
 
     /// One round of acquisition, no retries; on failure the token is released on every node
     /// before this returns. Errors as [`Redlock::try_lock`](crate::Redlock::try_lock).
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        self.acquire(smallvec::smallvec![Name::new(resource)], ttl)
-            .await
+        let names: Names = smallvec::smallvec![Name::new(resource)];
+        self.acquire(names, ttl, Retry::once()).await
     }
 
     /// Acquires every resource of `resources` as one lock, with retries. As
@@ -200,7 +212,7 @@ impl AsyncRedlock {
     pub async fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
         let names = crate::lock::names(resources)?;
         let retry = Retry::new(&self.inner.config);
-        self.with_retries(&names, ttl, retry).await
+        self.acquire(names, ttl, retry).await
     }
 
     /// [`lock_many`](Self::lock_many), trying for up to `max_wait` as
@@ -213,124 +225,119 @@ impl AsyncRedlock {
     ) -> Result<Lock, Error> {
         let names = crate::lock::names(resources)?;
         let retry = Retry::within(&self.inner.config, max_wait, Instant::now());
-        self.with_retries(&names, ttl, retry).await
+        self.acquire(names, ttl, retry).await
     }
 
     /// One round of [`lock_many`](Self::lock_many), no retries.
     pub async fn try_lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
-        self.acquire(crate::lock::names(resources)?, ttl).await
+        self.acquire(crate::lock::names(resources)?, ttl, Retry::once())
+            .await
     }
 
-    async fn with_retries(
-        &self,
-        names: &Names,
-        ttl: Duration,
-        mut retry: Retry,
-    ) -> Result<Lock, Error> {
+    async fn acquire(&self, names: Names, ttl: Duration, retry: Retry) -> Result<Lock, Error> {
+        let span = OpSpan::new("acquire", names.first().map_or("", Name::as_str));
+        let result = self
+            .run(op::Acquire::new(names, ttl, retry))
+            .await
+            .map(Lock);
+        span.finish_acquire(&result);
+        result
+    }
+
+    /// Runs `op` (any operation of the core) to its end: the one loop that does what its
+    /// steps say, in the order they say it (as the blocking client's `run`). Dropped half-way
+    /// (the caller's future dropped), it sends what the operation says to send when abandoned
+    /// (an acquisition releases its token), and takes back its watch.
+    async fn run<O: Operation>(&self, op: O) -> Result<O::Output, Error> {
+        let cfg = &self.inner.config;
+        let mut run = Abandon {
+            inner: &self.inner,
+            op: Some(op),
+            watch: None,
+        };
+        let mut events = Events::new();
+        let mut input = Input::Start;
         loop {
-            match self.acquire(names.clone(), ttl).await {
-                Ok(lock) => return Ok(lock),
-                Err(e) => match retry.after(e, names, Instant::now(), &mut OsRandom) {
-                    Next::Fail(e) => return Err(e),
-                    Next::Wait(d) => tokio::time::sleep(d).await,
-                    Next::Watch(waiting) => self.watch(waiting).await,
-                },
-            }
+            let Some(op) = run.op.as_mut() else {
+                return Err(Error::Aborted);
+            };
+            let step = {
+                let mut cx = Cx {
+                    now: Instant::now(),
+                    rng: &mut OsRandom,
+                    events: &mut events,
+                };
+                op.step(input, cfg, &mut cx)
+            };
+            input = match step {
+                // (A driver that is gone answers at once: the keys then expire.)
+                Step::Round(cmd, until) => {
+                    let cmd = OwnedCommand::new(&cmd);
+                    Input::Round(self.round(cmd, until).await)
+                }
+                Step::Sleep(d) => {
+                    tokio::time::sleep(d).await;
+                    Input::Slept
+                }
+                Step::Jitter(d) => {
+                    // As yields: tokio's timer counts whole milliseconds, so a sleep of a
+                    // few hundred microseconds would cost a millisecond or more.
+                    for _ in 0..op::jitter_yields(d) {
+                        tokio::task::yield_now().await;
+                    }
+                    Input::Slept
+                }
+                Step::Watch(key) => {
+                    let key: Box<[u8]> = key.into();
+                    run.watch = self.register_watch(key);
+                    Input::Watching
+                }
+                Step::Await(deadline) => {
+                    let woken = match (run.watch.as_mut(), deadline) {
+                        (Some((_, fired)), Some(deadline)) => tokio::select! {
+                            why = fired => why.ok(),
+                            _ = tokio::time::sleep_until(deadline.into()) => None,
+                        },
+                        _ => None,
+                    };
+                    if let Some((id, _)) = run.watch.take() {
+                        let _ = self.inner.tx.send(Msg::Unwatch { id });
+                    }
+                    Input::Woken(woken)
+                }
+                Step::Done => break,
+            };
+            crate::observe::events(cfg, &mut events);
         }
+        crate::observe::events(cfg, &mut events);
+        run.finish()
     }
 
-    /// Waits for a held resource to change, in the order [`Waiting`](op::Waiting) gives: the
-    /// watch registered with the driver, the read, then the first of the watch firing and the
-    /// timer.
-    async fn watch(&self, waiting: op::Waiting) {
+    /// Registers a watch of `key` with the driver: its id and the channel it fires on;
+    /// `None` when the driver is gone (the next try says so).
+    fn register_watch(&self, key: Box<[u8]>) -> Option<(u64, oneshot::Receiver<Wake>)> {
         let id = self
             .inner
             .next_watch
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (woken, fired) = oneshot::channel();
-        let key = waiting.key();
-        if self.inner.tx.send(Msg::Watch { id, key, woken }).is_err() {
-            // The driver is gone: the next try says so.
-            return;
-        }
-        // Cancellation-safe: the watch leaves with this future however it ends.
-        let _unwatch = Unwatch {
-            inner: &self.inner,
-            id,
-        };
-        let (cmd, until) = waiting.round();
-        let read = self.round(OwnedCommand::new(&cmd), until).await;
-        let Some(deadline) = waiting.deadline(&self.inner.config, &read, Instant::now()) else {
-            return;
-        };
-        let woken = tokio::select! {
-            why = fired => why.ok(),
-            _ = tokio::time::sleep_until(deadline.into()) => None,
-        };
-        if waiting.end(woken, Instant::now()) {
-            // The jitter as a few yields: tokio's timer counts whole milliseconds, so a sleep
-            // of a few hundred microseconds would cost a millisecond or more.
-            for _ in 0..op::wake_yields(&mut OsRandom) {
-                tokio::task::yield_now().await;
-            }
-        }
-    }
-
-    /// Runs the rounds of an acquisition (`ops::Acquisition` says which) to its end.
-    async fn acquire(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
-        let span = OpSpan::new("acquire", names.first().map_or("", Name::as_str));
-        let result = self.acquire_rounds(names, ttl).await;
-        span.finish_acquire(&result);
-        result
-    }
-
-    async fn acquire_rounds(&self, names: Names, ttl: Duration) -> Result<Lock, Error> {
-        let cfg = &self.inner.config;
-        // From here until the outcome is known, dropping this future releases the token.
-        let mut acq = ReleaseOnDrop {
-            inner: &self.inner,
-            acq: Some(Acquisition::new(cfg, names, ttl, &mut OsRandom)?),
-        };
-        while let Some((cmd, until)) = acq.round(cfg) {
-            // (A driver that is gone answers at once: the keys then expire.)
-            let round = self.round(cmd, until).await;
-            acq.advance(cfg, round, Instant::now());
-        }
-        acq.finish()
+        self.inner.tx.send(Msg::Watch { id, key, woken }).ok()?;
+        Some((id, fired))
     }
 
     /// Reads who holds `resource` on every node, and for how long. As
     /// [`Redlock::inspect`](crate::Redlock::inspect).
     pub async fn inspect(&self, resource: &str) -> Result<crate::Inspection, Error> {
         let span = OpSpan::new("inspect", resource);
-        let result = self.inspect_rounds(resource).await;
+        let result = self.run(op::Inspect::new(resource)).await;
         span.finish(&result, None, None);
         result
-    }
-
-    async fn inspect_rounds(&self, resource: &str) -> Result<crate::Inspection, Error> {
-        let names = [Name::new(resource)];
-        let token = crate::Token::generate();
-        let [get, pttl] = crate::inspect::commands(&names, &token);
-        let (get, _) = self.round(OwnedCommand::new(&get), Until::AllIn).await?;
-        let (pttl, _) = self.round(OwnedCommand::new(&pttl), Until::AllIn).await?;
-        Ok(crate::Inspection::from_rounds(
-            &self.inner.config,
-            &get,
-            &pttl,
-        ))
     }
 
     /// Releases the lock on every node. Errors as [`Redlock::unlock`](crate::Redlock::unlock).
     pub async fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         let span = OpSpan::new("release", lock.resource());
-        let result = async {
-            let cmd = OwnedCommand::new(&lock.release());
-            let cfg = &self.inner.config;
-            let (round, _) = self.round(cmd, cfg.until()).await?;
-            op::confirmed(cfg, &round, lock.is_expired())
-        }
-        .await;
+        let result = self.run(op::Release::new(&lock.0)).await;
         span.finish(&result, Some(lock.token()), lock.fencing_token());
         result
     }
@@ -341,17 +348,9 @@ impl AsyncRedlock {
     /// gives, whether the round succeeds, fails, or is abandoned by dropping the future.
     pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let span = OpSpan::new("extend", lock.resource());
-        let result = self.extend_rounds(lock, ttl).await;
+        let result = self.run(op::Extend::new(&mut lock.0, ttl)).await;
         span.finish(&result, Some(lock.token()), lock.fencing_token());
         result
-    }
-
-    async fn extend_rounds(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
-        let (ttl_ms, ttl) = op::begin_extend(&self.inner.config, lock, ttl, Instant::now())?;
-        let cmd = OwnedCommand::new(&lock.extension(ttl_ms));
-        let cfg = &self.inner.config;
-        let (round, t1) = self.round(cmd, cfg.until()).await?;
-        op::finish_extend(cfg, lock, &round, t1, Instant::now(), ttl)
     }
 
     /// Acquires `resource` (with retries, as [`lock`](Self::lock)) and keeps it alive in the
@@ -447,61 +446,39 @@ impl AsyncRedlock {
     }
 }
 
-/// An acquisition that releases its token on every node, fire and forget, if it is dropped
-/// before its outcome is known (its `SET`s may have gone out). The driver writes that release
-/// after anything queued before it (the `SET`s of the same token included), so it cannot
-/// overtake them. The release command is made only then: a finished acquisition costs nothing.
-struct ReleaseOnDrop<'a> {
+/// An operation in progress in the async client, which does what the operation says to do
+/// when abandoned (fire and forget: an acquisition releases its token on every node) if it is
+/// dropped before its end (its `SET`s may have gone out), and takes back its watch. The driver
+/// writes that release after anything queued before it (the `SET`s of the same token
+/// included), so it cannot overtake them. The command is made only then: an operation that
+/// ends costs nothing.
+struct Abandon<'a, O: Operation> {
     inner: &'a Inner,
     /// Taken by `finish`.
-    acq: Option<Acquisition>,
+    op: Option<O>,
+    /// The watch registered for the operation, until its wait ends.
+    watch: Option<(u64, oneshot::Receiver<Wake>)>,
 }
 
-impl ReleaseOnDrop<'_> {
-    /// The next round to run, as the driver takes it.
-    fn round(&self, cfg: &Config) -> Option<(OwnedCommand, Until)> {
-        let (cmd, until) = self.acq.as_ref()?.round(cfg)?;
-        Some((OwnedCommand::new(&cmd), until))
-    }
-
-    fn advance(&mut self, cfg: &Config, round: Result<(Round, Instant), Error>, now: Instant) {
-        if let Some(acq) = self.acq.as_mut() {
-            acq.advance(cfg, round, now);
-        }
-    }
-
-    /// The outcome; nothing is released after this.
-    fn finish(mut self) -> Result<Lock, Error> {
-        self.acq
-            .take()
-            .map_or(Err(Error::Aborted), Acquisition::finish)
+impl<O: Operation> Abandon<'_, O> {
+    /// The outcome; nothing is sent after this.
+    fn finish(mut self) -> Result<O::Output, Error> {
+        self.op.take().map_or(Err(Error::Aborted), O::finish)
     }
 }
 
-impl Drop for ReleaseOnDrop<'_> {
-    fn drop(&mut self) {
-        if let Some(acq) = self.acq.take() {
-            if self.inner.forked() {
-                return;
-            }
-            let cmd = OwnedCommand::new(&acq.release());
-            let _ = self.inner.tx.send(Msg::Fire { cmd });
-        }
-    }
-}
-
-/// Takes a waiter's watch back from the driver when the wait ends or is dropped.
-struct Unwatch<'a> {
-    inner: &'a Inner,
-    id: u64,
-}
-
-impl Drop for Unwatch<'_> {
+impl<O: Operation> Drop for Abandon<'_, O> {
     fn drop(&mut self) {
         if self.inner.forked() {
             return;
         }
-        let _ = self.inner.tx.send(Msg::Unwatch { id: self.id });
+        if let Some((id, _)) = self.watch.take() {
+            let _ = self.inner.tx.send(Msg::Unwatch { id });
+        }
+        if let Some(cmd) = self.op.as_ref().and_then(|op| op.abandon()) {
+            let cmd = OwnedCommand::new(&cmd);
+            let _ = self.inner.tx.send(Msg::Fire { cmd });
+        }
     }
 }
 

@@ -42,7 +42,7 @@ pub fn unlock_by_non_holder_deletes_nothing<F: Flavor>() {
     let client = F::build(builder(&c)).unwrap();
     let key = resource("nonholder");
     let held = client.lock(&key, TTL).unwrap();
-    let impostor = Lock::from_token(&key, Token::generate());
+    let impostor = Lock::from_token(&key, Token::from_random(&mut redlock_mux::OsRandom));
     match client.unlock(&impostor) {
         Err(Error::NotHeld { nodes }) => assert!(nodes.held().count() >= 3, "{nodes}"),
         // A server's native compare-and-delete cannot tell "held by another" from "gone";

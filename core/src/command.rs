@@ -1,0 +1,586 @@
+//! The operations as commands on the wire and as replies read back, sans I/O.
+//!
+//! | operation | command                                              | yes      | no                    |
+//! |-----------|------------------------------------------------------|----------|-----------------------|
+//! | acquire, one resource, unfenced | `SET key token NX PX ttl`      | `+OK`    | null: held            |
+//! | acquire, a set or fenced | `EVALSHA <acquire> n+f keys.. [counter] token ttl n` | `:0`; fenced `:1..=2^53` (the counter) | `:-i`: key `i` held |
+//! | fence (a fenced acquisition's second phase) | `EVALSHA <fence> n+1 keys.. counter token t` | `:1` | `:0` held, `:-1` gone |
+//! | release   | `EVALSHA <release> n keys.. token`                   | `:1`     | `:0` held, `:-1` gone |
+//! | extend    | `EVALSHA <extend> n keys.. token ttl`                | `:1`     | `:0` held, `:-1` gone |
+//!
+//! The engine encodes with [`Command::encode`] and judges replies with
+//! [`Command::judge_kind`]; nothing here knows about sockets.
+
+use bytes::BufMut;
+use resp::{Frame, IntBuf};
+
+use crate::conn::Native;
+use crate::error::{FencingFault, NodeOutcome};
+use crate::lock::{Name, Names};
+use crate::script;
+use crate::Token;
+
+/// How a script command is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// `EVALSHA <digest>`, as first sent.
+    Evalsha,
+    /// `EVAL <script>`: the fallback after `NOSCRIPT`. (Connections write it, and `FCALL`,
+    /// by rewriting the `EVALSHA` form: see `forms.rs`; only tests encode them directly.)
+    #[cfg_attr(not(test), allow(dead_code))]
+    Eval,
+}
+
+/// Which operation a command belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// `SET NX PX`, or the acquire script for a set of resources or a fenced lock.
+    Acquire,
+    /// A fenced acquisition's second phase: raise the counter to `Command::fence_value`.
+    Fence,
+    /// The compare-and-delete of a lock's keys.
+    Release,
+    /// The compare-and-pexpire of a lock's keys.
+    Extend,
+    /// `GET key`: who holds it (an inspection, `Redlock::inspect`).
+    Get,
+    /// `PTTL key`: how long it has left (an inspection).
+    Pttl,
+    /// `PTTL key` read by a waiter: the same command, preceded where the connection tracks
+    /// keys by `CLIENT CACHING YES`, so that the server notes the key for this connection
+    /// (tracking is opt-in: no other read, a script's included, makes the server push).
+    Watch,
+}
+
+/// One operation's command, the same for every node.
+#[derive(Debug, Clone, Copy)]
+pub struct Command<'a> {
+    pub(crate) kind: OpKind,
+    /// The lock's resources: one, or a set.
+    pub(crate) resources: &'a [Name],
+    /// The lock's token; `None` for a read (`GET`, `PTTL`), which carries none.
+    pub(crate) token: Option<&'a Token>,
+    /// The ttl in milliseconds, for acquire and extend.
+    pub(crate) ttl_ms: u64,
+    /// The fencing counter's key: acquire increments it, fence raises it. `None` unfenced.
+    pub(crate) counter: Option<&'a [u8]>,
+    /// For [`OpKind::Fence`]: the token the client chose, which the counter is raised to.
+    pub(crate) fence_value: u64,
+}
+
+/// The shape of the replies to a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// `SET NX`: `+OK`, or null when held.
+    Set,
+    /// The acquire script, unfenced: `0`, or `-i` when key `i` is held.
+    Acquired,
+    /// The acquire script, fenced: the counter (`1 ..= MAX_FENCING_TOKEN`), or `-i` when key
+    /// `i` is held; any other number is not a counter fenced acquisitions made, and an error
+    /// naming the counter is one `INCR` could not make.
+    Fenced,
+    /// Release, extend and fence: `1`, `0` (held) or `-1` (gone).
+    Script,
+    /// A native release (`:1` deleted, `:0` not ours) or extension (`+OK`, or null: not
+    /// ours).
+    Native,
+    /// `GET`: the value (a token, or something else), or null (no key).
+    Get,
+    /// `PTTL`: an integer.
+    Pttl,
+}
+
+impl Expect {
+    /// Whether `reply` is of a shape that can answer a command of this kind: an error reply
+    /// answers anything; otherwise only the shapes [`Command::judge`] reads as a vote.
+    ///
+    /// A reply that cannot answer its command means the connection is out of step with its
+    /// commands (bytes lost or added in the middle of the stream, which TCP, TLS and Unix
+    /// sockets never do but a broken middlebox may): the engine then drops the connection
+    /// rather than read any more of it.
+    pub fn fits(self, reply: &Frame) -> bool {
+        let reply = reply.without_attributes();
+        match (self, reply) {
+            (_, Frame::Error(_) | Frame::BulkError(_)) => true,
+            (Expect::Set, Frame::Simple(s)) => s.as_ref() == b"OK",
+            (Expect::Set | Expect::Native | Expect::Get, f) if f.is_null() => true,
+            (Expect::Acquired | Expect::Fenced | Expect::Pttl, Frame::Integer(_)) => true,
+            (Expect::Script, Frame::Integer(n)) => (-1..=1).contains(n),
+            (Expect::Native, Frame::Integer(n)) => (0..=1).contains(n),
+            (Expect::Native, Frame::Simple(s)) => s.as_ref() == b"OK",
+            // A sentinel's answer (see `Conn`) is never a value a lock command reads.
+            (Expect::Get, Frame::Bulk(b)) => !crate::conn::is_sync_reply(b),
+            _ => false,
+        }
+    }
+}
+
+/// What a reply says beside its vote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extra {
+    /// Nothing more.
+    None,
+    /// A fenced acquisition's counter value on this node.
+    Counter(u64),
+    /// The index, among the lock's resources, of one a node found held by another token.
+    HeldKey(u32),
+    /// `GET`: the key holds this token.
+    Holder(Token),
+    /// `GET`: the key holds something that is not a token.
+    Foreign,
+    /// `PTTL`: the reply.
+    Number(i64),
+}
+
+/// The parts of a script command kept on the stack: verb, script, key count, up to 12
+/// resources and the counter, token and two arguments.
+const MAX_PARTS: usize = 20;
+
+impl Command<'_> {
+    /// Writes the command: `SET`, or a script call in the given form (`EVALSHA` as first
+    /// sent, `EVAL` as the fallback after a `NOSCRIPT`). No allocation.
+    pub fn encode(&self, dst: &mut impl BufMut, form: Form) {
+        let mut ttl_buf = IntBuf::new();
+        let ttl = match self.kind {
+            OpKind::Acquire | OpKind::Extend => {
+                ttl_buf.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX))
+            }
+            OpKind::Release | OpKind::Fence | OpKind::Get | OpKind::Pttl | OpKind::Watch => {
+                &b""[..]
+            }
+        };
+        let token = self.token.map_or(&b""[..], Token::as_bytes);
+        let plain_set =
+            self.kind == OpKind::Acquire && self.counter.is_none() && self.resources.len() == 1;
+        if plain_set {
+            let key = self.resources[0].as_bytes();
+            resp::encode_command(dst, &[b"SET", key, token, b"NX", b"PX", ttl]);
+            return;
+        }
+        let (script, sha) = match self.kind {
+            OpKind::Acquire => (script::ACQUIRE, script::ACQUIRE_SHA1),
+            OpKind::Release => (script::RELEASE, script::RELEASE_SHA1),
+            OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1),
+            OpKind::Fence => (script::FENCE, script::FENCE_SHA1),
+            // Reads: plain commands, no script.
+            OpKind::Get | OpKind::Pttl | OpKind::Watch => {
+                let verb: &[u8] = if self.kind == OpKind::Get {
+                    b"GET"
+                } else {
+                    b"PTTL"
+                };
+                let key = self.resources.first().map_or(&b""[..], Name::as_bytes);
+                resp::encode_command(dst, &[verb, key]);
+                return;
+            }
+        };
+        let (verb, body): (&[u8], &[u8]) = match form {
+            Form::Eval => (b"EVAL", script.as_bytes()),
+            Form::Evalsha => (b"EVALSHA", sha.as_bytes()),
+        };
+        // The counter is a key of the scripts that touch it, after the resources.
+        let counter = match self.kind {
+            OpKind::Acquire | OpKind::Fence => self.counter,
+            OpKind::Release | OpKind::Extend | OpKind::Get | OpKind::Pttl | OpKind::Watch => None,
+        };
+        let nkeys = self.resources.len() + usize::from(counter.is_some());
+        // Small numbers (the key counts of every lock of up to nine resources) need no
+        // formatting; the others are formatted only where the command carries them.
+        const DIGITS: [&[u8]; 10] = [b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8", b"9"];
+        let mut nkeys_buf = IntBuf::new();
+        let nkeys_s = match DIGITS.get(nkeys) {
+            Some(d) => d,
+            None => nkeys_buf.format(nkeys as i64),
+        };
+        let mut n_buf = IntBuf::new();
+        let n = match (self.kind, DIGITS.get(self.resources.len())) {
+            (OpKind::Acquire, Some(d)) => d,
+            (OpKind::Acquire, None) => n_buf.format(self.resources.len() as i64),
+            _ => &b""[..],
+        };
+        let mut value_buf = IntBuf::new();
+        let value = if self.kind == OpKind::Fence {
+            value_buf.format(i64::try_from(self.fence_value).unwrap_or(i64::MAX))
+        } else {
+            &b""[..]
+        };
+        // Verb, script, key count, the keys, then the arguments: on the stack up to a few
+        // keys (every single-resource command), on the heap for large sets.
+        let mut parts: smallvec::SmallVec<[&[u8]; MAX_PARTS]> = smallvec::SmallVec::new();
+        parts.extend_from_slice(&[verb, body, nkeys_s]);
+        parts.extend(self.resources.iter().map(Name::as_bytes));
+        parts.extend(counter);
+        parts.push(token);
+        match self.kind {
+            OpKind::Acquire => parts.extend_from_slice(&[ttl, n]),
+            OpKind::Extend => parts.push(ttl),
+            OpKind::Fence => parts.push(value),
+            OpKind::Release | OpKind::Get | OpKind::Pttl | OpKind::Watch => {}
+        }
+        resp::encode_command(dst, &parts);
+    }
+
+    /// The same arguments for another operation.
+    pub fn with_kind(self, kind: OpKind) -> Self {
+        Command { kind, ..self }
+    }
+
+    /// Whether the command has a native form (`Scripts::Auto`/`Native`): a release or an
+    /// extension of a single resource.
+    pub fn has_native_form(&self) -> bool {
+        matches!(self.kind, OpKind::Release | OpKind::Extend) && self.resources.len() == 1
+    }
+
+    /// Writes the native form for a server of kind `native` (only for a command that
+    /// [`has_native_form`](Command::has_native_form)): `DELIFEQ key token` (Valkey) or `DELEX
+    /// key IFEQ token` (Redis) for a release, `SET key token IFEQ token PX ttl` for an
+    /// extension.
+    pub fn encode_native(&self, dst: &mut impl BufMut, native: Native) {
+        let key = self.resources.first().map_or(&b""[..], Name::as_bytes);
+        let token = self.token.map_or(&b""[..], Token::as_bytes);
+        match (self.kind, native) {
+            (OpKind::Extend, _) => {
+                let mut ttl = IntBuf::new();
+                let ttl = ttl.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
+                resp::encode_command(dst, &[b"SET", key, token, b"IFEQ", token, b"PX", ttl]);
+            }
+            (_, Native::Valkey) => resp::encode_command(dst, &[b"DELIFEQ", key, token]),
+            (_, Native::Redis) => resp::encode_command(dst, &[b"DELEX", key, b"IFEQ", token]),
+        }
+    }
+
+    /// What a reply to this command looks like.
+    pub fn expect(&self) -> Expect {
+        match self.kind {
+            OpKind::Acquire if self.counter.is_none() && self.resources.len() == 1 => Expect::Set,
+            OpKind::Acquire if self.counter.is_some() => Expect::Fenced,
+            OpKind::Acquire => Expect::Acquired,
+            OpKind::Fence | OpKind::Release | OpKind::Extend => Expect::Script,
+            OpKind::Get => Expect::Get,
+            OpKind::Pttl | OpKind::Watch => Expect::Pttl,
+        }
+    }
+
+    /// Judges a node's reply to a command whose replies look like `expect` (nothing else
+    /// decides the verdict). A `NOSCRIPT` never gets here from a scripted command (its
+    /// connection sends the `EVAL` form instead): one that does is a server error like any
+    /// other.
+    pub fn judge(expect: Expect, reply: &Frame) -> (NodeOutcome, Extra) {
+        let reply = reply.without_attributes();
+        let plain = |o| (o, Extra::None);
+        match (expect, reply) {
+            (Expect::Set, Frame::Simple(s)) if s.as_ref() == b"OK" => plain(NodeOutcome::Ok),
+            (Expect::Set, f) if f.is_null() => (NodeOutcome::Held, Extra::HeldKey(0)),
+            (Expect::Acquired, Frame::Integer(n)) => match u64::try_from(*n) {
+                Ok(counter) => (NodeOutcome::Ok, Extra::Counter(counter)),
+                // `-i`: the i-th key (from 1) is held.
+                Err(_) => {
+                    let key = n.checked_neg().and_then(|k| u32::try_from(k - 1).ok());
+                    (NodeOutcome::Held, key.map_or(Extra::None, Extra::HeldKey))
+                }
+            },
+            (Expect::Fenced, Frame::Integer(n)) => fenced(*n),
+            (Expect::Fenced, Frame::Error(msg) | Frame::BulkError(msg)) => {
+                plain(counter_fault(msg).map_or_else(|| server_error(msg), NodeOutcome::Fencing))
+            }
+            (Expect::Script, Frame::Integer(1)) => plain(NodeOutcome::Ok),
+            (Expect::Script, Frame::Integer(0)) => plain(NodeOutcome::Held),
+            (Expect::Script, Frame::Integer(-1)) => plain(NodeOutcome::Gone),
+            (Expect::Native, Frame::Integer(1)) => plain(NodeOutcome::Ok),
+            (Expect::Native, Frame::Simple(s)) if s.as_ref() == b"OK" => plain(NodeOutcome::Ok),
+            (Expect::Native, Frame::Integer(0)) => plain(NodeOutcome::NotOurs),
+            (Expect::Native, f) if f.is_null() => plain(NodeOutcome::NotOurs),
+            (Expect::Get, Frame::Bulk(b)) => {
+                let token = std::str::from_utf8(b).ok().and_then(Token::parse);
+                (NodeOutcome::Ok, token.map_or(Extra::Foreign, Extra::Holder))
+            }
+            (Expect::Get, f) if f.is_null() => plain(NodeOutcome::Gone),
+            (Expect::Pttl, Frame::Integer(n)) => (NodeOutcome::Ok, Extra::Number(*n)),
+            (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(server_error(msg)),
+            (_, other) => plain(NodeOutcome::Server(format!(
+                "unexpected reply {}",
+                describe(other)
+            ))),
+        }
+    }
+}
+
+/// An error reply as a node's outcome: its text.
+fn server_error(msg: &[u8]) -> NodeOutcome {
+    NodeOutcome::Server(String::from_utf8_lossy(msg).into_owned())
+}
+
+/// A fenced acquisition's integer reply: a counter in `1 ..= MAX_FENCING_TOKEN`, or `-i` for
+/// a held key `i` of at most [`MAX_RESOURCES`](crate::MAX_RESOURCES). Anything else cannot
+/// come from a counter only fenced acquisitions wrote (nor from a key index): it is the
+/// node's failure, and never becomes the token (which the second phase would then write to
+/// every master's counter).
+fn fenced(n: i64) -> (NodeOutcome, Extra) {
+    let max_held = -(crate::MAX_RESOURCES as i64);
+    match u64::try_from(n) {
+        Ok(c @ 1..=crate::MAX_FENCING_TOKEN) => (NodeOutcome::Ok, Extra::Counter(c)),
+        // `-i`: the i-th key (from 1) is held.
+        Err(_) if n >= max_held => (
+            NodeOutcome::Held,
+            u32::try_from(-n - 1).map_or(Extra::None, Extra::HeldKey),
+        ),
+        _ => (
+            NodeOutcome::Fencing(FencingFault::CounterOutOfRange(n)),
+            Extra::None,
+        ),
+    }
+}
+
+/// What an error reply to the fenced acquire script says of the counter: the server's
+/// messages for an `INCR` it could not make (raised inside the script, so wrapped in the
+/// script's error text).
+fn counter_fault(msg: &[u8]) -> Option<FencingFault> {
+    let has = |needle: &[u8]| msg.windows(needle.len()).any(|w| w == needle);
+    if has(b"increment or decrement would overflow") {
+        Some(FencingFault::CounterOverflow)
+    } else if has(b"value is not an integer or out of range") {
+        Some(FencingFault::CounterNotAnInteger)
+    } else {
+        None
+    }
+}
+
+/// A command with owned arguments: what a queued request (blocking) or a message to the
+/// driver task (async) carries.
+#[derive(Debug, Clone)]
+pub struct OwnedCommand {
+    kind: OpKind,
+    resources: Names,
+    token: Option<Token>,
+    ttl_ms: u64,
+    counter: Option<Box<[u8]>>,
+    fence_value: u64,
+}
+
+impl OwnedCommand {
+    /// A copy of `cmd` that owns its arguments.
+    pub fn new(cmd: &Command<'_>) -> OwnedCommand {
+        OwnedCommand {
+            kind: cmd.kind,
+            resources: cmd.resources.iter().cloned().collect(),
+            token: cmd.token.copied(),
+            ttl_ms: cmd.ttl_ms,
+            counter: cmd.counter.map(Into::into),
+            fence_value: cmd.fence_value,
+        }
+    }
+
+    /// The command, borrowing from this copy.
+    pub fn borrow(&self) -> Command<'_> {
+        Command {
+            kind: self.kind,
+            resources: &self.resources,
+            token: self.token.as_ref(),
+            ttl_ms: self.ttl_ms,
+            counter: self.counter.as_deref(),
+            fence_value: self.fence_value,
+        }
+    }
+}
+
+/// A short description of a reply, for error messages (never the whole payload).
+fn describe(f: &Frame) -> String {
+    let s = format!("{f:?}");
+    match s.char_indices().nth(60) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn wire(c: &Command, eval: bool) -> String {
+        let mut v = Vec::new();
+        c.encode(&mut v, if eval { Form::Eval } else { Form::Evalsha });
+        String::from_utf8(v).unwrap()
+    }
+
+    fn names(v: &[&str]) -> Vec<Name> {
+        v.iter().map(|s| Name::new(s)).collect()
+    }
+
+    #[test]
+    fn commands_on_the_wire() {
+        let token = Token::parse(&"ab".repeat(20)).unwrap();
+        let res = names(&["res"]);
+        let mut c = Command {
+            kind: OpKind::Acquire,
+            resources: &res,
+            token: Some(&token),
+            ttl_ms: 30_000,
+            counter: None,
+            fence_value: 0,
+        };
+        let t = token.as_str();
+        assert_eq!(
+            wire(&c, false),
+            format!("*6\r\n$3\r\nSET\r\n$3\r\nres\r\n$40\r\n{t}\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n30000\r\n")
+        );
+        assert_eq!(c.expect(), Expect::Set);
+        c.kind = OpKind::Release;
+        assert_eq!(
+            wire(&c, false),
+            format!(
+                "*5\r\n$7\r\nEVALSHA\r\n$40\r\n{}\r\n$1\r\n1\r\n$3\r\nres\r\n$40\r\n{t}\r\n",
+                script::RELEASE_SHA1
+            )
+        );
+        assert!(wire(&c, true).contains("redis.call(\"DEL\""));
+        c.kind = OpKind::Extend;
+        assert!(wire(&c, false).ends_with(&format!("$40\r\n{t}\r\n$5\r\n30000\r\n")));
+        assert!(wire(&c, true).starts_with("*6\r\n$4\r\nEVAL\r\n"));
+    }
+
+    #[test]
+    fn sets_and_fenced_commands_on_the_wire() {
+        let token = Token::parse(&"cd".repeat(20)).unwrap();
+        let t = token.as_str();
+        let set = names(&["a", "bb"]);
+        let mut c = Command {
+            kind: OpKind::Acquire,
+            resources: &set,
+            token: Some(&token),
+            ttl_ms: 500,
+            counter: None,
+            fence_value: 0,
+        };
+        // Two keys, no counter: token, ttl, n.
+        assert_eq!(
+            wire(&c, false),
+            format!(
+                "*8\r\n$7\r\nEVALSHA\r\n$40\r\n{}\r\n$1\r\n2\r\n$1\r\na\r\n$2\r\nbb\r\n$40\r\n{t}\r\n$3\r\n500\r\n$1\r\n2\r\n",
+                script::ACQUIRE_SHA1
+            )
+        );
+        assert_eq!(c.expect(), Expect::Acquired);
+        // Fenced: the counter is the last key.
+        c.counter = Some(b"fence");
+        assert!(wire(&c, false).contains(&format!(
+            "$1\r\n3\r\n$1\r\na\r\n$2\r\nbb\r\n$5\r\nfence\r\n$40\r\n{t}\r\n"
+        )));
+        c.kind = OpKind::Fence;
+        c.fence_value = 1234;
+        assert!(wire(&c, false).ends_with(&format!("$5\r\nfence\r\n$40\r\n{t}\r\n$4\r\n1234\r\n")));
+        assert_eq!(c.expect(), Expect::Script);
+        // Release and extend leave the counter alone.
+        c.kind = OpKind::Release;
+        assert!(!wire(&c, false).contains("fence"));
+        c.kind = OpKind::Extend;
+        assert!(!wire(&c, false).contains("fence"));
+        assert!(wire(&c, true).contains("PEXPIRE"));
+    }
+
+    #[test]
+    fn replies_are_judged() {
+        use NodeOutcome::{Gone, Held, Ok as Y};
+        let s = |t: &'static str| Bytes::from_static(t.as_bytes());
+        let j = Command::judge;
+        assert_eq!(j(Expect::Set, &Frame::Simple(s("OK"))), (Y, Extra::None));
+        assert_eq!(j(Expect::Set, &Frame::NullBulk), (Held, Extra::HeldKey(0)));
+        assert_eq!(j(Expect::Set, &Frame::Null), (Held, Extra::HeldKey(0)));
+        // A reply of the wrong shape is a server error, never a vote.
+        assert!(matches!(
+            j(Expect::Set, &Frame::Integer(1)).0,
+            NodeOutcome::Server(_)
+        ));
+        assert!(matches!(
+            j(Expect::Acquired, &Frame::Simple(s("OK"))).0,
+            NodeOutcome::Server(_)
+        ));
+        assert!(matches!(
+            j(Expect::Script, &Frame::Simple(s("OK"))).0,
+            NodeOutcome::Server(_)
+        ));
+        assert_eq!(
+            j(Expect::Set, &Frame::Error(s("OOM command not allowed"))).0,
+            NodeOutcome::Server("OOM command not allowed".into())
+        );
+        assert_eq!(
+            j(Expect::Acquired, &Frame::Integer(0)),
+            (Y, Extra::Counter(0))
+        );
+        assert_eq!(
+            j(Expect::Acquired, &Frame::Integer(77)),
+            (Y, Extra::Counter(77))
+        );
+        assert_eq!(
+            j(Expect::Acquired, &Frame::Integer(-3)),
+            (Held, Extra::HeldKey(2))
+        );
+        assert_eq!(
+            j(Expect::Acquired, &Frame::Integer(i64::MIN)),
+            (Held, Extra::None)
+        );
+        assert_eq!(j(Expect::Script, &Frame::Integer(1)), (Y, Extra::None));
+        assert_eq!(j(Expect::Script, &Frame::Integer(0)), (Held, Extra::None));
+        // Fenced: a counter in 1..=2^53, a held key's index, or the node's failure.
+        let max = crate::MAX_FENCING_TOKEN as i64;
+        assert_eq!(
+            j(Expect::Fenced, &Frame::Integer(1)),
+            (Y, Extra::Counter(1))
+        );
+        assert_eq!(
+            j(Expect::Fenced, &Frame::Integer(max)),
+            (Y, Extra::Counter(1 << 53))
+        );
+        assert_eq!(
+            j(Expect::Fenced, &Frame::Integer(-1024)),
+            (Held, Extra::HeldKey(1023))
+        );
+        for n in [0, max + 1, i64::MAX, -1025, i64::MIN] {
+            assert_eq!(
+                j(Expect::Fenced, &Frame::Integer(n)),
+                (
+                    NodeOutcome::Fencing(FencingFault::CounterOutOfRange(n)),
+                    Extra::None
+                ),
+                "{n}"
+            );
+        }
+        let overflow = Frame::Error(s(
+            "ERR increment or decrement would overflow script: fc1f70ab, on @user_script:8.",
+        ));
+        assert_eq!(
+            j(Expect::Fenced, &overflow).0,
+            NodeOutcome::Fencing(FencingFault::CounterOverflow)
+        );
+        let not_int = Frame::Error(s("ERR value is not an integer or out of range script: x"));
+        assert_eq!(
+            j(Expect::Fenced, &not_int).0,
+            NodeOutcome::Fencing(FencingFault::CounterNotAnInteger)
+        );
+        // Other errors stay server errors; unfenced, the same message is one too.
+        assert_eq!(
+            j(Expect::Fenced, &Frame::Error(s("OOM command not allowed"))).0,
+            NodeOutcome::Server("OOM command not allowed".into())
+        );
+        assert!(matches!(
+            j(Expect::Acquired, &overflow).0,
+            NodeOutcome::Server(_)
+        ));
+        assert_eq!(j(Expect::Script, &Frame::Integer(-1)), (Gone, Extra::None));
+        assert!(matches!(
+            j(Expect::Script, &Frame::Integer(2)).0,
+            NodeOutcome::Server(_)
+        ));
+        // The connection answers a NOSCRIPT with the EVAL form; one that reaches the judge
+        // is a plain server error: no loop.
+        let noscript = Frame::Error(s("NOSCRIPT No matching script."));
+        assert!(matches!(
+            j(Expect::Script, &noscript).0,
+            NodeOutcome::Server(_)
+        ));
+        assert!(matches!(
+            j(Expect::Set, &Frame::Bulk(Bytes::from(vec![b'x'; 10_000]))).0,
+            NodeOutcome::Server(m) if m.len() < 100
+        ));
+    }
+}

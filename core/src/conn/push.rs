@@ -1,0 +1,101 @@
+//! Client-side tracking: `CLIENT CACHING YES` ahead of a waiter's read, and the invalidation
+//! pushes a tracking server sends, kept (bounded) until the engine takes them.
+
+use std::time::Instant;
+
+use resp::{encode_command, Frame};
+
+use super::{Conn, Owner};
+
+/// What an invalidation push from a tracking server says changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invalidated {
+    /// This key was written, deleted or expired.
+    Key(bytes::Bytes),
+    /// Every key may have changed (the server flushed its data, or more was pushed than the
+    /// connection keeps).
+    All,
+}
+
+/// Invalidations a connection keeps between two looks by the engine; past this they collapse
+/// into [`Invalidated::All`], so a server that pushes without end costs a bounded buffer.
+const MAX_INVALIDATED: usize = 64;
+
+/// The keys an invalidation push names: `Some(keys)` for `>2 invalidate [keys]`, `Some(None)`
+/// for the flush form (`>2 invalidate _`), `None` for any other push.
+fn invalidation(push: &[Frame]) -> Option<Option<&[Frame]>> {
+    let (kind, keys) = match push {
+        [kind, keys] => (kind, keys),
+        _ => return None,
+    };
+    let is_invalidate = match kind {
+        Frame::Bulk(b) | Frame::Simple(b) => b.eq_ignore_ascii_case(b"invalidate"),
+        _ => false,
+    };
+    if !is_invalidate {
+        return None;
+    }
+    match keys {
+        Frame::Array(keys) | Frame::Set(keys) => Some(Some(keys)),
+        _ => Some(None),
+    }
+}
+
+impl<T> Conn<T> {
+    /// Queues `CLIENT CACHING YES`, which makes the server track the key of the next command
+    /// (a waiter's read), where the connection speaks RESP3. Nothing otherwise.
+    pub fn queue_caching(&mut self, now: Instant) {
+        if self.resp3 {
+            // A sentinel, if one is due, goes first: `CACHING YES` applies to the very next
+            // command, which must be the read.
+            if self.needs_sync(now) {
+                self.queue_sync();
+            }
+            encode_command(&mut self.out, &[b"CLIENT", b"CACHING", b"YES"]);
+            self.owed.push_back(Owner::Caching);
+        }
+    }
+
+    /// Whether the server pushes invalidations of the keys read on this connection.
+    pub fn tracking(&self) -> bool {
+        self.tracking
+    }
+
+    /// Invalidations pushed since the last call (none, usually: no allocation then).
+    pub fn take_invalidated(&mut self) -> Option<Vec<Invalidated>> {
+        if self.invalidated.is_empty() {
+            None
+        } else {
+            Some(std::mem::take(&mut self.invalidated))
+        }
+    }
+
+    /// Keeps what an invalidation push says, within [`MAX_INVALIDATED`].
+    pub(super) fn note_push(&mut self, push: &[Frame]) {
+        let Some(keys) = invalidation(push) else {
+            // Not an invalidation (no other push is subscribed to): ignored.
+            return;
+        };
+        let full = |v: &Vec<Invalidated>| {
+            v.len() >= MAX_INVALIDATED || v.last() == Some(&Invalidated::All)
+        };
+        match keys {
+            Some(keys) => {
+                for key in keys {
+                    if full(&self.invalidated) {
+                        self.invalidated.clear();
+                        self.invalidated.push(Invalidated::All);
+                        return;
+                    }
+                    if let Frame::Bulk(k) | Frame::Simple(k) = key {
+                        self.invalidated.push(Invalidated::Key(k.clone()));
+                    }
+                }
+            }
+            None => {
+                self.invalidated.clear();
+                self.invalidated.push(Invalidated::All);
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The sentinel that checks a connection's stream is in step with its commands: `PING
+//! redlock-sync:<n>`, queued ahead of the next command once a reply is overdue; its nonce must
+//! come back in its place (or the server's refusal of `PING` itself).
+
+use std::time::Instant;
+
+use resp::{encode_command, Frame};
+
+use super::{Conn, Owner};
+use crate::forms;
+
+/// The start of every sentinel's nonce (`PING redlock-sync:<n>`); a `GET` reply that starts
+/// with it is a sentinel's answer out of place.
+pub(super) const SYNC_PREFIX: &[u8] = b"redlock-sync:";
+
+/// Whether a bulk reply is a sentinel's answer (see [`Conn`]).
+pub fn is_sync_reply(b: &[u8]) -> bool {
+    b.starts_with(SYNC_PREFIX)
+}
+
+/// Writes sentinel `n`'s nonce into `out`; returns its length.
+pub(super) fn sync_nonce(n: u32, digits: &mut resp::IntBuf, out: &mut [u8; 32]) -> usize {
+    let d = digits.format(i64::from(n));
+    let len = SYNC_PREFIX.len() + d.len();
+    out[..SYNC_PREFIX.len()].copy_from_slice(SYNC_PREFIX);
+    out[SYNC_PREFIX.len()..len].copy_from_slice(d);
+    len
+}
+
+/// Whether `reply` is sentinel `n`'s own nonce.
+pub(super) fn sync_answered(n: u32, reply: &Frame) -> bool {
+    let mut digits = resp::IntBuf::new();
+    let mut nonce = [0u8; 32];
+    let len = sync_nonce(n, &mut digits, &mut nonce);
+    matches!(reply.without_attributes(), Frame::Bulk(b) if b.as_ref() == &nonce[..len])
+}
+
+/// Whether `reply` is the server refusing `PING` itself (an ACL's `NOPERM` naming it, or the
+/// command renamed away): an answer in the sentinel's place, and no other command's.
+pub(super) fn is_ping_refusal(reply: &Frame) -> bool {
+    match reply.without_attributes() {
+        Frame::Error(m) | Frame::BulkError(m) => {
+            forms::is_refusal(reply) && m.windows(6).any(|w| w.eq_ignore_ascii_case(b"'ping'"))
+        }
+        _ => false,
+    }
+}
+
+impl<T> Conn<T> {
+    /// Whether a command queued at `now` needs a sentinel ahead of it: some reply is overdue
+    /// (owed past the node timeout) and no sentinel has been queued since that command.
+    ///
+    /// Replies are owed in the order commands were queued, so the oldest command tells whether
+    /// any is overdue: one look at the queue's head on the hot path.
+    pub(super) fn needs_sync(&self, now: Instant) -> bool {
+        // Nothing owed (the common case on the hot path), or no sentinel ever: nothing to do.
+        if self.owed.is_empty() || self.sync_refused {
+            return false;
+        }
+        let oldest = self.owed.iter().find_map(|o| match o {
+            Owner::Op(_, at, ..) => Some(*at),
+            _ => None,
+        });
+        let overdue = |at: Instant| now.saturating_duration_since(at) > self.overdue_after;
+        if !oldest.is_some_and(overdue) {
+            return false;
+        }
+        // From the newest back: a sentinel before any overdue command covers them all.
+        for o in self.owed.iter().rev() {
+            match o {
+                Owner::Sync(_) => return false,
+                Owner::Op(_, at, ..) if overdue(*at) => return true,
+                _ => {}
+            }
+        }
+        false
+    }
+
+    /// Queues a sentinel: `PING` with a nonce of this connection's.
+    pub(super) fn queue_sync(&mut self) {
+        self.syncs = self.syncs.wrapping_add(1);
+        let mut n = resp::IntBuf::new();
+        let mut nonce = [0u8; 32];
+        let len = sync_nonce(self.syncs, &mut n, &mut nonce);
+        encode_command(&mut self.out, &[b"PING", &nonce[..len]]);
+        self.owed.push_back(Owner::Sync(self.syncs));
+    }
+}

@@ -1,0 +1,532 @@
+//! The connection's FIFO, handshake, pushes, sentinel and resends, without sockets.
+
+use super::*;
+use crate::command::{Command, Form, OpKind};
+use crate::lock::Name;
+
+/// A small limit, for the tests.
+const MAX_OWED: usize = 64;
+/// The node timeout the tests' connections are built with.
+const OVERDUE: Duration = Duration::from_millis(50);
+use crate::Token;
+
+fn addr(s: &str) -> NodeAddr {
+    NodeAddr::parse(s).unwrap()
+}
+
+fn feed(c: &mut Conn<u64>, bytes: &[u8]) {
+    c.received(bytes);
+}
+
+/// A connection opened with no login, its script preloads already answered.
+fn open(c: &mut Conn<u64>) {
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, false);
+    feed(c, &b"$3\r\nsha\r\n".repeat(crate::script::ALL.len()));
+}
+
+#[test]
+fn late_replies_are_matched_to_their_own_operation() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    open(&mut c);
+    c.queue(1, Instant::now(), |b| b.put_slice(b"x"), How::Plain)
+        .unwrap();
+    c.queue(2, Instant::now(), |b| b.put_slice(b"y"), How::Plain)
+        .unwrap();
+    feed(&mut c, b":0\r\n:1\r\n");
+    assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(0))));
+    assert_eq!(c.next_reply().unwrap(), Some((2, Frame::Integer(1))));
+    assert_eq!(c.next_reply().unwrap(), None);
+    feed(&mut c, b"+OK\r\n");
+    assert_eq!(c.next_reply(), Err(ConnError::Unsolicited));
+}
+
+/// RESP3 pushes between replies, fed split at every byte: every reply goes to its own
+/// operation in order, no push is ever taken for a reply, and every invalidation is kept.
+#[test]
+fn pushes_interleaved_between_replies_are_never_taken_for_replies_at_any_split() {
+    let push_a = &b">2\r\n$10\r\ninvalidate\r\n*1\r\n$4\r\nres1\r\n"[..];
+    let push_flush = &b">2\r\n$10\r\ninvalidate\r\n_\r\n"[..];
+    let push_other = &b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n"[..];
+    let push_two = &b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\nb\r\n+c\r\n"[..];
+    let key = |k: &str| Invalidated::Key(bytes::Bytes::copy_from_slice(k.as_bytes()));
+    let stream = |flush: &[u8]| -> Vec<u8> {
+        [
+            push_a,
+            b"+OK\r\n",
+            push_other,
+            push_two,
+            b"_\r\n",
+            b":-2\r\n",
+            flush,
+            b"%1\r\n+k\r\n:1\r\n",
+            push_a,
+        ]
+        .concat()
+    };
+    for flush in [&b""[..], push_flush] {
+        let stream = stream(flush);
+        for split in 0..=stream.len() {
+            let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+            open(&mut c);
+            for tag in 1..=4 {
+                c.queue(tag, Instant::now(), |b| b.put_slice(b"x"), How::Plain)
+                    .unwrap();
+            }
+            let mut replies = Vec::new();
+            let mut pushed = Vec::new();
+            for part in [&stream[..split], &stream[split..]] {
+                feed(&mut c, part);
+                while let Some((tag, frame)) = c.next_reply().unwrap() {
+                    replies.push((tag, frame));
+                }
+                pushed.extend(c.take_invalidated().unwrap_or_default());
+            }
+            let tags: Vec<u64> = replies.iter().map(|(t, _)| *t).collect();
+            assert_eq!(tags, [1, 2, 3, 4], "split at {split}");
+            assert_eq!(replies[0].1, Frame::Simple("OK".into()), "split at {split}");
+            assert_eq!(replies[1].1, Frame::Null, "split at {split}");
+            assert_eq!(replies[2].1, Frame::Integer(-2), "split at {split}");
+            assert!(matches!(replies[3].1, Frame::Map(_)), "split at {split}");
+            if flush.is_empty() {
+                assert_eq!(
+                    pushed,
+                    [key("res1"), key("b"), key("c"), key("res1")],
+                    "split at {split}"
+                );
+            } else {
+                // A flush says everything changed: what comes beside it in the same look
+                // is folded into it; nothing is lost.
+                assert!(pushed.contains(&Invalidated::All), "split at {split}");
+            }
+            assert!(c.next_reply().unwrap().is_none());
+        }
+    }
+}
+
+/// A flood of invalidations costs a bounded list: it collapses into `All`.
+#[test]
+fn a_flood_of_pushes_collapses_into_one_invalidation_of_everything() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    open(&mut c);
+    let one = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n";
+    feed(&mut c, &one.repeat(10_000));
+    assert!(c.next_reply().unwrap().is_none());
+    assert_eq!(c.take_invalidated(), Some(vec![Invalidated::All]));
+    assert_eq!(c.take_invalidated(), None);
+}
+
+/// With wake-ups on, the connection asks for RESP3, and turns tracking on only once the
+/// server has agreed (a RESP2 connection could not tell a push from a reply); a server
+/// that refuses `HELLO 3` leaves the connection without tracking, and working.
+#[test]
+fn tracking_is_asked_for_only_after_the_server_agrees_to_resp3() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+    assert!(c.out.starts_with(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"));
+    assert!(!contains(&c.out, b"TRACKING"));
+    c.out.clear();
+    feed(
+        &mut c,
+        b"%2\r\n+server\r\n+redis\r\n+version\r\n+7.0.15\r\n",
+    );
+    assert!(c.next_reply().unwrap().is_none());
+    assert!(contains(
+        &c.out,
+        b"$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$2\r\nON\r\n"
+    ));
+    assert!(!c.tracking());
+    c.queue(5, Instant::now(), |b| b.put_slice(b"x"), How::Plain)
+        .unwrap();
+    let mut replies = b"$3\r\nsha\r\n".repeat(crate::script::ALL.len());
+    replies.extend(b"+OK\r\n:7\r\n");
+    feed(&mut c, &replies);
+    assert_eq!(c.next_reply().unwrap(), Some((5, Frame::Integer(7))));
+    assert!(c.tracking());
+
+    // A server (or ACL) without HELLO: no tracking asked, replies still in step.
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+    c.out.clear();
+    c.queue(6, Instant::now(), |b| b.put_slice(b"x"), How::Plain)
+        .unwrap();
+    let mut replies =
+        b"-NOPERM this user has no permissions to run the 'hello' command\r\n".to_vec();
+    replies.extend(b"$3\r\nsha\r\n".repeat(crate::script::ALL.len()));
+    replies.extend(b":1\r\n");
+    feed(&mut c, &replies);
+    assert_eq!(c.next_reply().unwrap(), Some((6, Frame::Integer(1))));
+    assert!(!c.tracking());
+    assert!(!contains(&c.out, b"TRACKING"));
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn handshake_is_sent_first_and_its_errors_fail_the_connection() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    c.opened(&addr("redis://u:p@127.0.0.1:1/2"), Scripts::Eval, false);
+    assert!(c.out.starts_with(
+        b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$1\r\np\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
+    ));
+    c.queue(9, Instant::now(), |b| b.put_slice(b"z"), How::Plain)
+        .unwrap();
+    // A failed preload is ignored; the EVAL fallback covers it.
+    let mut replies = b"+OK\r\n+OK\r\n-ERR no scripts\r\n".to_vec();
+    replies.extend(b"$3\r\nsha\r\n".repeat(crate::script::ALL.len() - 1));
+    replies.extend(b":1\r\n");
+    feed(&mut c, &replies);
+    assert_eq!(c.next_reply().unwrap(), Some((9, Frame::Integer(1))));
+    c.opened(&addr("redis://:bad@127.0.0.1:1"), Scripts::Eval, false);
+    feed(&mut c, b"-WRONGPASS invalid password\r\n");
+    assert_eq!(
+        c.next_reply(),
+        Err(ConnError::Handshake("WRONGPASS invalid password".into()))
+    );
+}
+
+#[test]
+fn protocol_errors_and_pushes() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    open(&mut c);
+    c.queue(1, Instant::now(), |_| {}, How::Plain).unwrap();
+    feed(&mut c, b">2\r\n+invalidate\r\n_\r\n:1\r\n");
+    assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
+    c.queue(2, Instant::now(), |_| {}, How::Plain).unwrap();
+    feed(&mut c, b"$1099511627776\r\n");
+    assert!(matches!(
+        c.next_reply(),
+        Err(ConnError::Protocol(resp::ErrorKind::BulkTooLong { .. }))
+    ));
+}
+
+#[test]
+fn too_many_owed_is_stuck() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    open(&mut c);
+    let mut queued = 0;
+    while c.queue(queued, Instant::now(), |_| {}, How::Plain).is_ok() {
+        queued += 1;
+        assert!(queued <= MAX_OWED as u64);
+    }
+    // Some of the places are the preloads'.
+    assert_eq!(queued, (MAX_OWED - crate::script::ALL.len()) as u64);
+    assert_eq!(
+        c.queue(99, Instant::now(), |_| {}, How::Plain),
+        Err((ConnError::Stuck, 99))
+    );
+}
+
+#[test]
+fn backoff_doubles_and_resets_after_a_healthy_reply() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    let t = Instant::now();
+    assert!(c.may_connect(t));
+    let _ = c.failed(t);
+    assert!(c.may_connect(t), "first retry is immediate");
+    let _ = c.failed(t);
+    assert!(!c.may_connect(t));
+    assert!(c.may_connect(t + BACKOFF_MIN));
+    for _ in 0..20 {
+        let _ = c.failed(t);
+    }
+    assert!(c.may_connect(t + BACKOFF_MAX));
+    open(&mut c);
+    c.queue(1, Instant::now(), |_| {}, How::Plain).unwrap();
+    feed(&mut c, b":1\r\n");
+    c.next_reply().unwrap();
+    let _ = c.failed(t);
+    assert!(c.may_connect(t));
+}
+
+#[test]
+fn a_reply_owed_past_the_limit_makes_the_connection_stale() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    open(&mut c);
+    let t = Instant::now();
+    assert!(!c.is_stale(t, Duration::from_millis(10)), "nothing owed");
+    c.queue(1, t, |_| {}, How::Plain).unwrap();
+    assert!(!c.is_stale(t + Duration::from_millis(10), Duration::from_millis(10)));
+    assert!(c.is_stale(t + Duration::from_millis(11), Duration::from_millis(10)));
+    feed(&mut c, b":1\r\n");
+    assert!(c.next_reply().unwrap().is_some());
+    assert!(!c.is_stale(t + Duration::from_secs(9), Duration::from_millis(10)));
+}
+
+fn command<'a>(kind: OpKind, token: &'a Token, res: &'a [Name]) -> Command<'a> {
+    Command {
+        kind,
+        resources: res,
+        token: Some(token),
+        ttl_ms: 30_000,
+        counter: None,
+        fence_value: 0,
+    }
+}
+
+fn wire(c: &Command<'_>, eval: bool) -> Vec<u8> {
+    let mut v = Vec::new();
+    c.encode(&mut v, if eval { Form::Eval } else { Form::Evalsha });
+    v
+}
+
+#[test]
+fn the_eval_form_is_the_evalsha_with_the_script_in_place_of_the_digest() {
+    let token = Token::from_random(&mut crate::random::Seeded::new(102));
+    let one = [Name::new("res")];
+    let set = [Name::new("a"), Name::new("b"), Name::new("c")];
+    for res in [&one[..], &set[..]] {
+        for kind in [
+            OpKind::Release,
+            OpKind::Extend,
+            OpKind::Fence,
+            OpKind::Acquire,
+        ] {
+            let mut cmd = command(kind, &token, res);
+            cmd.counter = (kind == OpKind::Fence).then_some(&b"counter"[..]);
+            if kind == OpKind::Acquire && res.len() == 1 {
+                continue; // a plain SET
+            }
+            let mut out = BytesMut::new();
+            assert!(crate::forms::write_as_eval(&wire(&cmd, false), &mut out));
+            assert_eq!(&out[..], &wire(&cmd, true)[..], "{kind:?}");
+        }
+    }
+    // Anything else is left alone.
+    let mut out = BytesMut::new();
+    assert!(!crate::forms::write_as_eval(
+        &wire(&command(OpKind::Acquire, &token, &one), false),
+        &mut out
+    ));
+    assert!(!crate::forms::write_as_eval(
+        b"*2\r\n$7\r\nEVALSHA\r\n$40\r\n",
+        &mut out
+    ));
+    assert!(!crate::forms::write_as_eval(b"", &mut out));
+    let other =
+        b"*3\r\n$7\r\nEVALSHA\r\n$40\r\n0000000000000000000000000000000000000000\r\n$1\r\n0\r\n";
+    assert!(!crate::forms::write_as_eval(other, &mut out));
+    assert!(out.is_empty());
+}
+
+#[test]
+fn a_refused_evalsha_switches_an_auto_connection_to_functions() {
+    let token = Token::from_random(&mut crate::random::Seeded::new(103));
+    let res = [Name::new("res")];
+    let release = command(OpKind::Release, &token, &res);
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    c.opened(&addr("127.0.0.1:1"), Scripts::Auto, false);
+    // HELLO and the script preloads answered (the preloads refused by the ACL).
+    let mut replies = b"*0\r\n".to_vec();
+    for _ in 0..crate::script::ALL.len() {
+        replies
+            .extend(b"-NOPERM this user has no permissions to run the 'script|load' command\r\n");
+    }
+    feed(&mut c, &replies);
+    c.out.clear();
+    let now = Instant::now();
+    c.queue(
+        1,
+        now,
+        |b| release.encode(b, Form::Evalsha),
+        How::Script(None),
+    )
+    .unwrap();
+    c.out.clear();
+    feed(
+        &mut c,
+        b"-NOPERM this user has no permissions to run the 'evalsha' command\r\n",
+    );
+    // Not handed over: FUNCTION LOAD, then the same call as FCALL.
+    assert!(c.next_reply().unwrap().is_none());
+    let out = String::from_utf8_lossy(&c.out).into_owned();
+    let load = out.find("FUNCTION").expect("FUNCTION LOAD");
+    let fcall = out.find("FCALL").expect("FCALL");
+    assert!(
+        load < fcall && out.contains("redlock_mux_v1_release"),
+        "{out}"
+    );
+    // Its reply goes to 1; later scripted commands go out as FCALL at once.
+    feed(&mut c, b"$14\r\nredlock_mux_v1\r\n:1\r\n");
+    assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
+    c.out.clear();
+    c.queue(
+        2,
+        now,
+        |b| release.encode(b, Form::Evalsha),
+        How::Script(None),
+    )
+    .unwrap();
+    assert!(c.out.windows(5).any(|w| w == b"FCALL"), "{:?}", c.out);
+    assert!(!c.out.windows(7).any(|w| w == b"EVALSHA"));
+    // Under Eval the refusal is handed over as it is.
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, false);
+    feed(&mut c, &b"$3\r\nsha\r\n".repeat(crate::script::ALL.len()));
+    c.queue(
+        3,
+        now,
+        |b| release.encode(b, Form::Evalsha),
+        How::Script(None),
+    )
+    .unwrap();
+    feed(&mut c, b"-NOPERM no\r\n");
+    assert!(matches!(
+        c.next_reply().unwrap(),
+        Some((3, Frame::Error(_)))
+    ));
+}
+
+#[test]
+fn noscript_is_answered_with_the_eval_form_on_the_same_connection() {
+    let token = Token::from_random(&mut crate::random::Seeded::new(104));
+    let res = [Name::new("res")];
+    let (release, extend) = (
+        command(OpKind::Release, &token, &res),
+        command(OpKind::Extend, &token, &res),
+    );
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    let now = Instant::now();
+    c.queue(
+        1,
+        now,
+        |b| release.encode(b, Form::Evalsha),
+        How::Script(None),
+    )
+    .unwrap();
+    c.queue(
+        2,
+        now,
+        |b| extend.encode(b, Form::Evalsha),
+        How::Script(None),
+    )
+    .unwrap();
+    c.queue(3, now, |b| b.put_slice(b"SET3;"), How::Plain)
+        .unwrap();
+    c.out.clear();
+    // 1 ran; 2 found no script; 3 answered.
+    feed(&mut c, b":1\r\n-NOSCRIPT No matching script.\r\n+OK\r\n");
+    assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(1));
+    // The NOSCRIPT is not handed over: 2 goes out again as EVAL, every script is loaded
+    // again, and 3's reply comes next.
+    assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(3));
+    let eval = wire(&extend, true);
+    assert!(c.out.starts_with(&eval), "{:?}", c.out);
+    let preloads = crate::script::ALL.len();
+    assert_eq!(
+        c.out.windows(6).filter(|w| w == b"SCRIPT").count(),
+        preloads
+    );
+    assert!(c.next_reply().unwrap().is_none());
+    // The EVAL's reply goes to 2; the SCRIPT LOAD replies are consumed.
+    let sha = format!("$40\r\n{}\r\n", "x".repeat(40));
+    feed(&mut c, format!(":1\r\n{}", sha.repeat(preloads)).as_bytes());
+    let (tag, frame) = c.next_reply().unwrap().unwrap();
+    assert_eq!((tag, frame), (2, Frame::Integer(1)));
+    assert!(c.next_reply().unwrap().is_none());
+    assert!(c.scripted.is_empty(), "every copy consumed");
+    // A NOSCRIPT to the EVAL form itself (not scripted) is handed over: no loop.
+    c.queue(4, now, |b| release.encode(b, Form::Eval), How::Plain)
+        .unwrap();
+    feed(&mut c, b"-NOSCRIPT No matching script.\r\n");
+    assert_eq!(c.next_reply().unwrap().map(|(t, _)| t), Some(4));
+}
+
+#[test]
+fn a_full_write_buffer_is_back_pressure_until_the_socket_stops_taking_bytes() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    let t = Instant::now();
+    let big = vec![b'x'; MAX_PENDING_WRITE / 2 + 1];
+    c.queue(1, t, |b| b.put_slice(&big), How::Plain).unwrap();
+    c.queue(2, t, |b| b.put_slice(&big), How::Plain).unwrap();
+    // Over the limit, but the socket took bytes a moment ago: queued all the same.
+    c.wrote(1000);
+    let later = t + OVERDUE * 3;
+    c.queue(3, later, |b| b.put_slice(&big), How::Plain)
+        .unwrap();
+    assert!(c.out.len() > MAX_PENDING_WRITE);
+    // Still taking bytes a node timeout on: still queued.
+    c.wrote(1000);
+    let later = later + OVERDUE * 2;
+    c.queue(4, later, |b| b.put_slice(b"y"), How::Plain)
+        .unwrap();
+    // Nothing taken for a node timeout with more than the limit waiting: stuck.
+    assert_eq!(
+        c.queue(
+            5,
+            later + OVERDUE + Duration::from_millis(1),
+            |_| {},
+            How::Plain
+        ),
+        Err((ConnError::Stuck, 5))
+    );
+    // Under the limit a stalled socket is only slow: its replies go stale instead.
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    c.queue(1, t, |b| b.put_slice(b"x"), How::Plain).unwrap();
+    assert!(c.queue(2, t + OVERDUE * 10, |_| {}, How::Plain).is_ok());
+}
+
+#[test]
+fn a_sentinel_goes_before_client_caching_never_between_it_and_the_read() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    c.resp3 = true;
+    let t = Instant::now();
+    c.queue(1, t, |b| b.put_slice(b"*1\r\n$3\r\nSET\r\n"), How::Plain)
+        .unwrap();
+    let later = t + OVERDUE * 2;
+    c.queue_caching(later);
+    c.queue(
+        2,
+        later,
+        |b| b.put_slice(b"*1\r\n$4\r\nPTTL\r\n"),
+        How::Plain,
+    )
+    .unwrap();
+    let out = String::from_utf8_lossy(&c.out).into_owned();
+    let (ping, caching, pttl) = (
+        out.find("PING").expect("a sentinel"),
+        out.find("CACHING").expect("CLIENT CACHING"),
+        out.find("PTTL").expect("the read"),
+    );
+    assert!(ping < caching && caching < pttl, "{out}");
+    assert_eq!(out.matches("PING").count(), 1, "{out}");
+}
+
+#[test]
+fn a_sentinel_refused_in_its_place_keeps_the_connection_and_is_not_sent_again() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    let t = Instant::now();
+    c.queue(1, t, |_| {}, How::Plain).unwrap();
+    c.queue(2, t + OVERDUE * 2, |_| {}, How::Plain).unwrap();
+    feed(
+        &mut c,
+        b":1\r\n-NOPERM User app has no permissions to run the 'ping' command\r\n:2\r\n",
+    );
+    assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
+    assert_eq!(c.next_reply().unwrap(), Some((2, Frame::Integer(2))));
+    c.out.clear();
+    c.queue(3, t, |_| {}, How::Plain).unwrap();
+    c.queue(4, t + OVERDUE * 10, |_| {}, How::Plain).unwrap();
+    assert!(c.out.is_empty(), "no sentinel after a refusal");
+    // Another command's refusal in a sentinel's place is no proof of step.
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    c.queue(1, t, |_| {}, How::Plain).unwrap();
+    c.queue(2, t + OVERDUE * 2, |_| {}, How::Plain).unwrap();
+    feed(
+        &mut c,
+        b":1\r\n-NOPERM User app has no permissions to run the 'evalsha' command\r\n",
+    );
+    assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
+    assert_eq!(c.next_reply(), Err(ConnError::Desync));
+}
+
+#[test]
+fn partial_writes_advance() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    c.queue(1, Instant::now(), |b| b.put_slice(b"abcdef"), How::Plain)
+        .unwrap();
+    c.wrote(2);
+    assert_eq!(&c.out[..], b"cdef");
+    c.wrote(100);
+    assert!(c.out.is_empty());
+}

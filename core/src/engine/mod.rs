@@ -1,0 +1,631 @@
+//! The engine: every operation in flight on every node, with no sockets and no clock.
+//!
+//! Both clients run on it; their drivers only move bytes and wait. Time comes in as `now`;
+//! bytes come in through [`handle_input`](Engine::handle_input) and go out through
+//! [`transmit`](Engine::transmit). The engine decides everything else: which connections to
+//! open and drop, what each node is sent, which reply belongs to which operation, when a node
+//! has timed out, when a round is decided, and what a failure means for every round that waited
+//! on that node.
+//!
+//! # How a driver calls it
+//! - Inputs: [`submit`](Engine::submit) (a round of a command on every node),
+//!   [`fire`](Engine::fire) (a release nobody waits for), [`handle_connected`](Engine::handle_connected),
+//!   [`handle_input`](Engine::handle_input), [`handle_written`](Engine::handle_written),
+//!   [`handle_closed`](Engine::handle_closed), [`handle_timeout`](Engine::handle_timeout).
+//! - Outputs, polled after any input, in this order: [`poll_io`](Engine::poll_io) (sockets to
+//!   drop or open), [`transmit`](Engine::transmit) for every node (bytes to write),
+//!   [`poll_completed`](Engine::poll_completed) (decided rounds), and
+//!   [`poll_timeout`](Engine::poll_timeout) (when to call `handle_timeout` next, if nothing else
+//!   happens first).
+//!
+//! # Rules that live here, once
+//! - A round is written to every node at once and tallied as replies come in; it ends when
+//!   decided (fail-fast both ways, see [`Round`]) or at its deadline, `node timeout` after the
+//!   instant read before its first write. Nodes still owing then count as timed out.
+//! - Replies are matched to operations through each connection's FIFO of owed replies
+//!   ([`Conn`]); a reply to an operation that has ended is read and dropped, never taken for
+//!   another's. Every operation completes exactly once.
+//! - A node whose connection fails gives every round waiting on it that failure as its vote.
+//!   Its connection is opened again on the next round that needs it, after the backoff.
+//! - A connection that owes a reply long past every deadline ([`stale_after`]), owes more than
+//!   [`MAX_OWED`] replies, or takes longer than [`CONNECT_TIMEOUT`] to open is dropped.
+
+// | module | its job |
+// |---|---|
+// | `mod.rs` | slots of operations in flight, node links, submitting a round, the socket events |
+// | `dispatch.rs` | reply routing: a reply to its operation, checked and judged as a vote |
+// | `timers.rs` | round deadlines and connect timeouts, the heap that keeps them |
+// | `watch.rs` | waiters' watches, fired by invalidation pushes and dropped connections |
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::io;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, BytesMut};
+use smallvec::SmallVec;
+
+use crate::command::{Command, Expect, Extra, Form};
+use crate::config::Scripts;
+use crate::config::{Config, NodeAddr};
+use crate::conn::{stale_after, Conn};
+use crate::conn::{How, Native, Note};
+use crate::error::NodeOutcome;
+use crate::event::Event;
+use crate::forms::Sent;
+use crate::round::{Decision, Round, Until};
+use crate::stats::{NodeStats, Stats};
+
+/// Replies one connection may owe before its node counts as stuck and is reconnected: room
+/// for thousands of concurrent operations on a healthy node.
+pub const MAX_OWED: usize = 16 * 1024;
+
+/// Events an engine keeps for its driver to take: a driver takes them after every pass, so
+/// this bound is only met by a driver that never does.
+pub const MAX_EVENTS: usize = 1024;
+
+/// An operation in the engine: its slot and the generation that tells it from the slot's
+/// earlier and later occupants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OpId {
+    slot: u32,
+    gen: u32,
+}
+
+/// What a reply in a connection's FIFO belongs to; generation 0 is a command nobody waits for.
+#[derive(Debug, Clone, Copy)]
+struct Tag {
+    slot: u32,
+    gen: u32,
+    /// The shape of the reply, as the command went out (a native command's reply is judged
+    /// as such): checked for every reply, a late one too.
+    expect: Expect,
+}
+
+impl Tag {
+    const fn of(slot: u32, gen: u32, expect: Expect) -> Tag {
+        Tag { slot, gen, expect }
+    }
+
+    /// A tag to look operation (`slot`, `gen`) up by (its `expect` is not read).
+    const fn to_find(slot: u32, gen: u32) -> Tag {
+        Tag::of(slot, gen, Expect::Set)
+    }
+}
+
+/// A node's connection as the driver should have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// No socket.
+    Closed,
+    /// A socket whose connect is in progress, since then.
+    Connecting(Instant),
+    /// A connected socket.
+    Open,
+}
+
+#[derive(Debug)]
+struct Node {
+    addr: NodeAddr,
+    conn: Conn<Tag>,
+    link: Link,
+    stats: NodeStats,
+}
+
+#[derive(Debug)]
+struct Op<U> {
+    gen: u32,
+    round: Round,
+    user: U,
+}
+
+/// Whether the driver still holds the socket of a connection the engine drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Socket {
+    /// It does: tell it to drop it ([`IoEvent::Close`]).
+    Held,
+    /// It reported the failure, and has dropped it already.
+    Gone,
+}
+
+/// A socket the driver must drop or open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoEvent {
+    /// Drop node `.0`'s socket (the engine has already forgotten its connection).
+    Close(usize),
+    /// Open a socket to node `.0`; report [`Engine::handle_connected`] or
+    /// [`Engine::handle_closed`].
+    Connect(usize),
+}
+
+/// A decided round, with what its submitter attached to it.
+#[derive(Debug)]
+pub struct Completed<U> {
+    /// The round, decided.
+    pub round: Round,
+    /// What the submitter attached to it.
+    pub user: U,
+}
+
+/// Every node's connection state and every operation in flight. `U` is what a driver attaches
+/// to an operation to find its caller again (an index, a channel).
+#[derive(Debug)]
+pub struct Engine<U> {
+    quorum: usize,
+    node_timeout: Duration,
+    scripts: Scripts,
+    stale: Duration,
+    nodes: Vec<Node>,
+    ops: Vec<Option<Op<U>>>,
+    free: Vec<u32>,
+    next_gen: u32,
+    live: usize,
+    /// Round deadlines, (when, slot, generation); entries of ended rounds are skipped.
+    deadlines: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    io: VecDeque<IoEvent>,
+    completed: VecDeque<Completed<U>>,
+    largest_batch: usize,
+    /// Write passes noted, and the operations they carried.
+    batches: u64,
+    batched_ops: u64,
+    /// The command being queued, encoded once for every node.
+    wire: BytesMut,
+    /// Its native form, for the nodes that take it.
+    native_wire: BytesMut,
+    /// How many nodes are connecting (their connect timeouts are then worth looking at).
+    connecting: usize,
+    /// Whether connections ask for RESP3 and tracking (wake-ups).
+    wakeups: bool,
+    /// Waiters for a key to change: (id, key). One-shot: a watch leaves when it fires.
+    watches: Vec<(u64, Box<[u8]>)>,
+    /// Watches that fired, with why, for the driver to tell their waiters.
+    woken: VecDeque<(u64, Wake)>,
+    /// Events for the driver to report ([`record`](Engine::record)), and those dropped
+    /// because it did not take them.
+    events: VecDeque<Event>,
+    events_dropped: u64,
+}
+
+impl<U> Engine<U> {
+    /// An engine for the configured nodes, no connection open yet.
+    pub fn new(cfg: &Config) -> Engine<U> {
+        Engine {
+            quorum: cfg.quorum,
+            node_timeout: cfg.node_timeout,
+            scripts: cfg.scripts,
+            stale: stale_after(cfg.node_timeout),
+            nodes: cfg
+                .nodes
+                .iter()
+                .map(|addr| Node {
+                    addr: addr.clone(),
+                    conn: Conn::new(MAX_OWED, cfg.node_timeout)
+                        .checking_eviction(cfg.fencing.is_some()),
+                    link: Link::Closed,
+                    stats: NodeStats::default(),
+                })
+                .collect(),
+            ops: Vec::new(),
+            free: Vec::new(),
+            next_gen: 1,
+            live: 0,
+            deadlines: BinaryHeap::new(),
+            io: VecDeque::new(),
+            completed: VecDeque::new(),
+            largest_batch: 0,
+            batches: 0,
+            batched_ops: 0,
+            wire: BytesMut::with_capacity(512),
+            native_wire: BytesMut::with_capacity(128),
+            connecting: 0,
+            wakeups: cfg.wakeups,
+            watches: Vec::new(),
+            woken: VecDeque::new(),
+            events: VecDeque::new(),
+            events_dropped: 0,
+        }
+    }
+
+    /// Node `i`'s address.
+    pub fn addr(&self, i: usize) -> &NodeAddr {
+        &self.nodes[i].addr
+    }
+
+    /// How many operations are in flight.
+    pub fn in_flight(&self) -> usize {
+        self.live
+    }
+
+    /// Starts a round of `cmd` on every node. `t1` is the instant read before anything of it
+    /// is written; its deadline is `t1` plus the node timeout. Nodes that cannot be asked (in
+    /// their reconnect backoff, or failing as the command is queued) vote at once; a round
+    /// decided by those alone completes at once.
+    pub fn submit(&mut self, cmd: &Command<'_>, until: Until, t1: Instant, user: U) -> OpId {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.ops.push(None);
+                (self.ops.len() - 1) as u32
+            }
+        };
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        self.ops[slot as usize] = Some(Op {
+            gen,
+            round: Round::new(self.nodes.len(), self.quorum, until),
+            user,
+        });
+        self.live += 1;
+        self.prune_deadlines();
+        self.deadlines.push(Reverse((
+            crate::time::later(t1, self.node_timeout),
+            slot,
+            gen,
+        )));
+        self.queue_everywhere(cmd, Tag::of(slot, gen, cmd.expect()), t1);
+        OpId { slot, gen }
+    }
+
+    /// Queues `cmd` on every node for `tag` (an operation's, or [`FIRE`]'s): encoded once, as
+    /// `EVALSHA` for a script call (each connection writes it in the form it uses, see
+    /// [`crate::forms`]), with its native forms where the mode and the command allow
+    /// them. A node that cannot take it votes at once.
+    fn queue_everywhere(&mut self, cmd: &Command<'_>, tag: Tag, now: Instant) {
+        let mut wire = std::mem::take(&mut self.wire);
+        wire.clear();
+        cmd.encode(&mut wire, Form::Evalsha);
+        let scripted = matches!(
+            cmd.expect(),
+            Expect::Acquired | Expect::Fenced | Expect::Script
+        );
+        // Native forms are encoded only where some connection may use one: under Native
+        // mode, or under Auto once a server said it has them (not on every release to
+        // servers that have none).
+        let native_able = cmd.has_native_form()
+            && match self.scripts {
+                Scripts::Native => true,
+                Scripts::Auto => self.nodes.iter().any(|n| n.conn.native().is_some()),
+                _ => false,
+            };
+        let mut natives = std::mem::take(&mut self.native_wire);
+        natives.clear();
+        if native_able {
+            cmd.encode_native(&mut natives, Native::Valkey);
+        }
+        let split = natives.len();
+        if native_able {
+            cmd.encode_native(&mut natives, Native::Redis);
+        }
+        let watch = cmd.kind == crate::command::OpKind::Watch;
+        for i in 0..self.nodes.len() {
+            if watch && self.nodes[i].link != Link::Closed {
+                // Right before the read: the server tracks the key of the next command only.
+                self.nodes[i].conn.queue_caching(now);
+            }
+            let how = match (scripted, native_able) {
+                (false, _) => How::Plain,
+                (true, false) => How::Script(None),
+                (true, true) => How::Script(Some((&natives[..split], &natives[split..]))),
+            };
+            let queued = match self.no_native_here(i, native_able) {
+                Some(outcome) => Err(outcome),
+                None => self.queue_on(i, tag, &wire, how, now),
+            };
+            if let Err(outcome) = queued {
+                self.vote(tag, i, outcome);
+            }
+        }
+        self.wire = wire;
+        self.native_wire = natives;
+    }
+
+    /// Under [`Scripts::Native`], the vote of node `i` for a command with a native form when
+    /// its server said it has none (Valkey 9+ and Redis 8.4+ have them): the command is not
+    /// sent there.
+    fn no_native_here(&self, i: usize, native_able: bool) -> Option<NodeOutcome> {
+        let conn = &self.nodes[i].conn;
+        (native_able
+            && self.scripts == Scripts::Native
+            && conn.identified()
+            && conn.native().is_none())
+        .then(|| {
+            NodeOutcome::Server(
+                "the server has no native compare-and-delete (Scripts::Native needs Valkey 9+ or Redis 8.4+)"
+                    .into(),
+            )
+        })
+    }
+
+    /// Sends `cmd` to every node that can take it, for nobody: the release of an acquisition
+    /// whose caller went away. It goes out in each connection's form, with the same fallbacks
+    /// as a release somebody waits for; replies are read and dropped.
+    pub fn fire(&mut self, cmd: &Command<'_>, now: Instant) {
+        // Best effort: a node that cannot take it has lost the key's connection anyway; the
+        // key expires with its ttl.
+        self.queue_everywhere(cmd, Tag::of(0, 0, cmd.expect()), now);
+    }
+
+    /// Records how many operations one write pass carried (for [`Stats::largest_batch`]).
+    pub fn note_batch(&mut self, n: usize) {
+        self.largest_batch = self.largest_batch.max(n);
+        self.batches += 1;
+        self.batched_ops += n as u64;
+    }
+
+    /// Queues the command encoded in `wire` on node `i`, opening the connection first if
+    /// needed. `Err` with the node's vote when it cannot take it.
+    fn queue_on(
+        &mut self,
+        i: usize,
+        tag: Tag,
+        wire: &[u8],
+        how: How<'_>,
+        now: Instant,
+    ) -> Result<(), NodeOutcome> {
+        if self.nodes[i].link != Link::Closed && self.nodes[i].conn.is_stale(now, self.stale) {
+            // Replaced, and reopened below at once if the backoff allows.
+            self.nodes[i].stats.stale_replaced += 1;
+            self.fail_node(i, &NodeOutcome::Timeout, now, Socket::Held);
+        }
+        let node = &mut self.nodes[i];
+        if node.link == Link::Closed {
+            if !node.conn.may_connect(now) {
+                return Err(NodeOutcome::Down);
+            }
+            node.link = Link::Connecting(now);
+            self.connecting += 1;
+            node.conn.opened(&node.addr, self.scripts, self.wakeups);
+            let connects = node.stats.connects + 1;
+            self.io.push_back(IoEvent::Connect(i));
+            self.record(Event::Connect { node: i, connects });
+        }
+        let node = &mut self.nodes[i];
+        match node.conn.queue(tag, now, |b| b.put_slice(wire), how) {
+            Ok(sent) => {
+                if matches!(sent, Sent::Native(_)) {
+                    node.stats.native_commands += 1;
+                }
+                Ok(())
+            }
+            Err((e, _)) => {
+                let outcome = e.outcome();
+                self.fail_node(i, &outcome, now, Socket::Held);
+                Err(outcome)
+            }
+        }
+    }
+
+    /// The next socket to drop or open, in the order they must happen.
+    pub fn poll_io(&mut self) -> Option<IoEvent> {
+        self.io.pop_front()
+    }
+
+    /// Node `i`'s socket finished connecting.
+    pub fn handle_connected(&mut self, i: usize) {
+        if let Some(node) = self.nodes.get_mut(i) {
+            if matches!(node.link, Link::Connecting(_)) {
+                node.link = Link::Open;
+                self.connecting -= 1;
+            }
+        }
+    }
+
+    /// Whether node `i`'s socket is still connecting.
+    pub fn is_connecting(&self, i: usize) -> bool {
+        matches!(self.nodes.get(i).map(|n| n.link), Some(Link::Connecting(_)))
+    }
+
+    /// The bytes to write to node `i` now (none until its socket is connected).
+    pub fn transmit(&self, i: usize) -> &[u8] {
+        match self.nodes.get(i) {
+            Some(node) if node.link == Link::Open => &node.conn.out,
+            _ => &[],
+        }
+    }
+
+    /// `n` bytes of [`transmit`](Engine::transmit) were written to node `i`.
+    pub fn handle_written(&mut self, i: usize, n: usize) {
+        if let Some(node) = self.nodes.get_mut(i) {
+            node.conn.wrote(n);
+        }
+    }
+
+    /// Node `i`'s socket failed or was closed by the peer; it is already gone on the driver's
+    /// side. `outcome` says how, and is the node's vote in every round waiting on it:
+    /// `NodeOutcome::Io(kind)`, or `NodeOutcome::Tls` for a TLS failure.
+    pub fn handle_closed(&mut self, i: usize, outcome: NodeOutcome, now: Instant) {
+        if i < self.nodes.len() && self.nodes[i].link != Link::Closed {
+            self.fail_node(i, &outcome, now, Socket::Gone);
+        }
+    }
+
+    /// The next decided round.
+    pub fn poll_completed(&mut self) -> Option<Completed<U>> {
+        self.completed.pop_front()
+    }
+
+    /// Whether some connection still owes work that matters after its round: bytes not yet
+    /// written, or an `EVALSHA` whose reply (perhaps a `NOSCRIPT` to answer) has not come.
+    pub fn owes_scripted(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.link != Link::Closed && n.conn.owes_scripted())
+    }
+
+    /// Whether anything is waiting to be written to an open connection.
+    pub fn wants_write(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.link == Link::Open && !n.conn.out.is_empty())
+    }
+
+    /// Drops every connection (each is reopened by the next round that needs it).
+    pub fn reset(&mut self, now: Instant) {
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].link != Link::Closed {
+                self.fail_node(
+                    i,
+                    &NodeOutcome::Io(io::ErrorKind::ConnectionAborted),
+                    now,
+                    Socket::Held,
+                );
+            }
+        }
+    }
+
+    /// Counts `event` in its node's statistics and queues it for the driver
+    /// ([`poll_event`](Engine::poll_event)): the one place where either happens, so that the
+    /// statistics and whatever observes the events never disagree. Beyond
+    /// [`MAX_EVENTS`] not taken, the oldest are dropped (and counted in
+    /// [`Stats::events_dropped`]); the statistics still count them.
+    pub fn record(&mut self, event: Event) {
+        let node = match &event {
+            Event::Connect { node, .. }
+            | Event::ScriptFallback { node }
+            | Event::EvictionUnchecked { node, .. } => self.nodes.get_mut(*node),
+            Event::Waited { .. } => None,
+        };
+        if let Some(stats) = node.map(|n| &mut n.stats) {
+            match &event {
+                Event::Connect { connects, .. } => stats.connects = *connects,
+                Event::ScriptFallback { .. } => stats.noscript_fallbacks += 1,
+                Event::EvictionUnchecked { .. } => stats.eviction_unchecked += 1,
+                Event::Waited { .. } => {}
+            }
+        }
+        if self.events.len() >= MAX_EVENTS {
+            self.events.pop_front();
+            self.events_dropped += 1;
+        }
+        self.events.push_back(event);
+    }
+
+    /// The next event to report, oldest first.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Whether an event waits to be taken (a test cheaper than `poll_event` per pass).
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// Takes what node `i`'s connection noted while reading, as events.
+    pub(crate) fn take_notes(&mut self, i: usize) {
+        let Some(node) = self.nodes.get_mut(i) else {
+            return;
+        };
+        if node.conn.notes.is_empty() {
+            return;
+        }
+        for note in std::mem::take(&mut node.conn.notes) {
+            self.record(match note {
+                Note::ScriptFallback => Event::ScriptFallback { node: i },
+                Note::EvictionUnchecked(why) => Event::EvictionUnchecked { node: i, why },
+            });
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| NodeStats {
+                    buffered_bytes: n.conn.buffered_capacity(),
+                    ..n.stats.clone()
+                })
+                .collect(),
+            largest_batch: self.largest_batch,
+            events_dropped: self.events_dropped,
+            batches: self.batches,
+            batched_ops: self.batched_ops,
+        }
+    }
+
+    /// Drops node `i`'s connection after a failure: every round waiting on it gets `outcome`
+    /// as the node's vote. A socket the driver still holds is queued for it to drop.
+    fn fail_node(&mut self, i: usize, outcome: &NodeOutcome, now: Instant, socket: Socket) {
+        if self.nodes[i].link == Link::Open && !self.watches.is_empty() {
+            // What this connection tracked can no longer be pushed: every waiter looks again.
+            self.wake_watches(|_| true, Wake::Dropped);
+        }
+        let node = &mut self.nodes[i];
+        if socket == Socket::Held && node.link != Link::Closed {
+            self.io.push_back(IoEvent::Close(i));
+        }
+        if matches!(node.link, Link::Connecting(_)) {
+            self.connecting -= 1;
+        }
+        node.link = Link::Closed;
+        let owed: SmallVec<[Tag; 16]> = node.conn.failed(now).collect();
+        for tag in owed {
+            if self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
+                self.vote(tag, i, outcome.clone());
+            }
+        }
+    }
+
+    fn op(&self, tag: Tag) -> Option<&Op<U>> {
+        if tag.gen == 0 {
+            return None;
+        }
+        self.ops
+            .get(tag.slot as usize)?
+            .as_ref()
+            .filter(|op| op.gen == tag.gen)
+    }
+
+    fn op_mut(&mut self, tag: Tag) -> Option<&mut Op<U>> {
+        if tag.gen == 0 {
+            return None;
+        }
+        self.ops
+            .get_mut(tag.slot as usize)?
+            .as_mut()
+            .filter(|op| op.gen == tag.gen)
+    }
+
+    /// Records node `i`'s vote in the operation `tag` (if it still waits for it), and
+    /// completes the operation once decided.
+    fn vote(&mut self, tag: Tag, i: usize, outcome: NodeOutcome) {
+        self.vote_with(tag, i, outcome, Extra::None);
+    }
+
+    /// [`vote`](Engine::vote), with what the reply said beside its vote.
+    fn vote_with(&mut self, tag: Tag, i: usize, outcome: NodeOutcome, extra: Extra) {
+        if let Some(stats) = self.nodes.get_mut(i).map(|n| &mut n.stats) {
+            stats.count(&outcome);
+        }
+        let Some(op) = self.op_mut(tag) else { return };
+        op.round.record_with(i, outcome, extra);
+        if op.round.decision() == Decision::Open {
+            return;
+        }
+        let Some(mut op) = self.ops[tag.slot as usize].take() else {
+            return;
+        };
+        op.round.close(|_| NodeOutcome::Undecided);
+        self.free.push(tag.slot);
+        self.live -= 1;
+        self.completed.push_back(Completed {
+            round: op.round,
+            user: op.user,
+        });
+    }
+}
+
+impl<U> Op<U> {
+    fn round_len(&self) -> usize {
+        self.round.node_count()
+    }
+}
+
+mod dispatch;
+#[cfg(test)]
+mod tests;
+mod timers;
+mod watch;
+
+pub use watch::Wake;

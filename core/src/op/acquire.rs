@@ -1,0 +1,340 @@
+//! Acquisition: the rounds of one try ([`Acquisition`]), and the [`Acquire`] operation that
+//! runs tries until one wins or the retry policy gives up.
+
+use std::time::{Duration, Instant};
+
+use super::retry::{wake_jitter, Next, Retry, Waiting};
+use super::verdict::{acquired, granted_mask, refused_everywhere, ttl_ms};
+use super::{Cx, Input, Operation, Step};
+use crate::command::{Command, OpKind};
+use crate::config::Config;
+use crate::error::{ConfigError, Error};
+use crate::lock::{Lock, Names};
+use crate::random::Randomness;
+use crate::round::{Decision, Round, Until};
+use crate::rules::validity_after;
+use crate::Token;
+
+/// An acquisition in progress: the rounds it runs, in order, and what they come to.
+///
+/// A client asks [`round`](Acquisition::round) for the next round to run, runs it on every
+/// node, hands the outcome to [`advance`](Acquisition::advance), and repeats until there is no
+/// round left; [`finish`](Acquisition::finish) then gives the lock or the error. The rounds:
+/// 1. acquire (`SET NX PX`, or the acquire script for a set of resources or a fenced lock);
+/// 2. fenced only: the write-back that raises the fencing counter on the nodes still holding
+///    the keys to the highest value phase 1 returned;
+/// 3. after any failure: the release on every node, awaited on all of them (a node may have
+///    set the keys and lost the reply, or answered after the round was decided), before the
+///    caller hears of the error.
+#[derive(Debug)]
+pub struct Acquisition {
+    names: Names,
+    token: Token,
+    ttl: Duration,
+    ttl_ms: u64,
+    phase: Phase,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Acquire,
+    /// Phase 1 won at `t1` (its start) with the highest counter `fence`, on the nodes of
+    /// `granted`.
+    Fence {
+        t1: Instant,
+        fence: u64,
+        granted: u64,
+    },
+    /// Failed with this error; the release runs before it is returned.
+    Release(Error),
+    /// Granted: valid until then, with this fencing token, by the nodes of the mask (the lock
+    /// is built by `finish`, which moves the names into it).
+    Done(Result<(Instant, Option<u64>, u64), Error>),
+}
+
+impl Acquisition {
+    /// An acquisition of `names` for `ttl` with a fresh token, its arguments checked: the ttl,
+    /// and that no resource is the fencing counter.
+    pub fn new(
+        cfg: &Config,
+        names: Names,
+        ttl: Duration,
+        rng: &mut dyn Randomness,
+    ) -> Result<Acquisition, Error> {
+        let (ttl_ms, ttl) = ttl_ms(cfg, ttl)?;
+        if let Some(key) = cfg.fencing.as_deref() {
+            if names.iter().any(|n| n.as_bytes() == key) {
+                return Err(
+                    ConfigError::FencingKey(String::from_utf8_lossy(key).into_owned()).into(),
+                );
+            }
+        }
+        Ok(Acquisition {
+            names,
+            token: Token::from_random(rng),
+            ttl,
+            ttl_ms,
+            phase: Phase::Acquire,
+        })
+    }
+
+    /// The release of this acquisition's token on every resource: what a client sends when
+    /// the acquisition is abandoned half-way (an async caller that went away).
+    pub fn release(&self) -> Command<'_> {
+        Command {
+            kind: OpKind::Release,
+            resources: &self.names,
+            token: Some(&self.token),
+            ttl_ms: 0,
+            counter: None,
+            fence_value: 0,
+        }
+    }
+
+    /// The next round to run, and when it ends; `None` once the outcome is known.
+    pub fn round<'a>(&'a self, cfg: &'a Config) -> Option<(Command<'a>, Until)> {
+        let counter = cfg.fencing.as_deref();
+        let cmd = |kind, fence_value| Command {
+            kind,
+            resources: &self.names,
+            token: Some(&self.token),
+            ttl_ms: self.ttl_ms,
+            counter,
+            fence_value,
+        };
+        match self.phase {
+            Phase::Acquire => Some((cmd(OpKind::Acquire, 0), cfg.until())),
+            Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
+            Phase::Release(_) => Some((cmd(OpKind::Release, 0), Until::AllIn)),
+            Phase::Done(_) => None,
+        }
+    }
+
+    /// The outcome of the round [`round`](Acquisition::round) gave (or why it could not be
+    /// run), read at `now`.
+    pub fn advance(&mut self, cfg: &Config, round: Result<(Round, Instant), Error>, now: Instant) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Acquire);
+        self.phase = match (phase, round) {
+            (Phase::Release(err), _) => Phase::Done(Err(err)),
+            (Phase::Done(r), _) => Phase::Done(r),
+            (_, Err(err)) => Phase::Release(err),
+            (Phase::Acquire, Ok((round, t1))) => match acquired(cfg, &round, t1, now, self.ttl) {
+                Err(Error::Conflict { nodes, .. }) => {
+                    let err = Error::Conflict {
+                        nodes,
+                        held: round
+                            .held_key()
+                            .and_then(|k| self.names.get(k))
+                            .map(|n| n.as_str().to_string()),
+                    };
+                    if refused_everywhere(&round) {
+                        Phase::Done(Err(err))
+                    } else {
+                        Phase::Release(err)
+                    }
+                }
+                Err(err) => Phase::Release(err),
+                Ok(_) if cfg.fencing.is_some() && cfg.fence_writeback() => Phase::Fence {
+                    t1,
+                    fence: round.counter(),
+                    granted: granted_mask(&round),
+                },
+                Ok(validity) => {
+                    let fence = cfg.fencing.is_some().then(|| round.counter());
+                    // Left at `now`: the lock holds until `t1 + ttl - drift`.
+                    let until = crate::time::later(now, validity);
+                    Phase::Done(Ok((until, fence, granted_mask(&round))))
+                }
+            },
+            (Phase::Fence { t1, fence, granted }, Ok((round, _))) => {
+                if round.decision() != Decision::Won {
+                    Phase::Release(Error::NoQuorum {
+                        nodes: round.reports(&cfg.nodes),
+                    })
+                } else {
+                    match validity_after(cfg, t1, now, self.ttl) {
+                        Ok(validity) => {
+                            let until = crate::time::later(now, validity);
+                            Phase::Done(Ok((until, Some(fence), granted)))
+                        }
+                        Err(err) => Phase::Release(err),
+                    }
+                }
+            }
+        };
+    }
+
+    /// The lock, or why there is none; [`Error::Aborted`] if called before the last round.
+    pub fn finish(self) -> Result<Lock, Error> {
+        match self.phase {
+            Phase::Done(Ok((valid_until, fencing, granted))) => Ok(Lock {
+                resources: self.names,
+                token: self.token,
+                valid_until,
+                ttl: self.ttl,
+                fencing,
+                granted,
+            }),
+            Phase::Done(Err(e)) => Err(e),
+            _ => Err(Error::Aborted),
+        }
+    }
+}
+
+/// The acquisition of a lock: tries ([`Acquisition`]) until one wins or the [`Retry`] policy
+/// gives up, with between tries a sleep, or (wake-ups on, the resource held) a watch of the
+/// resource, its read, a wait for the watch or the timer, and a jitter after a wake-up.
+#[derive(Debug)]
+pub struct Acquire {
+    names: Names,
+    ttl: Duration,
+    retry: Retry,
+    state: State,
+    result: Option<Result<Lock, Error>>,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Before the first try, or over.
+    Idle,
+    /// A try's rounds are running.
+    Trying(Acquisition),
+    /// Sleeping before the next try (the retry delay, or the jitter after a wake-up).
+    Sleeping,
+    /// The watch is being registered; then its read goes out.
+    Watching(Waiting),
+    /// The watch's read is out; then the wait.
+    Reading(Waiting),
+    /// Waiting for the watch or the timer; whether there is a wait at all.
+    Awaiting(Waiting, bool),
+}
+
+impl Acquire {
+    /// The acquisition of `names` for `ttl` (checked when it starts), retried as `retry` says
+    /// ([`Retry::once`] for a single try).
+    pub fn new(names: Names, ttl: Duration, retry: Retry) -> Acquire {
+        Acquire {
+            names,
+            ttl,
+            retry,
+            state: State::Idle,
+            result: None,
+        }
+    }
+
+    /// Starts a try: its first round, or the end if its arguments are refused.
+    fn try_once<'a>(&'a mut self, cfg: &'a Config, cx: &mut Cx<'_>) -> Step<'a> {
+        match Acquisition::new(cfg, self.names.clone(), self.ttl, &mut *cx.rng) {
+            Ok(acq) => {
+                self.state = State::Trying(acq);
+                self.next_round(cfg, cx)
+            }
+            Err(e) => self.done(Err(e)),
+        }
+    }
+
+    /// The try's next round; once it has none, its outcome: the lock, or the retry policy's
+    /// answer to the error.
+    fn next_round<'a>(&'a mut self, cfg: &'a Config, cx: &mut Cx<'_>) -> Step<'a> {
+        let State::Trying(acq) = &self.state else {
+            return Step::Done;
+        };
+        if acq.round(cfg).is_some() {
+            let State::Trying(acq) = &self.state else {
+                return Step::Done;
+            };
+            return acq
+                .round(cfg)
+                .map_or(Step::Done, |(c, u)| Step::Round(c, u));
+        }
+        let State::Trying(acq) = std::mem::replace(&mut self.state, State::Idle) else {
+            return Step::Done;
+        };
+        match acq.finish() {
+            Ok(lock) => self.done(Ok(lock)),
+            Err(e) => match self
+                .retry
+                .after(e, &self.names, cx.now, &mut *cx.rng, cx.events)
+            {
+                Next::Fail(e) => self.done(Err(e)),
+                Next::Wait(d) => {
+                    self.state = State::Sleeping;
+                    Step::Sleep(d)
+                }
+                Next::Watch(waiting) => {
+                    self.state = State::Watching(waiting);
+                    match &self.state {
+                        State::Watching(w) => Step::Watch(w.key_bytes()),
+                        _ => Step::Done,
+                    }
+                }
+            },
+        }
+    }
+
+    fn done<'a>(&mut self, result: Result<Lock, Error>) -> Step<'a> {
+        self.state = State::Idle;
+        self.result = Some(result);
+        Step::Done
+    }
+}
+
+impl Operation for Acquire {
+    type Output = Lock;
+
+    fn step<'a>(&'a mut self, input: Input, cfg: &'a Config, cx: &mut Cx<'_>) -> Step<'a> {
+        if self.result.is_some() {
+            return Step::Done;
+        }
+        let state = std::mem::replace(&mut self.state, State::Idle);
+        match (state, input) {
+            (State::Idle, Input::Start) | (State::Sleeping, Input::Slept) => self.try_once(cfg, cx),
+            (State::Trying(mut acq), Input::Round(round)) => {
+                acq.advance(cfg, round, cx.now);
+                self.state = State::Trying(acq);
+                self.next_round(cfg, cx)
+            }
+            (State::Watching(w), Input::Watching) => {
+                self.state = State::Reading(w);
+                match &self.state {
+                    State::Reading(w) => {
+                        let (cmd, until) = w.round();
+                        Step::Round(cmd, until)
+                    }
+                    _ => Step::Done,
+                }
+            }
+            (State::Reading(w), Input::Round(read)) => {
+                let deadline = w.deadline(cfg, &read, cx.now);
+                self.state = State::Awaiting(w, deadline.is_some());
+                Step::Await(deadline)
+            }
+            (State::Awaiting(w, waited), Input::Woken(woken)) => {
+                // (No wait, no record of one, when the read could not run.)
+                if waited && w.end(woken, cx.now, cx.events) {
+                    self.state = State::Sleeping;
+                    Step::Jitter(wake_jitter(&mut *cx.rng))
+                } else {
+                    self.try_once(cfg, cx)
+                }
+            }
+            // An input the state does not expect: a driver's bug, ended rather than guessed.
+            (_, _) => self.done(Err(Error::Aborted)),
+        }
+    }
+
+    fn finish(self) -> Result<Lock, Error> {
+        self.result.unwrap_or(Err(Error::Aborted))
+    }
+
+    fn abandon(&self) -> Option<Command<'_>> {
+        match &self.state {
+            State::Trying(acq) => Some(acq.release()),
+            _ => None,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "acquire"
+    }
+}

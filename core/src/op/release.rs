@@ -1,0 +1,102 @@
+//! The operations of one or two rounds that hold no state between tries: [`Release`] and
+//! [`Inspect`].
+
+use super::verdict::confirmed;
+use super::{Cx, Input, Operation, Step};
+use crate::config::Config;
+use crate::error::Error;
+use crate::inspect::{self, Inspection};
+use crate::lock::{Lock, Name};
+use crate::round::{Round, Until};
+
+/// The release of a lock on every node, by compare-and-delete: `Ok` once a quorum deleted
+/// the key (see [`confirmed`] for the errors).
+#[derive(Debug)]
+pub struct Release<'l> {
+    lock: &'l Lock,
+    result: Option<Result<(), Error>>,
+}
+
+impl<'l> Release<'l> {
+    /// The release of `lock`.
+    pub fn new(lock: &'l Lock) -> Release<'l> {
+        Release { lock, result: None }
+    }
+}
+
+impl Operation for Release<'_> {
+    type Output = ();
+
+    fn step<'a>(&'a mut self, input: Input, cfg: &'a Config, cx: &mut Cx<'_>) -> Step<'a> {
+        match input {
+            Input::Start => Step::Round(self.lock.release(), cfg.until()),
+            Input::Round(round) => {
+                let expired = self.lock.is_expired_at(cx.now);
+                self.result = Some(round.and_then(|(round, _)| confirmed(cfg, &round, expired)));
+                Step::Done
+            }
+            _ => Step::Done,
+        }
+    }
+
+    fn finish(self) -> Result<(), Error> {
+        self.result.unwrap_or(Err(Error::Aborted))
+    }
+
+    fn name(&self) -> &'static str {
+        "release"
+    }
+}
+
+/// Who holds a resource on every node, and for how long: `GET`, then `PTTL`, each a round
+/// that waits for every node. Nothing is changed.
+#[derive(Debug)]
+pub struct Inspect {
+    name: [Name; 1],
+    get: Option<Round>,
+    result: Option<Result<Inspection, Error>>,
+}
+
+impl Inspect {
+    /// The inspection of `resource`.
+    pub fn new(resource: &str) -> Inspect {
+        Inspect {
+            name: [Name::new(resource)],
+            get: None,
+            result: None,
+        }
+    }
+}
+
+impl Operation for Inspect {
+    type Output = Inspection;
+
+    fn step<'a>(&'a mut self, input: Input, cfg: &'a Config, _: &mut Cx<'_>) -> Step<'a> {
+        let [get, pttl] = inspect::commands(&self.name);
+        match input {
+            Input::Start => Step::Round(get, Until::AllIn),
+            Input::Round(Ok((round, _))) if self.get.is_none() => {
+                self.get = Some(round);
+                Step::Round(pttl, Until::AllIn)
+            }
+            Input::Round(Ok((pttl, _))) => {
+                let get = self.get.take();
+                self.result = get.map(|get| Ok(Inspection::from_rounds(cfg, &get, &pttl)));
+                Step::Done
+            }
+            Input::Round(Err(e)) => {
+                self.result = Some(Err(e));
+                Step::Done
+            }
+            _ => Step::Done,
+        }
+    }
+
+    fn finish(self) -> Result<Inspection, Error> {
+        self.result.unwrap_or(Err(Error::Aborted))
+    }
+
+    fn name(&self) -> &'static str {
+        "inspect"
+    }
+}

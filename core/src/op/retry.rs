@@ -1,0 +1,252 @@
+//! The retries of `lock`: which errors are worth another try, how long to wait, and the watch
+//! of a held resource while waiting ([`Waiting`]).
+
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+
+use crate::command::{Command, Extra, OpKind};
+use crate::config::Config;
+use crate::error::Error;
+use crate::event::{Event, Events};
+use crate::lock::Name;
+use crate::random::Randomness;
+use crate::round::{Round, Until};
+
+/// The retry policy of `lock`: which errors are worth another round, how many rounds (or
+/// until when), and how long to wait between them.
+#[derive(Debug)]
+pub struct Retry {
+    /// Tries left; `None`: as many as fit before `deadline`.
+    left: Option<u32>,
+    delay: Duration,
+    /// `lock_within`: no try starts after this.
+    deadline: Option<Instant>,
+    wakeups: bool,
+}
+
+/// What to do after a failed round.
+#[derive(Debug)]
+pub enum Next {
+    /// Give up with this error.
+    Fail(Error),
+    /// Wait this long, then try again.
+    Wait(Duration),
+    /// The resource is held: wait for it to change ([`Waiting`]), then try again.
+    Watch(Waiting),
+}
+
+/// The most a woken waiter waits before its next try, at random: waiters woken by the same
+/// push do not all send their `SET NX` in the same instant.
+pub const WAKE_JITTER: Duration = Duration::from_micros(500);
+
+/// A random pause in `0..=WAKE_JITTER`, taken after a wake-up.
+pub fn wake_jitter(rng: &mut dyn Randomness) -> Duration {
+    let us = WAKE_JITTER.as_micros() as u64;
+    Duration::from_micros(rng.up_to(us))
+}
+
+/// A jitter as a number of yields to a runtime whose timer cannot sleep less than a
+/// millisecond (tokio's): 0 to 4, in proportion to the jitter drawn.
+pub fn jitter_yields(jitter: Duration) -> u32 {
+    let us = jitter.as_micros().min(WAKE_JITTER.as_micros()) as u32;
+    us * 4 / (WAKE_JITTER.as_micros() as u32).max(1)
+}
+
+/// A waiter's watch of a held resource, in the order both clients follow:
+/// 1. register a watch of [`key`](Waiting::key) with the engine (before anything is sent, so
+///    that no push is missed);
+/// 2. run [`round`](Waiting::round): `CLIENT CACHING YES` + `PTTL key` on every node, which
+///    makes the tracking servers note the key and tells when it expires;
+/// 3. wait until [`deadline`](Waiting::deadline) unless the watch fires first;
+/// 4. take the watch back, and [`end`](Waiting::end) the wait (pausing for the jitter if it
+///    says so).
+#[derive(Debug)]
+pub struct Waiting {
+    key: [Name; 1],
+    pub(super) wait: Duration,
+    started: Instant,
+}
+
+impl Waiting {
+    /// A wait for `key` of at most `wait` (what [`Retry::after`] allowed), starting at `now`.
+    pub fn new(key: Name, wait: Duration, now: Instant) -> Waiting {
+        Waiting {
+            key: [key],
+            wait,
+            started: now,
+        }
+    }
+
+    /// The key to watch.
+    pub fn key_bytes(&self) -> &[u8] {
+        self.key[0].as_bytes()
+    }
+
+    /// The key to watch, owned.
+    pub fn key(&self) -> Box<[u8]> {
+        self.key[0].as_bytes().into()
+    }
+
+    /// The read that makes the tracking servers note the key, in a round that waits for every
+    /// node.
+    pub fn round(&self) -> (Command<'_>, Until) {
+        let cmd = Command {
+            kind: OpKind::Watch,
+            resources: &self.key,
+            token: None,
+            ttl_ms: 0,
+            counter: None,
+            fence_value: 0,
+        };
+        (cmd, Until::AllIn)
+    }
+
+    /// Until when to wait, read at `now` after the round: the [`Retry::timer`] its `PTTL`s
+    /// give. `None`: no wait (the round could not run: the client is going away, and the next
+    /// try says so).
+    pub fn deadline(
+        &self,
+        cfg: &Config,
+        read: &Result<(Round, Instant), Error>,
+        now: Instant,
+    ) -> Option<Instant> {
+        let (round, _) = read.as_ref().ok()?;
+        Some(crate::time::later(now, Retry::timer(cfg, round, self.wait)))
+    }
+
+    /// The wait is over: woken by the watch (`Some(cause)`) or by the timer. Records it; `true`
+    /// when the waiter should pause for the jitter before its next try (it was woken, as
+    /// other waiters of the same push may have been).
+    pub fn end(
+        self,
+        woken: Option<crate::engine::Wake>,
+        now: Instant,
+        events: &mut Events,
+    ) -> bool {
+        let cause = woken.map_or("timer", |w| w.as_str());
+        let waited = now.saturating_duration_since(self.started);
+        let resource = self.key.into_iter().next().unwrap_or_else(|| Name::new(""));
+        events.push(Event::Waited {
+            resource,
+            cause,
+            waited,
+        });
+        woken.is_some()
+    }
+}
+
+impl Retry {
+    /// `lock`'s policy: the configured tries, each wait the random retry delay at most.
+    pub fn new(cfg: &Config) -> Retry {
+        Retry {
+            left: Some(cfg.tries),
+            delay: cfg.retry_delay,
+            deadline: None,
+            wakeups: cfg.wakeups,
+        }
+    }
+
+    /// A single try (`try_lock`): no retry, whatever the error.
+    pub fn once() -> Retry {
+        Retry {
+            left: Some(1),
+            delay: Duration::ZERO,
+            deadline: None,
+            wakeups: false,
+        }
+    }
+
+    /// `lock_within`'s policy: tries until `max_wait` after `now`, the last at that deadline
+    /// at the latest, each wait as `lock`'s but never past the deadline.
+    pub fn within(cfg: &Config, max_wait: Duration, now: Instant) -> Retry {
+        Retry {
+            left: None,
+            delay: cfg.retry_delay,
+            deadline: Some(crate::time::later(now, max_wait)),
+            wakeups: cfg.wakeups,
+        }
+    }
+
+    /// After a try of `names` that ended with `err` at `now`: give up, or wait (watching the
+    /// held resource when wake-ups are on), then try again. Waits are uniform in
+    /// [delay/2, delay] (which keeps competing clients from retrying in step), cut short at
+    /// the deadline of `lock_within`. A plain wait is recorded (observability) as it is
+    /// decided.
+    pub fn after(
+        &mut self,
+        err: Error,
+        names: &[Name],
+        now: Instant,
+        rng: &mut dyn Randomness,
+        events: &mut Events,
+    ) -> Next {
+        let retriable = matches!(
+            err,
+            Error::Conflict { .. } | Error::NoQuorum { .. } | Error::ValiditySpent { .. }
+        );
+        if let Some(left) = self.left.as_mut() {
+            *left = left.saturating_sub(1);
+        }
+        let out_of_time = self.deadline.is_some_and(|d| now >= d);
+        if !retriable || self.left == Some(0) || out_of_time {
+            return Next::Fail(err);
+        }
+        let hi = self.delay;
+        let lo = hi / 2;
+        let mut wait = if hi > lo {
+            let span = (hi - lo).as_nanos().min(u128::from(u64::MAX)) as u64;
+            lo + Duration::from_nanos(rng.up_to(span))
+        } else {
+            hi
+        };
+        if let Some(deadline) = self.deadline {
+            wait = wait.min(deadline.saturating_duration_since(now));
+        }
+        match err {
+            Error::Conflict { held, .. } if self.wakeups => {
+                let key = held
+                    .as_deref()
+                    .map(Name::new)
+                    .or_else(|| names.first().cloned());
+                match key {
+                    Some(key) => Next::Watch(Waiting::new(key, wait, now)),
+                    None => Next::Wait(wait),
+                }
+            }
+            _ => {
+                let resource = names.first().cloned().unwrap_or_else(|| Name::new(""));
+                events.push(Event::Waited {
+                    resource,
+                    cause: "delay",
+                    waited: wait,
+                });
+                Next::Wait(wait)
+            }
+        }
+    }
+
+    /// How long a watcher waits at most, from the end of its `PTTL` round: `wait` (what
+    /// [`after`](Retry::after) allowed), or less if the nodes' `PTTL`s say a quorum of them
+    /// will have let the key go sooner (by expiry, whose push may come late or never; a key
+    /// already gone on a quorum means at once).
+    pub fn timer(cfg: &Config, pttl: &Round, wait: Duration) -> Duration {
+        // When each node's key will be gone: known for a node that answered with a ttl or
+        // that it has no key; unknown for a key without expiry or a node that did not answer.
+        let mut free_in: SmallVec<[Duration; 8]> = (0..pttl.node_count())
+            .filter_map(|i| match pttl.read(i) {
+                Some(Extra::Number(-2)) => Some(Duration::ZERO),
+                // Expiry is checked to the millisecond: a millisecond more is past it.
+                Some(Extra::Number(ms)) if ms >= 0 => {
+                    Some(Duration::from_millis(ms.unsigned_abs().saturating_add(1)))
+                }
+                _ => None,
+            })
+            .collect();
+        if free_in.len() < cfg.quorum {
+            return wait;
+        }
+        free_in.sort_unstable();
+        free_in[cfg.quorum - 1].min(wait)
+    }
+}

@@ -1,0 +1,316 @@
+//! What each round means for each operation: acquisitions, fencing, conflicts, retries, waits.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::command::{Extra, OpKind};
+use crate::error::ConfigError;
+use crate::error::NodeOutcome;
+use crate::lock::Name;
+use crate::lock::Names;
+use crate::random::Seeded;
+
+fn cfg(fencing: bool) -> Config {
+    crate::Options {
+        fencing,
+        ..crate::Options::with_nodes((1..=5).map(|p| format!("127.0.0.1:{p}")))
+    }
+    .validate()
+    .unwrap()
+}
+
+/// A decided round: `votes[i]` for node i, with its extra.
+fn round(votes: &[(NodeOutcome, Extra)]) -> Round {
+    let mut r = Round::new(5, 3, Until::Decided);
+    for (i, (o, e)) in votes.iter().enumerate() {
+        r.record_with(i, o.clone(), *e);
+    }
+    r.close(|_| NodeOutcome::Undecided);
+    r
+}
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn names(v: &[&str]) -> Names {
+    v.iter().map(|s| Name::new(s)).collect()
+}
+
+#[test]
+fn a_fenced_acquisition_writes_back_the_highest_counter_and_counts_validity_from_phase_one() {
+    let cfg = cfg(true);
+    let mut acq = Acquisition::new(&cfg, names(&["r"]), TTL, &mut Seeded::new(1)).unwrap();
+    let (cmd, _) = acq.round(&cfg).unwrap();
+    assert_eq!(
+        (cmd.kind, cmd.counter),
+        (OpKind::Acquire, Some(&b"redlock-mux:fencing-counter"[..]))
+    );
+    let t1 = Instant::now();
+    let ok = |c| (NodeOutcome::Ok, Extra::Counter(c));
+    acq.advance(&cfg, Ok((round(&[ok(7), ok(42), ok(9)]), t1)), t1);
+    let (cmd, until) = acq.round(&cfg).unwrap();
+    assert_eq!(
+        (cmd.kind, cmd.fence_value, until),
+        (OpKind::Fence, 42, Until::Decided)
+    );
+    // Phase 2 took 3 s: the validity counts them, from before phase 1.
+    let now = t1 + Duration::from_secs(3);
+    let yes = (NodeOutcome::Ok, Extra::None);
+    acq.advance(
+        &cfg,
+        Ok((round(&[yes.clone(), yes.clone(), yes]), now)),
+        now,
+    );
+    assert!(acq.round(&cfg).is_none());
+    let lock = acq.finish().unwrap();
+    assert_eq!(lock.fencing_token(), Some(42));
+    // What is left at the end is ttl - 3 s - drift, and the lock ends where the keys set
+    // in phase 1 may start to expire (ttl - drift after t1): the 3 s are taken off once.
+    let validity = lock.valid_until() - now;
+    assert!(
+        validity < Duration::from_secs(7) && validity > Duration::from_secs(6),
+        "{validity:?}"
+    );
+    assert_eq!(
+        lock.valid_until(),
+        t1 + TTL - crate::rules::drift(TTL, cfg.drift_factor)
+    );
+}
+
+#[test]
+fn a_lost_write_back_releases_before_it_fails() {
+    let cfg = cfg(true);
+    let mut acq = Acquisition::new(&cfg, names(&["a", "b"]), TTL, &mut Seeded::new(1)).unwrap();
+    let t1 = Instant::now();
+    let ok = (NodeOutcome::Ok, Extra::Counter(1));
+    acq.advance(&cfg, Ok((round(&[ok.clone(), ok.clone(), ok]), t1)), t1);
+    let gone = (NodeOutcome::Gone, Extra::None);
+    acq.advance(
+        &cfg,
+        Ok((round(&[gone.clone(), gone.clone(), gone]), t1)),
+        t1,
+    );
+    let (cmd, until) = acq.round(&cfg).unwrap();
+    assert_eq!(
+        (cmd.kind, until, cmd.resources.len()),
+        (OpKind::Release, Until::AllIn, 2)
+    );
+    acq.advance(&cfg, Ok((round(&[]), t1)), t1);
+    assert!(matches!(acq.finish(), Err(Error::NoQuorum { .. })));
+}
+
+#[test]
+fn a_conflict_names_the_held_resource_and_releases_unless_refused_everywhere() {
+    let cfg = cfg(false);
+    let held = |k| (NodeOutcome::Held, Extra::HeldKey(k));
+    let t1 = Instant::now();
+    // One node answered too late to count: it may have set a key, so the keys are
+    // released before the conflict is returned.
+    let late = (NodeOutcome::Undecided, Extra::None);
+    let timeout = (NodeOutcome::Timeout, Extra::None);
+    for other in [late, timeout, (NodeOutcome::Ok, Extra::None)] {
+        let mut acq =
+            Acquisition::new(&cfg, names(&["a", "b", "c"]), TTL, &mut Seeded::new(1)).unwrap();
+        let votes = [held(1), held(2), held(2), held(2), other.clone()];
+        acq.advance(&cfg, Ok((round(&votes), t1)), t1);
+        assert_eq!(
+            acq.round(&cfg).unwrap().0.kind,
+            OpKind::Release,
+            "{other:?}"
+        );
+        acq.advance(&cfg, Ok((round(&[]), t1)), t1);
+        match acq.finish() {
+            Err(Error::Conflict { held, .. }) => assert_eq!(held.as_deref(), Some("b")),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Every node refused (or was not asked): none holds a key of ours, nothing to release.
+    for last in [held(2), (NodeOutcome::Down, Extra::None)] {
+        let mut acq =
+            Acquisition::new(&cfg, names(&["a", "b", "c"]), TTL, &mut Seeded::new(1)).unwrap();
+        let votes = [held(2), held(1), held(2), held(2), last];
+        acq.advance(&cfg, Ok((round(&votes), t1)), t1);
+        assert!(acq.round(&cfg).is_none());
+        match acq.finish() {
+            Err(Error::Conflict { held, .. }) => assert_eq!(held.as_deref(), Some("b")),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn an_unfenced_single_lock_is_one_round_and_no_token() {
+    let cfg = cfg(false);
+    let mut acq = Acquisition::new(&cfg, names(&["r"]), TTL, &mut Seeded::new(1)).unwrap();
+    assert_eq!(acq.round(&cfg).unwrap().0.counter, None);
+    let t1 = Instant::now();
+    let yes = (NodeOutcome::Ok, Extra::None);
+    acq.advance(&cfg, Ok((round(&[yes.clone(), yes.clone(), yes]), t1)), t1);
+    assert!(acq.round(&cfg).is_none());
+    let lock = acq.finish().unwrap();
+    assert_eq!(lock.fencing_token(), None);
+    assert_eq!(lock.granted_by().collect::<Vec<_>>(), [0, 1, 2]);
+    // The counter key is never a resource.
+    let fenced = self::cfg(true);
+    assert!(matches!(
+        Acquisition::new(
+            &fenced,
+            names(&["x", "redlock-mux:fencing-counter"]),
+            TTL,
+            &mut Seeded::new(1)
+        ),
+        Err(Error::Config(ConfigError::FencingKey(_)))
+    ));
+}
+
+fn conflict(held: Option<&str>) -> Error {
+    Error::Conflict {
+        nodes: crate::error::NodeReports(Vec::new()),
+        held: held.map(str::to_string),
+    }
+}
+
+#[test]
+fn a_held_resource_is_watched_when_wakeups_are_on_and_polled_when_off() {
+    let now = Instant::now();
+    let on = cfg(false);
+    let mut retry = Retry::new(&on);
+    match retry.after(
+        conflict(Some("b")),
+        &names(&["a", "b"]),
+        now,
+        &mut Seeded::new(7),
+        &mut Vec::new(),
+    ) {
+        Next::Watch(w) => {
+            assert_eq!(&*w.key(), b"b");
+            assert!(w.wait <= on.retry_delay && w.wait >= on.retry_delay / 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A single resource's conflict names none: the resource itself is watched.
+    match retry.after(
+        conflict(None),
+        &names(&["a"]),
+        now,
+        &mut Seeded::new(7),
+        &mut Vec::new(),
+    ) {
+        Next::Watch(w) => assert_eq!(&*w.key(), b"a"),
+        other => panic!("{other:?}"),
+    }
+    // Failed nodes are no reason to watch; the tries still run out.
+    let mut retry = Retry::new(&on);
+    let no_quorum = || Error::NoQuorum {
+        nodes: crate::error::NodeReports(Vec::new()),
+    };
+    assert!(matches!(
+        retry.after(
+            no_quorum(),
+            &names(&["a"]),
+            now,
+            &mut Seeded::new(7),
+            &mut Vec::new()
+        ),
+        Next::Wait(_)
+    ));
+    assert!(matches!(
+        retry.after(
+            no_quorum(),
+            &names(&["a"]),
+            now,
+            &mut Seeded::new(7),
+            &mut Vec::new()
+        ),
+        Next::Wait(_)
+    ));
+    assert!(matches!(
+        retry.after(
+            no_quorum(),
+            &names(&["a"]),
+            now,
+            &mut Seeded::new(7),
+            &mut Vec::new()
+        ),
+        Next::Fail(_)
+    ));
+    let off = crate::Options {
+        wakeups: false,
+        ..crate::Options::with_nodes(["127.0.0.1:1"])
+    }
+    .validate()
+    .unwrap();
+    assert!(matches!(
+        Retry::new(&off).after(
+            conflict(None),
+            &names(&["a"]),
+            now,
+            &mut Seeded::new(7),
+            &mut Vec::new()
+        ),
+        Next::Wait(_)
+    ));
+}
+
+#[test]
+fn lock_within_retries_until_its_deadline_and_never_waits_past_it() {
+    let cfg = cfg(false);
+    let now = Instant::now();
+    let mut retry = Retry::within(&cfg, Duration::from_millis(30), now);
+    // Far more tries than configured, while time is left; each wait cut to what is left.
+    for k in 0..10u64 {
+        let at = now + Duration::from_millis(k);
+        match retry.after(
+            conflict(None),
+            &names(&["a"]),
+            at,
+            &mut Seeded::new(7),
+            &mut Vec::new(),
+        ) {
+            Next::Watch(w) => {
+                assert!(w.wait <= Duration::from_millis(30 - k), "{k}: {:?}", w.wait)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let late = now + Duration::from_millis(30);
+    assert!(matches!(
+        retry.after(
+            conflict(None),
+            &names(&["a"]),
+            late,
+            &mut Seeded::new(7),
+            &mut Vec::new()
+        ),
+        Next::Fail(Error::Conflict { .. })
+    ));
+}
+
+#[test]
+fn the_timer_is_when_a_quorum_of_keys_will_be_gone() {
+    let cfg = cfg(false);
+    let wait = Duration::from_millis(200);
+    let read = |v: &[Option<i64>]| {
+        let mut r = Round::new(5, 3, Until::AllIn);
+        for (i, n) in v.iter().enumerate() {
+            match n {
+                Some(n) => r.record_with(i, NodeOutcome::Ok, Extra::Number(*n)),
+                None => r.record(i, NodeOutcome::Timeout),
+            }
+        }
+        r
+    };
+    let ms = Duration::from_millis;
+    // Three nodes free in 10, 20 and 30 ms (the third-soonest counts), one gone, one
+    // without expiry.
+    let r = read(&[Some(30), Some(10), Some(-1), Some(20), Some(-2)]);
+    assert_eq!(Retry::timer(&cfg, &r, wait), ms(21));
+    // Already gone on a quorum: at once.
+    let r = read(&[Some(-2), Some(-2), Some(-2), Some(50), None]);
+    assert_eq!(Retry::timer(&cfg, &r, wait), Duration::ZERO);
+    // Too few nodes say: the retry delay.
+    let r = read(&[Some(5), None, None, Some(-1), Some(5)]);
+    assert_eq!(Retry::timer(&cfg, &r, wait), wait);
+    // Never past the retry delay.
+    let r = read(&[Some(5000), Some(5000), Some(5000), None, None]);
+    assert_eq!(Retry::timer(&cfg, &r, wait), wait);
+}

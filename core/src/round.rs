@@ -1,0 +1,314 @@
+//! One round of an operation, sans I/O: per-node outcomes in, a decision out.
+//!
+//! A round starts when the first command is written and ends when its outcome is certain:
+//! with fail-fast, as soon as `quorum` nodes said yes (won) or `N - quorum + 1` nodes cannot
+//! say yes (lost); without it, when every node has answered or timed out. The driver feeds
+//! outcomes in as replies arrive and asks for the decision after each.
+
+use smallvec::SmallVec;
+
+use crate::command::Extra;
+use crate::error::{NodeOutcome, NodeReport, NodeReports};
+use crate::NodeAddr;
+
+/// Whether a round is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Not yet: outcomes still owed could change it.
+    Open,
+    /// At least `quorum` nodes said yes.
+    Won,
+    /// A quorum of yeses is no longer possible (or every node is in and it was not reached).
+    Lost,
+}
+
+/// When a round ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// As soon as its outcome is certain (fail-fast): a quorum of yeses, or too many noes.
+    Decided,
+    /// When every node has voted or timed out: every node's answer is awaited (the release
+    /// after a lost acquisition, and every round when fail-fast is off).
+    AllIn,
+}
+
+/// The tally of one round.
+///
+/// Small, because rounds travel by value (from the engine to the driver to the caller): a
+/// byte per node for the common outcomes, and the rare ones that carry data (an I/O error's
+/// kind, a protocol error, a server's message) in a side list, which only a failing node fills.
+#[derive(Debug, Clone)]
+pub struct Round {
+    quorum: u32,
+    until: Until,
+    yes: u32,
+    no: u32,
+    codes: SmallVec<[u8; 16]>,
+    details: Vec<(u32, NodeOutcome)>,
+    /// The highest fencing counter among the yes votes (0 when none carried one).
+    counter: u64,
+    /// A resource (its index in the lock's list) that a refusing node named as held.
+    held_key: Option<u32>,
+    /// What the nodes of an inspection read (a holder, a ttl): empty, and unallocated, for
+    /// every other round.
+    read: Vec<(u32, Extra)>,
+}
+
+/// A node's entry in [`Round::codes`].
+const PENDING: u8 = 0;
+const DETAIL: u8 = 255;
+
+fn code(outcome: &NodeOutcome) -> u8 {
+    match outcome {
+        NodeOutcome::Ok => 1,
+        NodeOutcome::Held => 2,
+        NodeOutcome::Gone => 3,
+        NodeOutcome::Timeout => 4,
+        NodeOutcome::Down => 5,
+        NodeOutcome::Undecided => 6,
+        NodeOutcome::NotOurs => 7,
+        _ => DETAIL,
+    }
+}
+
+const UNIT: [NodeOutcome; 8] = [
+    NodeOutcome::Undecided,
+    NodeOutcome::Ok,
+    NodeOutcome::Held,
+    NodeOutcome::Gone,
+    NodeOutcome::Timeout,
+    NodeOutcome::Down,
+    NodeOutcome::Undecided,
+    NodeOutcome::NotOurs,
+];
+
+impl Round {
+    /// A round over `nodes` nodes that `quorum` of them must win, ending as `until` says.
+    pub fn new(nodes: usize, quorum: usize, until: Until) -> Round {
+        Round {
+            quorum: u32::try_from(quorum).unwrap_or(u32::MAX),
+            until,
+            yes: 0,
+            no: 0,
+            codes: SmallVec::from_elem(PENDING, nodes),
+            details: Vec::new(),
+            counter: 0,
+            held_key: None,
+            read: Vec::new(),
+        }
+    }
+
+    /// Records a node's outcome; the first one recorded for a node counts, later ones are
+    /// ignored (a node votes once per round).
+    pub fn record(&mut self, node: usize, outcome: NodeOutcome) {
+        self.record_with(node, outcome, Extra::None);
+    }
+
+    /// [`record`](Round::record), with what the reply said beside its vote: a yes vote's
+    /// fencing counter counts towards [`counter`](Round::counter), a refusal's held resource
+    /// towards [`held_key`](Round::held_key).
+    pub fn record_with(&mut self, node: usize, outcome: NodeOutcome, extra: Extra) {
+        let Some(slot) = self.codes.get_mut(node) else {
+            return;
+        };
+        if *slot != PENDING {
+            return;
+        }
+        match (&outcome, extra) {
+            (NodeOutcome::Ok, Extra::Counter(c)) => self.counter = self.counter.max(c),
+            (NodeOutcome::Held, Extra::HeldKey(k)) => {
+                self.held_key = Some(self.held_key.map_or(k, |h| h.min(k)));
+            }
+            (NodeOutcome::Ok, e @ (Extra::Holder(_) | Extra::Foreign | Extra::Number(_))) => {
+                self.read.push((u32::try_from(node).unwrap_or(u32::MAX), e));
+            }
+            _ => {}
+        }
+        if outcome == NodeOutcome::Ok {
+            self.yes += 1;
+        } else {
+            self.no += 1;
+        }
+        *slot = code(&outcome);
+        if *slot == DETAIL {
+            self.details
+                .push((u32::try_from(node).unwrap_or(u32::MAX), outcome));
+        }
+    }
+
+    /// The highest fencing counter any yes vote carried (0 if none did): the token of a fenced
+    /// acquisition, once the round is won.
+    pub fn counter(&self) -> u64 {
+        self.counter
+    }
+
+    /// The first of the lock's resources (by index) that a refusing node named as held.
+    pub fn held_key(&self) -> Option<usize> {
+        self.held_key.map(|k| k as usize)
+    }
+
+    /// What node `i` read in an inspection round, if it answered one.
+    pub fn read(&self, i: usize) -> Option<Extra> {
+        self.read
+            .iter()
+            .find(|(n, _)| *n as usize == i)
+            .map(|(_, e)| *e)
+    }
+
+    /// How many nodes the round counts.
+    pub fn node_count(&self) -> usize {
+        self.codes.len()
+    }
+
+    /// Whether `node` still owes its outcome.
+    pub fn is_pending(&self, node: usize) -> bool {
+        self.codes.get(node) == Some(&PENDING)
+    }
+
+    /// The decision on what has been recorded so far.
+    pub fn decision(&self) -> Decision {
+        let n = self.codes.len();
+        let (yes, no, quorum) = (self.yes as usize, self.no as usize, self.quorum as usize);
+        let all_in = yes + no == n;
+        let early = self.until == Until::Decided;
+        if yes >= quorum && (early || all_in) {
+            Decision::Won
+        } else if (no > n - quorum && early) || all_in {
+            Decision::Lost
+        } else {
+            Decision::Open
+        }
+    }
+
+    /// Ends the round: every node still owing an outcome gets `missing` (a timeout when the
+    /// deadline passed, [`NodeOutcome::Undecided`] when the round was decided early).
+    pub fn close(&mut self, missing: impl Fn(usize) -> NodeOutcome) {
+        for i in 0..self.codes.len() {
+            if self.codes[i] == PENDING {
+                self.record(i, missing(i));
+            }
+        }
+    }
+
+    /// Node `i`'s outcome (`Undecided` while it is owed).
+    fn outcome(&self, i: usize) -> &NodeOutcome {
+        match self.codes.get(i) {
+            Some(&DETAIL) => self
+                .details
+                .iter()
+                .find(|(n, _)| *n as usize == i)
+                .map_or(&UNIT[0], |(_, o)| o),
+            Some(&c) => &UNIT[usize::from(c).min(UNIT.len() - 1)],
+            None => &UNIT[0],
+        }
+    }
+
+    /// How many nodes ended with `outcome`.
+    pub fn count(&self, outcome: &NodeOutcome) -> usize {
+        (0..self.codes.len())
+            .filter(|&i| self.codes[i] != PENDING && self.outcome(i) == outcome)
+            .count()
+    }
+
+    /// Every node's outcome so far (`Undecided` for those still owed).
+    pub fn reports_iter(&self) -> impl Iterator<Item = &NodeOutcome> {
+        (0..self.codes.len()).map(|i| self.outcome(i))
+    }
+
+    /// The per-node report, for errors.
+    pub fn reports(&self, nodes: &[NodeAddr]) -> NodeReports {
+        NodeReports(
+            (0..self.codes.len())
+                .map(|i| NodeReport {
+                    node: i,
+                    addr: nodes.get(i).map(|a| a.to_string()).unwrap_or_default(),
+                    outcome: self.outcome(i).clone(),
+                })
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(outcomes: &[NodeOutcome], quorum: usize, fail_fast: bool) -> Decision {
+        let until = if fail_fast {
+            Until::Decided
+        } else {
+            Until::AllIn
+        };
+        let mut r = Round::new(5, quorum, until);
+        for (i, o) in outcomes.iter().enumerate() {
+            r.record(i, o.clone());
+        }
+        r.decision()
+    }
+
+    use NodeOutcome::{Held, Ok as Y, Timeout};
+
+    #[test]
+    fn fail_fast_decides_at_the_third_vote_either_way() {
+        assert_eq!(round(&[Y, Y], 3, true), Decision::Open);
+        assert_eq!(round(&[Y, Y, Y], 3, true), Decision::Won);
+        assert_eq!(round(&[Held, Held], 3, true), Decision::Open);
+        assert_eq!(round(&[Held, Timeout, Held], 3, true), Decision::Lost);
+        assert_eq!(round(&[Y, Held, Y, Held], 3, true), Decision::Open);
+        assert_eq!(round(&[Y, Held, Y, Held, Y], 3, true), Decision::Won);
+        assert_eq!(round(&[Y, Held, Y, Held, Held], 3, true), Decision::Lost);
+    }
+
+    #[test]
+    fn without_fail_fast_every_vote_is_awaited() {
+        assert_eq!(round(&[Y, Y, Y], 3, false), Decision::Open);
+        assert_eq!(round(&[Held, Held, Held, Held], 3, false), Decision::Open);
+        assert_eq!(round(&[Y, Y, Y, Held, Y], 3, false), Decision::Won);
+        assert_eq!(round(&[Y, Y, Held, Held, Y], 3, false), Decision::Won);
+        assert_eq!(
+            round(&[Y, Y, Held, Held, Timeout], 3, false),
+            Decision::Lost
+        );
+    }
+
+    #[test]
+    fn a_node_votes_once_and_unknown_nodes_are_ignored() {
+        let mut r = Round::new(3, 2, Until::Decided);
+        r.record(0, Y);
+        r.record(0, Y);
+        r.record(7, Y);
+        assert_eq!(r.count(&Y), 1);
+        assert_eq!(r.decision(), Decision::Open);
+        assert!(!r.is_pending(0));
+        assert!(r.is_pending(1));
+        r.close(|_| NodeOutcome::Timeout);
+        assert_eq!(r.decision(), Decision::Lost);
+        assert_eq!(r.count(&NodeOutcome::Timeout), 2);
+    }
+
+    #[test]
+    fn counters_and_held_keys_come_from_counted_votes_only() {
+        let mut r = Round::new(5, 3, Until::Decided);
+        r.record_with(0, Y, Extra::Counter(7));
+        r.record_with(1, Y, Extra::Counter(12));
+        // A second vote from node 1 is ignored, its counter too.
+        r.record_with(1, Y, Extra::Counter(99));
+        r.record_with(2, Held, Extra::HeldKey(3));
+        r.record_with(3, Held, Extra::HeldKey(1));
+        assert_eq!(r.counter(), 12);
+        assert_eq!(r.held_key(), Some(1));
+        // A refusal's number is not a counter, a yes vote's key not a held one.
+        r.record_with(4, Held, Extra::Counter(1000));
+        assert_eq!(r.counter(), 12);
+    }
+
+    #[test]
+    fn quorum_of_all_nodes() {
+        let mut r = Round::new(3, 3, Until::Decided);
+        r.record(0, Y);
+        r.record(1, Y);
+        assert_eq!(r.decision(), Decision::Open);
+        r.record(2, Held);
+        assert_eq!(r.decision(), Decision::Lost);
+    }
+}

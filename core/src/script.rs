@@ -1,0 +1,124 @@
+//! The Lua scripts, and their SHA-1 digests.
+//!
+//! Each script takes the lock's resources as its keys (one for a plain lock, several for a lock
+//! over a set), and compares every key's value with the caller's token before it acts, atomically
+//! on the server. Their integer replies:
+//!
+//! | reply | [`ACQUIRE`]                      | [`RELEASE`]       | [`EXTEND`]          | [`FENCE`]              |
+//! |-------|----------------------------------|-------------------|---------------------|------------------------|
+//! | `n>0` | set; `n` is the fencing counter  |                   |                     |                        |
+//! | `1`   |                                  | all ours, deleted | all ours, ttl set   | all ours, counter >= t |
+//! | `0`   | set (unfenced)                   | one held by another (ours deleted) | one held by another | one held by another |
+//! | `-1`  |                                  | one gone (ours deleted) | one gone      | one gone               |
+//! | `-i`  | key `i` is held: nothing set     |                   |                     |                        |
+//!
+//! A plain single-resource lock is acquired with `SET key token NX PX ttl`, no script; the
+//! acquire script serves a lock over several resources, and fenced locks (it then also `INCR`s
+//! the fencing counter, given as the last key). The fence script is the second phase of a
+//! fenced acquisition: it raises the counter to the token the client chose, only while every
+//! resource still holds the caller's token. The argument for the two phases is in
+//! `docs/redlock.md`.
+//!
+//! They run as `EVALSHA <sha> <numkeys> <keys> <args>`. A server that answers `-NOSCRIPT`
+//! (restarted, or `SCRIPT FLUSH`ed) gets the same call as `EVAL <script> ...`, which runs it
+//! and caches it again: its connection sends it in place of the `EVALSHA` (`conn.rs`), whether
+//! or not the operation's round is still waiting for that node. The digests are constants; a
+//! test checks them against what `SCRIPT LOAD` returns from a real server.
+
+/// Acquire several keys, or acquire fenced: `SET` each of `KEYS[1..=n]` to `ARGV[1]` with `NX PX
+/// ARGV[2]`; at the first key `i` that exists, delete the ones this call set and return `-i`
+/// (all or nothing, atomically); else return `INCR` of `KEYS[n+1]` when it is given (fenced),
+/// `0` when not. `ARGV[3]` is `n`. (One `SET NX` per key, rather than checking every key
+/// first and then setting it: half the calls on the path that succeeds.)
+pub const ACQUIRE: &str = include_str!("scripts/acquire.lua");
+
+/// SHA-1 of [`ACQUIRE`], in lowercase hex, as `EVALSHA` takes it.
+pub const ACQUIRE_SHA1: &str = "fc1f70ab657ed9339b8f3a9f2484c8bf19d328ae";
+
+/// Compare-and-delete: `DEL` every key that holds `ARGV[1]`.
+pub const RELEASE: &str = include_str!("scripts/release.lua");
+
+/// SHA-1 of [`RELEASE`], in lowercase hex, as `EVALSHA` takes it.
+pub const RELEASE_SHA1: &str = "9afc0a0e3f1f16136e172c91da3b84502c5208a7";
+
+/// Compare-and-pexpire: if every key holds `ARGV[1]`, set each one's ttl to `ARGV[2]`
+/// milliseconds; otherwise change nothing.
+pub const EXTEND: &str = include_str!("scripts/extend.lua");
+
+/// SHA-1 of [`EXTEND`], in lowercase hex, as `EVALSHA` takes it.
+pub const EXTEND_SHA1: &str = "7c334e30b023b8d2a166458679b30d5b4dd4adae";
+
+/// The fencing write-back: if every key but the last holds `ARGV[1]`, raise the counter in the
+/// last key to `ARGV[2]` (never lower it), compared as the canonical decimal strings `INCR`
+/// writes, so that no precision is lost to Lua's numbers.
+pub const FENCE: &str = include_str!("scripts/fence.lua");
+
+/// SHA-1 of [`FENCE`], in lowercase hex, as `EVALSHA` takes it.
+pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
+
+/// The four scripts as a function library (`FUNCTION LOAD`, Redis 7+ and Valkey), for
+/// `Scripts::Function`: servers whose ACL denies `EVAL`/`EVALSHA` to the client's user. Each
+/// function's parameters are named `KEYS` and `ARGV`, so that the bodies are the scripts'
+/// own. The version in the names changes whenever a script does, so that clients of
+/// different versions never call each other's functions.
+pub const LIBRARY: &str = concat!(
+    "#!lua name=redlock_mux_v1\n",
+    "redis.register_function('redlock_mux_v1_acquire', function(KEYS, ARGV)\n",
+    include_str!("scripts/acquire.lua"),
+    "end)\n",
+    "redis.register_function('redlock_mux_v1_release', function(KEYS, ARGV)\n",
+    include_str!("scripts/release.lua"),
+    "end)\n",
+    "redis.register_function('redlock_mux_v1_extend', function(KEYS, ARGV)\n",
+    include_str!("scripts/extend.lua"),
+    "end)\n",
+    "redis.register_function('redlock_mux_v1_fence', function(KEYS, ARGV)\n",
+    include_str!("scripts/fence.lua"),
+    "end)\n",
+);
+
+/// The names of [`LIBRARY`]'s functions: acquire, release, extend, fence.
+pub const FUNCTIONS: [&str; 4] = [
+    "redlock_mux_v1_acquire",
+    "redlock_mux_v1_release",
+    "redlock_mux_v1_extend",
+    "redlock_mux_v1_fence",
+];
+
+/// Every script with its digest.
+pub const ALL: [(&str, &str); 4] = [
+    (ACQUIRE_SHA1, ACQUIRE),
+    (RELEASE_SHA1, RELEASE),
+    (EXTEND_SHA1, EXTEND),
+    (FENCE_SHA1, FENCE),
+];
+
+/// The name of the [`LIBRARY`] function that runs the script a digest names, if it is one of
+/// ours.
+pub fn function_by_digest(sha: &[u8]) -> Option<&'static str> {
+    ALL.iter()
+        .position(|(digest, _)| digest.as_bytes() == sha)
+        .and_then(|i| FUNCTIONS.get(i).copied())
+}
+
+/// The script a digest names, if it is one of ours.
+pub fn by_digest(sha: &[u8]) -> Option<&'static str> {
+    ALL.iter()
+        .find(|(digest, _)| digest.as_bytes() == sha)
+        .map(|(_, body)| *body)
+}
+
+/// Whether an error reply is the server saying it does not have the script cached.
+pub fn is_noscript(msg: &[u8]) -> bool {
+    msg.starts_with(b"NOSCRIPT")
+}
+
+/// Whether a reply is the error of an `FCALL` whose function is not loaded.
+pub fn is_no_function(reply: &resp::Frame) -> bool {
+    matches!(reply.without_attributes(), resp::Frame::Error(m) if m.starts_with(b"ERR Function not found"))
+}
+
+/// Whether a reply is a `NOSCRIPT` error.
+pub fn is_noscript_reply(reply: &resp::Frame) -> bool {
+    matches!(reply.without_attributes(), resp::Frame::Error(m) if is_noscript(m))
+}
