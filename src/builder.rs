@@ -134,7 +134,7 @@ impl<C> Builder<C> {
         self
     }
 
-    /// Whether locks carry a fencing token ([`Lock::fencing_token`](crate::Lock::fencing_token)),
+    /// Whether locks carry a fencing token ([`Lock::fencing_token`](redlock_core::Lock::fencing_token)),
     /// off by default.
     ///
     /// A fenced acquisition runs two rounds: the first sets the keys and, where a node sets

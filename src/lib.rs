@@ -38,7 +38,7 @@
 //!   `appendfsync always`, or keep a restarted master out for longer than the largest ttl.
 //! - A holder paused past its validity may act after another client took the lock. Check
 //!   [`Lock::validity`] before acting; where that is not enough, build the client with
-//!   [`Builder::fencing`]: each lock then carries a [`Lock::fencing_token`] that is strictly
+//!   [`Builder::fencing`]: each lock then carries a [`Lock::fencing_token`](redlock_core::Lock::fencing_token) that is strictly
 //!   greater than every earlier holder's, for the resource to check (masters must keep their
 //!   data across restarts for this).
 //! - [`Redlock::lock_many`] takes several resources as one lock: all of them or none.

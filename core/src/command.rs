@@ -9,7 +9,7 @@
 //! | extend    | `EVALSHA <extend> n keys.. token ttl`                | `:1`     | `:0` held, `:-1` gone |
 //!
 //! The engine encodes with [`Command::encode`] and judges replies with
-//! [`Command::judge_kind`]; nothing here knows about sockets.
+//! `Command::judge_kind`; nothing here knows about sockets.
 
 use bytes::BufMut;
 use resp::{Frame, IntBuf};

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use crate::error::{ConfigError, Error};
 use crate::lock::Lock;
 
-/// How a guard (the async [`LockGuard`](crate::LockGuard), the blocking
-/// [`BlockingGuard`](crate::BlockingGuard)) keeps its lock alive.
+/// How a guard (the async `redlock_mux::LockGuard`, the blocking
+/// `redlock_mux::BlockingGuard`) keeps its lock alive.
 ///
 /// By default: extend when less than half the ttl is left, and stop extending one hour after
 /// the guard started (the lock then runs out within one more ttl, and the guard reports
@@ -53,8 +53,8 @@ impl KeepAlive {
     /// Extend once the validity left falls below `fraction` of the ttl (clamped to
     /// [0.05, 0.95]). Lower leaves less slack for a slow extension. Whatever the fraction, an
     /// extension starts early enough for a round that takes the whole node timeout to end
-    /// before the loss deadline (see [`LockGuard`](crate::LockGuard) and
-    /// [`BlockingGuard`](crate::BlockingGuard)).
+    /// before the loss deadline (see `redlock_mux::LockGuard` and
+    /// `redlock_mux::BlockingGuard`).
     pub fn extend_when_left(mut self, fraction: f64) -> Self {
         self.threshold = if fraction.is_finite() {
             fraction.clamp(0.05, 0.95)

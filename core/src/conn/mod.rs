@@ -6,7 +6,7 @@
 //! queue's head. So a reply that arrives after its operation gave up on it (a timeout, or a
 //! round decided early) is matched to that old operation and dropped: it can never be taken
 //! for the answer to a later command. A reply with nothing owed, a protocol error, a failed
-//! login, or a queue grown past [`MAX_OWED`] means the connection can no longer be trusted:
+//! login, or a queue grown past [`MAX_OWED`](crate::engine::MAX_OWED) means the connection can no longer be trusted:
 //! the driver drops it and reconnects after a backoff.
 //!
 //! That matching rests on the transport: an ordered byte stream that loses nothing (TCP, TLS,
@@ -106,7 +106,7 @@ pub struct Reply<T> {
     pub(crate) again: Option<Box<Again>>,
 }
 
-/// An acquisition that may be sent again (see [`Reply::again`]).
+/// An acquisition that may be sent again (see `Reply::again`).
 #[derive(Debug, PartialEq)]
 pub struct Again {
     form: Sent,
@@ -385,7 +385,7 @@ impl<T> Conn<T> {
     /// or the function library) it is sent again in the next one, behind what was queued
     /// since, whether or not the operation's round is still open (a release or an extension
     /// must reach every node that holds the key, not only a quorum of them); its reply goes
-    /// to `tag` either way. An acquisition is the exception ([`Reply::again`]). A
+    /// to `tag` either way. An acquisition is the exception (`Reply::again`). A
     /// connection that is stuck takes nothing and hands the tag back.
     pub fn queue(
         &mut self,

@@ -75,7 +75,7 @@ impl<T> Conn<T> {
         ));
     }
 
-    /// Sends an acquisition again (see [`Reply::again`]): the engine calls this only while
+    /// Sends an acquisition again (see `Reply::again`): the engine calls this only while
     /// its round still waits for this node, when nothing of the same operation can be queued
     /// behind it yet.
     pub fn send_again(&mut self, tag: T, again: Again) {

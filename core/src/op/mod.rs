@@ -8,7 +8,7 @@
 //!
 //! | operation | its rounds |
 //! |---|---|
-//! | [`Acquire`] | acquire; fenced: the write-back; on failure: the release; between tries: a wait, or a watch, its read and a wait ([`retry`]) |
+//! | [`Acquire`] | acquire; fenced: the write-back; on failure: the release; between tries: a wait, or a watch, its read and a wait (`retry.rs`) |
 //! | [`Extend`]  | the extension, with the lock's validity capped before it goes out |
 //! | [`Release`] | the release |
 //! | [`Inspect`] | `GET`, then `PTTL` |
