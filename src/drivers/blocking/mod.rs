@@ -587,6 +587,9 @@ impl Redlock {
                 };
                 op.step(input, cfg, &mut cx)
             };
+            // Handed on as the step decides them (a wait is counted as it starts), not after
+            // its await: an async caller may go away during it.
+            crate::observe::events(cfg, &mut events);
             input = match step {
                 Step::Round(cmd, until) => Input::Round(self.submit(cmd, until)),
                 Step::Sleep(d) | Step::Jitter(d) => {
@@ -608,9 +611,7 @@ impl Redlock {
                 }
                 Step::Done => break,
             };
-            crate::observe::events(cfg, &mut events);
         }
-        crate::observe::events(cfg, &mut events);
         self.unwatch(watch);
         op.finish()
     }

@@ -269,6 +269,9 @@ impl AsyncRedlock {
                 };
                 op.step(input, cfg, &mut cx)
             };
+            // Handed on as the step decides them (a wait is counted as it starts), not after
+            // its await: an async caller may go away during it.
+            crate::observe::events(cfg, &mut events);
             input = match step {
                 // (A driver that is gone answers at once: the keys then expire.)
                 Step::Round(cmd, until) => {
@@ -307,9 +310,7 @@ impl AsyncRedlock {
                 }
                 Step::Done => break,
             };
-            crate::observe::events(cfg, &mut events);
         }
-        crate::observe::events(cfg, &mut events);
         run.finish()
     }
 
