@@ -65,6 +65,14 @@ impl Server {
         self != Server::Redis62
     }
 
+    /// Whether a read inside a script, on a connection whose reads are tracked, remembers
+    /// every key the script's command declared (Redis 6.2 and 7.0 take the keys of the
+    /// caller's command) rather than the key read (Valkey 9.1; Redis 8.4 assumed so, not
+    /// checked against a binary).
+    pub(crate) fn tracks_declared_script_keys(self) -> bool {
+        matches!(self, Server::Redis62 | Server::Redis70)
+    }
+
     /// `EVALSHA` of a digest the server does not have.
     pub(crate) fn noscript(self) -> &'static str {
         match self {

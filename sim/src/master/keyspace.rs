@@ -45,15 +45,25 @@ pub(crate) struct Ex {
     pub(crate) remember: bool,
     /// Keys this command invalidated for its own connection, pushed after its reply.
     pub(crate) pending: Vec<Bytes>,
+    /// While a script runs: the keys its command declared (`EVAL sha n keys...`).
+    pub(crate) script_keys: Option<Vec<Bytes>>,
 }
 
 impl Master {
     /// The live entry of `key`, for a command that reads it: expires it first, and remembers
-    /// the key for tracking (whether or not it exists).
+    /// the key for tracking (whether or not it exists). A read inside a script remembers, on
+    /// servers that do so, every key the script's command declared instead.
     pub(crate) fn read(&mut self, ex: &mut Ex, key: &Bytes) -> Option<Entry> {
         let e = self.lookup(ex, key);
         if ex.remember {
-            self.tracked.entry(key.clone()).or_default().insert(ex.conn);
+            let declared = ex
+                .script_keys
+                .as_ref()
+                .filter(|_| self.profile.server.tracks_declared_script_keys());
+            let keys = declared.map_or(std::slice::from_ref(key), |k| &k[..]);
+            for k in keys {
+                self.tracked.entry(k.clone()).or_default().insert(ex.conn);
+            }
         }
         e
     }

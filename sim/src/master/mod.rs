@@ -212,6 +212,7 @@ impl Master {
             now,
             remember: conn.remembers(),
             pending: Vec::new(),
+            script_keys: None,
         };
         let reply = commands::dispatch(self, &mut ex, args);
         let Some(conn) = self.conns.get_mut(&id) else {

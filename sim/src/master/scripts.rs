@@ -170,6 +170,7 @@ fn run(
     keys: &[Bytes],
     argv: &[Bytes],
 ) -> Reply {
+    ex.script_keys = Some(keys.to_vec());
     let result = match script {
         Some(Script::Acquire) => acquire(m, ex, keys, argv),
         Some(Script::Release) => release(m, ex, keys, argv),
@@ -177,6 +178,7 @@ fn run(
         Some(Script::Fence) => fence(m, ex, keys, argv),
         None => Err(Stop::Unsimulated),
     };
+    ex.script_keys = None;
     match result {
         Ok(n) => Reply::Int(lua_number(n)),
         Err(Stop::Call(msg, line)) => Reply::Error(m.profile.server.script_error(&msg, &by, line)),

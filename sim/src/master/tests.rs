@@ -592,3 +592,27 @@ fn random_bytes_never_panic() {
         frames(&m.take_output(c));
     }
 }
+
+#[test]
+fn a_scripts_read_tracks_its_declared_keys_on_redis_7_0_and_the_read_key_on_valkey() {
+    for (profile, pushed) in [
+        (Profile::redis_7_0(), vec!["a", "b"]),
+        (Profile::valkey_9_1(), vec!["a"]),
+    ] {
+        let mut m = Master::new(profile);
+        let t = m.connect();
+        call(&mut m, t, &[b"HELLO", b"3"], 0);
+        one(&mut m, t, &[b"CLIENT", b"TRACKING", b"ON", b"OPTIN"], 0);
+        one(&mut m, t, &[b"SET", b"a", b"other"], 0);
+        // The extend script reads `a`, finds another token, and stops before `b`.
+        one(&mut m, t, &[b"CLIENT", b"CACHING", b"YES"], 0);
+        let (_, extend) = script::ALL[2];
+        let run: &[&[u8]] = &[b"EVAL", extend.as_bytes(), b"2", b"a", b"b", b"t", b"100"];
+        assert_eq!(one(&mut m, t, run, 0), Frame::Integer(0));
+        let w = m.connect();
+        one(&mut m, w, &[b"SET", b"a", b"x"], 0);
+        one(&mut m, w, &[b"SET", b"b", b"x"], 0);
+        let want: Vec<Frame> = pushed.into_iter().map(invalidation).collect();
+        assert_eq!(frames(&m.take_output(t)), want);
+    }
+}

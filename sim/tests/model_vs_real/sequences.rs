@@ -233,6 +233,10 @@ impl Gen<'_> {
         }
         let i = which as usize;
         let (sha, text) = script::ALL[i];
+        if self.rng.chance(15) {
+            // The keys a script reads are tracked too, after CACHING YES.
+            self.push(Kind::Exact, &[b"CLIENT", b"CACHING", b"YES"]);
+        }
         let numkeys = keys.len().to_string().into_bytes();
         let mut args: Vec<&[u8]> = match self.rng.below(3) {
             0 => vec![b"EVALSHA", sha.as_bytes()],
@@ -293,9 +297,11 @@ impl Gen<'_> {
     fn login(&mut self) {
         let pass: &[u8] = if self.rng.chance(15) { b"wrong" } else { b"pw" };
         let i = self.rng.below(self.users.list.len() + 1);
-        match self.users.list.get(i) {
-            Some((name, ..)) => self.push(Kind::Exact, &[b"AUTH", name.as_bytes(), pass]),
-            None => self.push(Kind::Exact, &[b"AUTH", b"default", pass]),
+        let name = self.users.list.get(i).map_or("default", |u| u.0).as_bytes();
+        match self.rng.below(4) {
+            0 => self.push(Kind::Hello, &[b"HELLO", b"3", b"AUTH", name, pass]),
+            1 => self.push(Kind::Hello, &[b"HELLO", b"2", b"AUTH", name, pass]),
+            _ => self.push(Kind::Exact, &[b"AUTH", name, pass]),
         }
     }
 }
@@ -335,10 +341,23 @@ pub(crate) fn sequence(index: u64, users: &Users) -> Sequence {
         g.push(Kind::Exact, &[b"CLIENT", b"TRACKING", b"ON", b"OPTIN"]);
     }
     if g.rng.chance(25) {
-        // A counter already high (as the fence script leaves it), up to the edge of `INCR`.
-        let value = g.rng.pick(&FENCE_VALUES).as_bytes().to_vec();
-        let counter = g.counter.clone();
+        // A counter already high (as the fence script leaves it), up to the edge of `INCR`,
+        // and a fenced acquisition of a free key that increments it.
+        let value = g.rng.pick(&FENCE_VALUES[4..]).as_bytes().to_vec();
+        let (counter, key) = (g.counter.clone(), g.keys[0].clone());
         g.push(Kind::Exact, &[b"SET", &counter, &value]);
+        let (_, text) = script::ALL[0];
+        let acquire: &[&[u8]] = &[
+            b"EVAL",
+            text.as_bytes(),
+            b"2",
+            &key,
+            &counter,
+            b"t",
+            b"60000",
+            b"1",
+        ];
+        g.push(Kind::Exact, acquire);
     }
     let len = g.rng.range(20, 50) as usize;
     while g.steps.len() < len {
