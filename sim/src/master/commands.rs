@@ -1,0 +1,170 @@
+//! The command table, and the checks every command passes before it runs, in Redis' order:
+//! the command exists (on this server kind), the subcommand exists, the number of arguments,
+//! the connection is logged in, the user's ACL allows it.
+
+use bytes::Bytes;
+
+use super::conn::Login;
+use super::keyspace::Ex;
+use super::reply::Reply;
+use super::{scripts, session, strings, Master};
+use crate::profile::{Server, User};
+
+/// One command: its name, arity (Redis' convention: `n` exactly, `-n` at least), its
+/// subcommands with theirs, whether it runs before login, and the servers that have it.
+struct Spec {
+    name: &'static str,
+    arity: i32,
+    subs: &'static [(&'static str, i32)],
+    no_auth: bool,
+    has: fn(Server) -> bool,
+}
+
+fn everywhere(_: Server) -> bool {
+    true
+}
+
+const fn cmd(name: &'static str, arity: i32) -> Spec {
+    Spec {
+        name,
+        arity,
+        subs: &[],
+        no_auth: false,
+        has: everywhere,
+    }
+}
+
+const TABLE: &[Spec] = &[
+    cmd("get", 2),
+    cmd("set", -3),
+    cmd("pttl", 2),
+    cmd("del", -2),
+    cmd("incr", 2),
+    cmd("pexpire", -3),
+    cmd("ping", -1),
+    cmd("select", 2),
+    cmd("eval", -3),
+    cmd("evalsha", -3),
+    Spec {
+        has: Server::has_functions,
+        ..cmd("fcall", -3)
+    },
+    Spec {
+        has: Server::has_delifeq,
+        ..cmd("delifeq", 3)
+    },
+    Spec {
+        has: Server::has_delex,
+        ..cmd("delex", -2)
+    },
+    Spec {
+        no_auth: true,
+        ..cmd("auth", -2)
+    },
+    Spec {
+        no_auth: true,
+        ..cmd("hello", -1)
+    },
+    Spec {
+        subs: &[("load", 3), ("flush", -2)],
+        ..cmd("script", -2)
+    },
+    Spec {
+        subs: &[("load", -3), ("flush", -2)],
+        has: Server::has_functions,
+        ..cmd("function", -2)
+    },
+    Spec {
+        subs: &[("tracking", -3), ("caching", 3), ("id", 2)],
+        ..cmd("client", -2)
+    },
+    Spec {
+        subs: &[("get", -3)],
+        ..cmd("config", -2)
+    },
+];
+
+fn arity_ok(arity: i32, argc: usize) -> bool {
+    let argc = i64::try_from(argc).unwrap_or(i64::MAX);
+    let arity = i64::from(arity);
+    if arity >= 0 {
+        argc == arity
+    } else {
+        argc >= -arity
+    }
+}
+
+/// Runs one command (`args` is never empty) and returns its reply.
+pub(crate) fn dispatch(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
+    let server = m.profile.server;
+    let name = args[0].to_ascii_lowercase();
+    let Some(spec) = TABLE
+        .iter()
+        .find(|s| s.name.as_bytes() == name && (s.has)(server))
+    else {
+        return Reply::Error(server.unknown_command(&args[0], &args[1..]));
+    };
+    let mut fullname = spec.name.to_string();
+    let mut arity = spec.arity;
+    let mut sub = None;
+    if let (false, Some(given)) = (spec.subs.is_empty(), args.get(1)) {
+        let lower = given.to_ascii_lowercase();
+        match spec.subs.iter().find(|(n, _)| n.as_bytes() == lower) {
+            Some((n, a)) => {
+                fullname = format!("{}|{n}", spec.name);
+                arity = *a;
+                sub = Some(*n);
+            }
+            None => return Reply::Error(server.unknown_subcommand(spec.name, given)),
+        }
+    }
+    if !arity_ok(arity, args.len()) {
+        let given = sub.and(args.get(1)).map(|b| &b[..]);
+        return Reply::Error(server.arity(&fullname, given));
+    }
+    match m.user(ex) {
+        None if !spec.no_auth => return Reply::err("NOAUTH Authentication required."),
+        Some(user) if user.denied.denies(spec.name) => {
+            return Reply::Error(server.noperm(&user.name, &fullname));
+        }
+        _ => {}
+    }
+    run(m, ex, spec.name, sub, args)
+}
+
+/// Runs a command that passed the checks.
+fn run(m: &mut Master, ex: &mut Ex, name: &str, sub: Option<&str>, args: &[Bytes]) -> Reply {
+    let done = |r: Result<Reply, String>| r.unwrap_or_else(Reply::Error);
+    match (name, sub) {
+        ("get", _) => strings::get(m, ex, &args[1]),
+        ("set", _) => done(strings::set(m, ex, args)),
+        ("pttl", _) => strings::pttl(m, ex, &args[1]),
+        ("del", _) => strings::del(m, ex, &args[1..]),
+        ("incr", _) => done(strings::incr(m, ex, &args[1]).map(Reply::Int)),
+        ("pexpire", _) => done(strings::pexpire(m, ex, args).map(Reply::Int)),
+        ("delifeq", _) => strings::delifeq(m, ex, &args[1], &args[2]),
+        ("delex", _) => done(strings::delex(m, ex, args)),
+        ("ping", _) => session::ping(args),
+        ("select", _) => session::select(m, ex, &args[1]),
+        ("auth", _) => session::auth(m, ex, args),
+        ("hello", _) => session::hello(m, ex, args),
+        ("client", Some(sub)) => session::client(m, ex, sub, args),
+        ("config", _) => session::config_get(m, ex, &args[2..]),
+        ("eval", _) => scripts::eval(m, ex, args),
+        ("evalsha", _) => scripts::evalsha(m, ex, args),
+        ("fcall", _) => scripts::fcall(m, ex, args),
+        ("script", Some(sub)) => scripts::script(m, sub, args),
+        ("function", Some(sub)) => scripts::function(m, sub, args),
+        _ => Reply::err(format!("ERR sim: {name} is not simulated")),
+    }
+}
+
+impl Master {
+    /// The user the command's connection is logged in as, if it is.
+    pub(crate) fn user(&self, ex: &Ex) -> Option<&User> {
+        match self.conns.get(&ex.conn)?.login? {
+            Login::Default => Some(&self.profile.default_user),
+            Login::User(i) => self.profile.users.get(i),
+        }
+    }
+}

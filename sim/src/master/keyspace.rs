@@ -1,0 +1,135 @@
+//! Keys, values and expiry on the master's own clock, and the invalidations that writes and
+//! expiries send to tracking connections.
+//!
+//! Expiry is lazy, at access, as Redis' own (its active expiry only deletes earlier what no
+//! command could read anyway): a key whose deadline `now` has passed (`now > expire_at`) is
+//! deleted by the first command that looks it up, which invalidates it as a write would.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+use super::reply::encode_invalidation;
+use super::{ConnId, Master};
+
+/// A string value and its deadline on the master's clock, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) value: Bytes,
+    pub(crate) expire_at: Option<u64>,
+}
+
+impl Entry {
+    pub(crate) fn expired(&self, now: u64) -> bool {
+        self.expire_at.is_some_and(|at| now > at)
+    }
+}
+
+/// Every database's keys.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Keyspace {
+    pub(crate) dbs: BTreeMap<u32, BTreeMap<Bytes, Entry>>,
+}
+
+/// Which connections remembered which keys (one table for every database, as Redis keeps).
+pub(crate) type Tracked = BTreeMap<Bytes, BTreeSet<ConnId>>;
+
+/// The command being run: its connection, database and time, and the invalidations owed to
+/// its own connection after its reply.
+#[derive(Debug)]
+pub(crate) struct Ex {
+    pub(crate) conn: ConnId,
+    pub(crate) db: u32,
+    pub(crate) now: u64,
+    /// Keys read by this command are remembered for its connection's tracking.
+    pub(crate) remember: bool,
+    /// Keys this command invalidated for its own connection, pushed after its reply.
+    pub(crate) pending: Vec<Bytes>,
+    /// While a script runs: the keys its command declared (`EVAL sha n keys...`).
+    pub(crate) script_keys: Option<Vec<Bytes>>,
+}
+
+impl Master {
+    /// The live entry of `key`, for a command that reads it: expires it first, and remembers
+    /// the key for tracking (whether or not it exists). A read inside a script remembers, on
+    /// servers that do so, every key the script's command declared instead.
+    pub(crate) fn read(&mut self, ex: &mut Ex, key: &Bytes) -> Option<Entry> {
+        let e = self.lookup(ex, key);
+        if ex.remember {
+            let declared = ex
+                .script_keys
+                .as_ref()
+                .filter(|_| self.profile.server.tracks_declared_script_keys());
+            let keys = declared.map_or(std::slice::from_ref(key), |k| &k[..]);
+            for k in keys {
+                self.tracked.entry(k.clone()).or_default().insert(ex.conn);
+            }
+        }
+        e
+    }
+
+    /// The live entry of `key`, for a command that may write it: expires it first.
+    pub(crate) fn lookup(&mut self, ex: &mut Ex, key: &Bytes) -> Option<Entry> {
+        let db = self.keys.dbs.get_mut(&ex.db)?;
+        match db.get(key) {
+            Some(e) if e.expired(ex.now) => {
+                db.remove(key);
+                self.invalidate(ex, key);
+                None
+            }
+            other => other.cloned(),
+        }
+    }
+
+    /// Stores `entry` under `key`, a write.
+    pub(crate) fn store(&mut self, ex: &mut Ex, key: &Bytes, entry: Entry) {
+        self.keys
+            .dbs
+            .entry(ex.db)
+            .or_default()
+            .insert(key.clone(), entry);
+        self.invalidate(ex, key);
+    }
+
+    /// Deletes `key` (after [`lookup`](Master::lookup)); whether it was there.
+    pub(crate) fn remove(&mut self, ex: &mut Ex, key: &Bytes) -> bool {
+        let gone = self
+            .keys
+            .dbs
+            .get_mut(&ex.db)
+            .and_then(|db| db.remove(key))
+            .is_some();
+        if gone {
+            self.invalidate(ex, key);
+        }
+        gone
+    }
+
+    /// Tells every connection that remembered `key` that it changed, and forgets them: at
+    /// once, or, for the connection running the command, after its reply where the server
+    /// does so.
+    pub(crate) fn invalidate(&mut self, ex: &mut Ex, key: &Bytes) {
+        let Some(targets) = self.tracked.remove(key) else {
+            return;
+        };
+        let defer = self.profile.server.defers_own_invalidations();
+        for id in targets {
+            let Some(conn) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            let Some(t) = conn.tracking else {
+                continue;
+            };
+            if id == ex.conn && t.noloop {
+                continue;
+            }
+            if id == ex.conn && defer {
+                ex.pending.push(key.clone());
+            } else if conn.resp3 && !conn.closed {
+                // RESP2 without a redirection has nowhere to send it: Redis sends nothing.
+                encode_invalidation(key, &mut conn.out);
+                conn.check_output();
+            }
+        }
+    }
+}

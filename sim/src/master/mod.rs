@@ -1,0 +1,273 @@
+//! The simulated Redis master, sans I/O.
+//!
+//! A connection is opened with [`Master::connect`]; its bytes go in with [`Master::feed`],
+//! split anywhere (a partial command waits for the rest), each call with the master's clock
+//! `now_ms`; what the server writes back comes out of [`Master::take_output`]: the replies,
+//! in RESP2 or RESP3 as the connection negotiated with `HELLO`, and the invalidation pushes
+//! of client-side tracking, on the connections that asked for them. A connection the master
+//! closes (bytes that are not RESP, a limit passed) says so by [`Master::is_closed`] after its
+//! last bytes are taken. [`Master::crash`] restarts the server, with or without its data.
+//!
+//! Everything is deterministic: the same calls give the same bytes.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use resp::Frame;
+
+use crate::profile::Profile;
+
+mod commands;
+mod conn;
+mod keyspace;
+mod reply;
+mod scripts;
+mod session;
+mod strings;
+#[cfg(test)]
+mod tests;
+
+use conn::{Conn, Login};
+use keyspace::{Ex, Keyspace, Tracked};
+use reply::Reply;
+
+pub use conn::{MAX_ARGS, MAX_ARG_LEN, MAX_OUTPUT, MAX_QUERY};
+pub use scripts::Library;
+
+/// A connection to a [`Master`]; never reused, also across a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(pub u64);
+
+/// A simulated Redis (or Valkey) master.
+#[derive(Debug)]
+pub struct Master {
+    profile: Profile,
+    conns: BTreeMap<ConnId, Conn>,
+    keys: Keyspace,
+    /// The script cache: digest to the script it runs (`None`: a text this simulation does
+    /// not model, cached all the same).
+    scripts: BTreeMap<String, Option<crate::scripts::Script>>,
+    /// Function libraries by name.
+    libraries: BTreeMap<String, Library>,
+    tracked: Tracked,
+    next_id: u64,
+}
+
+impl Master {
+    /// A master with `profile`, empty, no connection.
+    pub fn new(profile: Profile) -> Master {
+        Master {
+            profile,
+            conns: BTreeMap::new(),
+            keys: Keyspace::default(),
+            scripts: BTreeMap::new(),
+            libraries: BTreeMap::new(),
+            tracked: Tracked::new(),
+            next_id: 1,
+        }
+    }
+
+    /// Its profile.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// Opens a connection: RESP2, database 0, logged in as the default user unless it has a
+    /// password.
+    pub fn connect(&mut self) -> ConnId {
+        let id = ConnId(self.next_id);
+        self.next_id += 1;
+        let login = self
+            .profile
+            .default_user
+            .password
+            .is_none()
+            .then_some(Login::Default);
+        self.conns.insert(id, Conn::new(login));
+        id
+    }
+
+    /// Bytes from the client on `conn`, at `now_ms` on the master's clock: every whole
+    /// command among what has arrived is run, in order. `false` if the connection is closed
+    /// or unknown (the bytes are dropped, as a closed socket's would be).
+    pub fn feed(&mut self, conn: ConnId, bytes: &[u8], now_ms: u64) -> bool {
+        match self.conns.get_mut(&conn) {
+            Some(c) if !c.closed => c.inb.extend_from_slice(bytes),
+            _ => return false,
+        }
+        while let Some(args) = self.next_command(conn) {
+            self.execute(conn, &args, now_ms);
+        }
+        true
+    }
+
+    /// The bytes the master has written on `conn` since the last call (empty for an unknown
+    /// connection).
+    pub fn take_output(&mut self, conn: ConnId) -> Bytes {
+        self.conns
+            .get_mut(&conn)
+            .map(|c| c.out.split().freeze())
+            .unwrap_or_default()
+    }
+
+    /// Whether the master has closed `conn` (or never had it, or crashed since): once its
+    /// output is taken, the client sees the connection end.
+    pub fn is_closed(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_none_or(|c| c.closed)
+    }
+
+    /// The client closed `conn`: its state goes, its unsent output with it.
+    pub fn close(&mut self, conn: ConnId) {
+        self.conns.remove(&conn);
+    }
+
+    /// The server crashes and restarts: every connection is dropped (unsent output lost), the
+    /// script cache is empty, no key is tracked. With `keep_data` the keys (with their
+    /// deadlines, which are absolute on the master's clock) and the function libraries
+    /// survive, as with an append-only file synced on every write; without, the server starts
+    /// empty.
+    pub fn crash(&mut self, keep_data: bool) {
+        self.conns.clear();
+        self.tracked.clear();
+        self.scripts.clear();
+        if !keep_data {
+            self.keys = Keyspace::default();
+            self.libraries.clear();
+        }
+    }
+
+    /// The value of `key` in database `db` at `now_ms`, without any effect (no expiry, no
+    /// tracking): for checkers.
+    pub fn peek(&self, db: u32, key: &[u8], now_ms: u64) -> Option<&Bytes> {
+        let e = self.keys.dbs.get(&db)?.get(key)?;
+        (!e.expired(now_ms)).then_some(&e.value)
+    }
+
+    /// What `PTTL key` would answer in database `db` at `now_ms`, without any effect: -2 no
+    /// key, -1 no deadline, else the milliseconds left.
+    pub fn peek_pttl(&self, db: u32, key: &[u8], now_ms: u64) -> i64 {
+        match self.keys.dbs.get(&db).and_then(|d| d.get(key)) {
+            Some(e) if !e.expired(now_ms) => pttl_of(e, now_ms),
+            _ => -2,
+        }
+    }
+
+    /// How many connections are open.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// The next whole command on `conn`, if one has arrived; closes the connection on bytes
+    /// that are not a command.
+    fn next_command(&mut self, id: ConnId) -> Option<Vec<Bytes>> {
+        let conn = self.conns.get_mut(&id)?;
+        loop {
+            if conn.closed {
+                return None;
+            }
+            let frame = match conn.decoder.decode(&mut conn.inb) {
+                Ok(Some(f)) => f,
+                Ok(None) => {
+                    if conn.inb.len() > MAX_QUERY {
+                        conn.close_with(None);
+                    }
+                    return None;
+                }
+                Err(e) => {
+                    let msg = format!("ERR Protocol error: {}", e.kind());
+                    conn.close_with(Some(&Reply::Error(msg)));
+                    return None;
+                }
+            };
+            match frame {
+                // Redis skips an empty or null multibulk.
+                Frame::NullArray => continue,
+                Frame::Array(items) if items.is_empty() => continue,
+                Frame::Array(items) => match bulk_args(items) {
+                    Ok(args) => return Some(args),
+                    Err(got) => {
+                        let msg = format!("ERR Protocol error: expected '$', got '{got}'");
+                        conn.close_with(Some(&Reply::Error(msg)));
+                        return None;
+                    }
+                },
+                _ => {
+                    let msg = "ERR Protocol error: inline commands are not simulated";
+                    conn.close_with(Some(&Reply::err(msg)));
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Runs one command on `id` and writes its reply, then the invalidations it owes its own
+    /// connection.
+    fn execute(&mut self, id: ConnId, args: &[Bytes], now: u64) {
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        let mut ex = Ex {
+            conn: id,
+            db: conn.db,
+            now,
+            remember: conn.remembers(),
+            pending: Vec::new(),
+            script_keys: None,
+        };
+        let reply = commands::dispatch(self, &mut ex, args);
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        // `CLIENT CACHING` applies to the one command after it.
+        if !args[0].eq_ignore_ascii_case(b"client") {
+            conn.caching = false;
+        }
+        reply.encode(conn.resp3, &mut conn.out);
+        if conn.resp3 && conn.tracking.is_some() {
+            for key in &ex.pending {
+                reply::encode_invalidation(key, &mut conn.out);
+            }
+        }
+        conn.check_output();
+    }
+}
+
+/// A command's arguments, or the type byte of the first that is not a bulk string.
+fn bulk_args(items: Vec<Frame>) -> Result<Vec<Bytes>, char> {
+    items
+        .into_iter()
+        .map(|f| match f {
+            Frame::Bulk(b) => Ok(b),
+            other => Err(type_byte(&other)),
+        })
+        .collect()
+}
+
+/// The RESP type byte a frame starts with.
+fn type_byte(f: &Frame) -> char {
+    match f {
+        Frame::Simple(_) => '+',
+        Frame::Error(_) => '-',
+        Frame::Integer(_) => ':',
+        Frame::Bulk(_) | Frame::NullBulk | Frame::StreamedString(_) => '$',
+        Frame::NullArray | Frame::Array(_) => '*',
+        Frame::Null => '_',
+        Frame::Boolean(_) => '#',
+        Frame::Double(_) => ',',
+        Frame::BigNumber(_) => '(',
+        Frame::BulkError(_) => '!',
+        Frame::Verbatim { .. } => '=',
+        Frame::Set(_) => '~',
+        Frame::Map(_) => '%',
+        Frame::Push(_) => '>',
+        Frame::Attribute { .. } => '|',
+    }
+}
+
+/// `PTTL` of a live entry at `now`.
+fn pttl_of(e: &keyspace::Entry, now: u64) -> i64 {
+    match e.expire_at {
+        None => -1,
+        Some(at) => i64::try_from(at.saturating_sub(now)).unwrap_or(i64::MAX),
+    }
+}

@@ -1,0 +1,310 @@
+//! `EVAL`, `EVALSHA`, `FCALL`, `SCRIPT LOAD|FLUSH` and `FUNCTION LOAD|FLUSH`, and the
+//! project's scripts run natively: each does the `redis.call`s its Lua does, in the same
+//! order, through the same commands (so expiry, invalidations and errors are the commands'
+//! own), and returns what the Lua returns.
+//!
+//! As in Redis, a script's writes before an error stay; a failed `redis.call` becomes the
+//! script's error, named as the server names it (digest or function, and the line).
+
+use bytes::Bytes;
+
+use super::keyspace::Ex;
+use super::reply::Reply;
+use super::strings::{self, parse_i64, NOT_AN_INTEGER};
+use super::Master;
+use crate::profile::ScriptName;
+use crate::scripts::{by_digest, parse_library, Script};
+use crate::sha1::sha1_hex;
+
+/// A loaded function library: its functions, by name, with the script each runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Library {
+    /// The functions, in the order the code registers them.
+    pub functions: Vec<(String, Script)>,
+}
+
+/// Why a script stopped: a `redis.call` failed (its error, at a line of the script), or it
+/// was called with arguments the project never sends, which this simulation does not run.
+enum Stop {
+    Call(String, u32),
+    Unsimulated,
+}
+
+/// The keys and arguments of `EVAL`/`EVALSHA`/`FCALL` (`args[2]` is the key count).
+fn keys_and_args(args: &[Bytes], bad_count: &str) -> Result<(Vec<Bytes>, Vec<Bytes>), Reply> {
+    let n = parse_i64(&args[2]).ok_or_else(|| Reply::err(bad_count))?;
+    let rest = &args[3..];
+    if n > i64::try_from(rest.len()).unwrap_or(i64::MAX) {
+        return Err(Reply::err(
+            "ERR Number of keys can't be greater than number of args",
+        ));
+    }
+    let n = usize::try_from(n).map_err(|_| Reply::err("ERR Number of keys can't be negative"))?;
+    Ok((rest[..n].to_vec(), rest[n..].to_vec()))
+}
+
+pub(crate) fn eval(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
+    let (keys, argv) = match keys_and_args(args, NOT_AN_INTEGER) {
+        Ok(ka) => ka,
+        Err(r) => return r,
+    };
+    let sha = sha1_hex(&args[1]);
+    let script = by_digest(&sha);
+    m.scripts.insert(sha.clone(), script);
+    run(m, ex, script, ScriptName::Eval(&sha), &keys, &argv)
+}
+
+pub(crate) fn evalsha(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
+    let (keys, argv) = match keys_and_args(args, NOT_AN_INTEGER) {
+        Ok(ka) => ka,
+        Err(r) => return r,
+    };
+    let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    match m.scripts.get(&sha) {
+        Some(script) => {
+            let script = *script;
+            run(m, ex, script, ScriptName::Eval(&sha), &keys, &argv)
+        }
+        None => Reply::err(m.profile.server.noscript()),
+    }
+}
+
+pub(crate) fn fcall(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
+    let name = String::from_utf8_lossy(&args[1]).into_owned();
+    let found = m.libraries.values().find_map(|lib| {
+        lib.functions
+            .iter()
+            .find(|(f, _)| f.eq_ignore_ascii_case(&name))
+            .cloned()
+    });
+    let Some((fname, script)) = found else {
+        return Reply::err("ERR Function not found");
+    };
+    let (keys, argv) = match keys_and_args(args, "ERR Bad number of keys provided") {
+        Ok(ka) => ka,
+        Err(r) => return r,
+    };
+    run(
+        m,
+        ex,
+        Some(script),
+        ScriptName::Function(&fname),
+        &keys,
+        &argv,
+    )
+}
+
+/// `SCRIPT LOAD text` (its digest; cached whatever the text) and `SCRIPT FLUSH [ASYNC|SYNC]`.
+pub(crate) fn script(m: &mut Master, sub: &str, args: &[Bytes]) -> Reply {
+    match sub {
+        "load" => {
+            let sha = sha1_hex(&args[2]);
+            m.scripts.insert(sha.clone(), by_digest(&sha));
+            Reply::bulk(sha)
+        }
+        _ => {
+            if !flush_mode_ok(args) {
+                return Reply::err("ERR SCRIPT FLUSH only support SYNC|ASYNC option");
+            }
+            m.scripts.clear();
+            Reply::OK
+        }
+    }
+}
+
+fn flush_mode_ok(args: &[Bytes]) -> bool {
+    match args {
+        [_, _] => true,
+        [_, _, mode] => mode.eq_ignore_ascii_case(b"async") || mode.eq_ignore_ascii_case(b"sync"),
+        _ => false,
+    }
+}
+
+/// `FUNCTION LOAD [REPLACE] code` and `FUNCTION FLUSH [ASYNC|SYNC]`.
+pub(crate) fn function(m: &mut Master, sub: &str, args: &[Bytes]) -> Reply {
+    if sub == "flush" {
+        if !flush_mode_ok(args) {
+            return Reply::err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option");
+        }
+        m.libraries.clear();
+        return Reply::OK;
+    }
+    let mut replace = false;
+    for opt in &args[2..args.len() - 1] {
+        if !opt.eq_ignore_ascii_case(b"replace") {
+            let opt = String::from_utf8_lossy(opt);
+            return Reply::err(format!("ERR Unknown option given: {opt}"));
+        }
+        replace = true;
+    }
+    let code = &args[args.len() - 1];
+    let (name, functions) = match parse_library(code) {
+        Ok(lib) => lib,
+        Err(why) => return Reply::err(format!("ERR {why}")),
+    };
+    if m.libraries.contains_key(&name) && !replace {
+        return Reply::err(format!("ERR Library '{name}' already exists"));
+    }
+    for (other, lib) in &m.libraries {
+        if *other == name {
+            continue;
+        }
+        if let Some((f, _)) = lib
+            .functions
+            .iter()
+            .find(|(f, _)| functions.iter().any(|(g, _)| g.eq_ignore_ascii_case(f)))
+        {
+            return Reply::err(format!("ERR Function {f} already exists"));
+        }
+    }
+    m.libraries.insert(name.clone(), Library { functions });
+    Reply::bulk(name)
+}
+
+/// Runs `script` (`None`: a text not simulated) named `by`, and returns its reply.
+fn run(
+    m: &mut Master,
+    ex: &mut Ex,
+    script: Option<Script>,
+    by: ScriptName<'_>,
+    keys: &[Bytes],
+    argv: &[Bytes],
+) -> Reply {
+    ex.script_keys = Some(keys.to_vec());
+    let result = match script {
+        Some(Script::Acquire) => acquire(m, ex, keys, argv),
+        Some(Script::Release) => release(m, ex, keys, argv),
+        Some(Script::Extend) => extend(m, ex, keys, argv),
+        Some(Script::Fence) => fence(m, ex, keys, argv),
+        None => Err(Stop::Unsimulated),
+    };
+    ex.script_keys = None;
+    match result {
+        Ok(n) => Reply::Int(lua_number(n)),
+        Err(Stop::Call(msg, line)) => Reply::Error(m.profile.server.script_error(&msg, &by, line)),
+        Err(Stop::Unsimulated) => Reply::err("ERR sim: a script or arguments not simulated"),
+    }
+}
+
+/// What an integer becomes on its way through Lua and back: a double (exact to 2^53), then
+/// converted as x86-64 does (`cvttsd2si`: out of range gives `i64::MIN`).
+fn lua_number(n: i64) -> i64 {
+    let f = n as f64;
+    if f >= 9_223_372_036_854_775_808.0 {
+        i64::MIN
+    } else {
+        f as i64
+    }
+}
+
+/// `GET` from a script: the value, or `false` (`None`).
+fn script_get(m: &mut Master, ex: &mut Ex, key: &Bytes) -> Option<Bytes> {
+    m.read(ex, key).map(|e| e.value)
+}
+
+/// `acquire.lua`.
+fn acquire(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result<i64, Stop> {
+    let [token, ttl, n, ..] = argv else {
+        return Err(Stop::Unsimulated);
+    };
+    let n = parse_i64(n)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| *n <= keys.len())
+        .ok_or(Stop::Unsimulated)?;
+    for (i, key) in keys[..n].iter().enumerate() {
+        let set = [
+            Bytes::from_static(b"SET"),
+            key.clone(),
+            token.clone(),
+            Bytes::from_static(b"NX"),
+            Bytes::from_static(b"PX"),
+            ttl.clone(),
+        ];
+        match strings::set(m, ex, &set) {
+            Ok(Reply::Null) => {
+                for k in &keys[..i] {
+                    strings::del(m, ex, std::slice::from_ref(k));
+                }
+                return Ok(-i64::try_from(i).unwrap_or(i64::MAX) - 1);
+            }
+            Ok(_) => {}
+            Err(msg) => return Err(Stop::Call(msg, 3)),
+        }
+    }
+    match keys.get(n) {
+        Some(counter) => strings::incr(m, ex, counter).map_err(|msg| Stop::Call(msg, 8)),
+        None => Ok(0),
+    }
+}
+
+/// `release.lua`.
+fn release(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result<i64, Stop> {
+    let token = argv.first();
+    let (mut held, mut gone) = (false, false);
+    for key in keys {
+        match script_get(m, ex, key) {
+            Some(v) if Some(&v) == token => {
+                strings::del(m, ex, std::slice::from_ref(key));
+            }
+            None => gone = true,
+            Some(_) => held = true,
+        }
+    }
+    Ok(if held {
+        0
+    } else if gone {
+        -1
+    } else {
+        1
+    })
+}
+
+/// `extend.lua`.
+fn extend(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result<i64, Stop> {
+    let [token, ttl, ..] = argv else {
+        return Err(Stop::Unsimulated);
+    };
+    let mut gone = false;
+    for key in keys {
+        match script_get(m, ex, key) {
+            None => gone = true,
+            Some(v) if v != token => return Ok(0),
+            Some(_) => {}
+        }
+    }
+    if gone {
+        return Ok(-1);
+    }
+    for key in keys {
+        let call = [Bytes::from_static(b"PEXPIRE"), key.clone(), ttl.clone()];
+        strings::pexpire(m, ex, &call).map_err(|msg| Stop::Call(msg, 7))?;
+    }
+    Ok(1)
+}
+
+/// `fence.lua`.
+fn fence(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result<i64, Stop> {
+    let ([token, t, ..], Some((counter, resources))) = (argv, keys.split_last()) else {
+        return Err(Stop::Unsimulated);
+    };
+    let mut gone = false;
+    for key in resources {
+        match script_get(m, ex, key) {
+            None => gone = true,
+            Some(v) if v != token => return Ok(0),
+            Some(_) => {}
+        }
+    }
+    if gone {
+        return Ok(-1);
+    }
+    let raise = match script_get(m, ex, counter) {
+        None => true,
+        Some(c) => c.len() < t.len() || (c.len() == t.len() && c < t),
+    };
+    if raise {
+        let call = [Bytes::from_static(b"SET"), counter.clone(), t.clone()];
+        strings::set(m, ex, &call).map_err(|msg| Stop::Call(msg, 9))?;
+    }
+    Ok(1)
+}

@@ -1,0 +1,78 @@
+//! The project's Lua scripts as the simulated master knows them: by the SHA-1 of their text.
+//!
+//! The master runs no Lua. A script sent by `EVAL` (or loaded by `SCRIPT LOAD`, or found in a
+//! function library's body) is recognised by its digest and its effect is computed natively
+//! (`master/scripts.rs`), with the same keys read and written in the same order as the Lua
+//! does. The digests below are those of the core's texts (`redlock_mux::script`); a test
+//! checks them against the core's constants and against `SCRIPT LOAD` on a real server, so a
+//! change to a script that the simulation does not follow fails there.
+
+use crate::sha1::sha1_hex;
+
+/// One of the project's scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Script {
+    /// `acquire.lua`: `SET NX PX` each key, all or nothing; `INCR` the counter when fenced.
+    Acquire,
+    /// `release.lua`: delete every key that holds the token.
+    Release,
+    /// `extend.lua`: `PEXPIRE` every key, if all hold the token.
+    Extend,
+    /// `fence.lua`: raise the counter to a value, if every key holds the token.
+    Fence,
+}
+
+/// The digests of the scripts the simulation runs, as the core's `script::ALL` lists them:
+/// acquire, release, extend, fence.
+pub const KNOWN: [(&str, Script); 4] = [
+    ("fc1f70ab657ed9339b8f3a9f2484c8bf19d328ae", Script::Acquire),
+    ("9afc0a0e3f1f16136e172c91da3b84502c5208a7", Script::Release),
+    ("7c334e30b023b8d2a166458679b30d5b4dd4adae", Script::Extend),
+    ("b224db508a658782c6d808645f06e07be871c097", Script::Fence),
+];
+
+/// The script a digest (lowercase hex) names, if the simulation knows it.
+pub fn by_digest(sha: &str) -> Option<Script> {
+    KNOWN.iter().find(|(d, _)| *d == sha).map(|(_, s)| *s)
+}
+
+/// The script `text` is, if the simulation knows it.
+pub fn by_text(text: &[u8]) -> Option<Script> {
+    by_digest(&sha1_hex(text))
+}
+
+/// A function library's name and its functions, from its code (`FUNCTION LOAD`), in the
+/// shape the core writes: a `#!lua name=<name>` line, then for each function
+/// `redis.register_function('<fname>', function(KEYS, ARGV)\n<body>end)\n`, each body one of
+/// the known scripts. `Err` says what is not of that shape.
+pub fn parse_library(code: &[u8]) -> Result<(String, Vec<(String, Script)>), String> {
+    const REGISTER: &str = "redis.register_function('";
+    const OPEN: &str = "', function(KEYS, ARGV)\n";
+    const CLOSE: &str = "end)\n";
+    let code = std::str::from_utf8(code).map_err(|_| "library code is not UTF-8".to_string())?;
+    let (first, mut rest) = code.split_once('\n').unwrap_or((code, ""));
+    let name = first
+        .strip_prefix("#!lua name=")
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .ok_or("Missing library metadata")?
+        .to_string();
+    let mut functions = Vec::new();
+    while !rest.is_empty() {
+        let after = rest
+            .strip_prefix(REGISTER)
+            .ok_or("library code of a shape the simulation does not run")?;
+        let (fname, after) = after
+            .split_once(OPEN)
+            .ok_or("a function of a shape the simulation does not run")?;
+        // The body ends at the next registration, or at the end.
+        let end = after.find(REGISTER).unwrap_or(after.len());
+        let body = after[..end]
+            .strip_suffix(CLOSE)
+            .ok_or("a function body the simulation does not run")?;
+        let script = by_text(body.as_bytes())
+            .ok_or_else(|| format!("function {fname}: a body the simulation does not run"))?;
+        functions.push((fname.to_string(), script));
+        rest = &after[end..];
+    }
+    Ok((name, functions))
+}
