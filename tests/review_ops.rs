@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use redlock_mux::{AsyncRedlock, Error, Lock};
-use testkit::{cluster, get, redis, resource, wait_until};
+use testkit::{cluster, get, redis, resource};
 
 const TTL: Duration = Duration::from_secs(60);
 
