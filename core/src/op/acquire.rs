@@ -286,14 +286,17 @@ impl Operation for Acquire {
         if self.result.is_some() {
             return Step::Done;
         }
+        // The hot path first, in place: a try's round answered (the try is not moved).
+        let input = match (&mut self.state, input) {
+            (State::Trying(acq), Input::Round(round)) => {
+                acq.advance(cfg, round, cx.now);
+                return self.next_round(cfg, cx);
+            }
+            (_, input) => input,
+        };
         let state = std::mem::replace(&mut self.state, State::Idle);
         match (state, input) {
             (State::Idle, Input::Start) | (State::Sleeping, Input::Slept) => self.try_once(cfg, cx),
-            (State::Trying(mut acq), Input::Round(round)) => {
-                acq.advance(cfg, round, cx.now);
-                self.state = State::Trying(acq);
-                self.next_round(cfg, cx)
-            }
             (State::Watching(w), Input::Watching) => {
                 self.state = State::Reading(w);
                 match &self.state {
