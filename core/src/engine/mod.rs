@@ -511,13 +511,19 @@ impl<U> Engine<U> {
     }
 
     /// Takes what node `i`'s connection noted while reading, as events.
+    #[inline]
     pub(crate) fn take_notes(&mut self, i: usize) {
+        if self.nodes.get(i).is_some_and(|n| !n.conn.notes.is_empty()) {
+            self.record_notes(i);
+        }
+    }
+
+    /// [`take_notes`](Engine::take_notes) when there are some (rarely: kept out of line).
+    #[cold]
+    fn record_notes(&mut self, i: usize) {
         let Some(node) = self.nodes.get_mut(i) else {
             return;
         };
-        if node.conn.notes.is_empty() {
-            return;
-        }
         for note in std::mem::take(&mut node.conn.notes) {
             self.record(match note {
                 Note::ScriptFallback => Event::ScriptFallback { node: i },
