@@ -81,6 +81,28 @@ pub(crate) fn tls_for(cfg: &TlsSetup, addr: &crate::NodeAddr) -> std::io::Result
     }
 }
 
+/// The next step of `op` after `input`, at the time read now, with the drivers' randomness;
+/// the events the step reports are handed to the facades at once (a wait is counted as it
+/// starts, not after it: an async caller may go away during it). Both clients' loops take
+/// every step through here.
+pub(crate) fn next_step<'a, O: redlock_core::op::Operation>(
+    op: &'a mut O,
+    input: redlock_core::op::Input,
+    cfg: &'a crate::Config,
+    events: &mut redlock_core::event::Events,
+) -> redlock_core::op::Step<'a> {
+    let step = {
+        let mut cx = redlock_core::op::Cx {
+            now: std::time::Instant::now(),
+            rng: &mut OsRandom,
+            events: &mut *events,
+        };
+        op.step(input, cfg, &mut cx)
+    };
+    crate::observe::events(cfg, events);
+    step
+}
+
 /// The drivers' randomness: token bytes and jitter from the operating system's generator.
 ///
 /// Tokens are not drawn from a user-space generator seeded once per thread: a process that

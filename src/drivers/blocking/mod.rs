@@ -25,9 +25,8 @@ use self::io::{Driver, Job};
 use crate::core::command::{Command, OwnedCommand};
 use crate::core::engine::Wake;
 use crate::core::event::Events;
-use crate::core::op::{self, Cx, Input, Operation, Retry, Step};
+use crate::core::op::{self, Input, Operation, Retry, Step};
 use crate::core::round::{Round, Until};
-use crate::drivers::OsRandom;
 use crate::error::{Error, NodeOutcome};
 use crate::lock::{Lock, Name, Names};
 use crate::observe::OpSpan;
@@ -579,18 +578,7 @@ impl Redlock {
         let mut input = Input::Start;
         let mut watch = None;
         loop {
-            let step = {
-                let mut cx = Cx {
-                    now: Instant::now(),
-                    rng: &mut OsRandom,
-                    events: &mut events,
-                };
-                op.step(input, cfg, &mut cx)
-            };
-            // Handed on as the step decides them (a wait is counted as it starts), not after
-            // its await: an async caller may go away during it.
-            crate::observe::events(cfg, &mut events);
-            input = match step {
+            input = match crate::drivers::next_step(&mut op, input, cfg, &mut events) {
                 Step::Round(cmd, until) => Input::Round(self.submit(cmd, until)),
                 Step::Sleep(d) | Step::Jitter(d) => {
                     std::thread::sleep(d);

@@ -22,9 +22,8 @@ use crate::core::command::OwnedCommand;
 use crate::core::engine::Wake;
 use crate::core::event::Events;
 use crate::core::keepalive::{self, KeepAlive};
-use crate::core::op::{self, Cx, Input, Operation, Retry, Step};
+use crate::core::op::{self, Input, Operation, Retry, Step};
 use crate::core::round::{Round, Until};
-use crate::drivers::OsRandom;
 use crate::error::{ConfigError, Error};
 use crate::lock::{Lock, Name, Names};
 use crate::observe::OpSpan;
@@ -261,18 +260,7 @@ impl AsyncRedlock {
             let Some(op) = run.op.as_mut() else {
                 return Err(Error::Aborted);
             };
-            let step = {
-                let mut cx = Cx {
-                    now: Instant::now(),
-                    rng: &mut OsRandom,
-                    events: &mut events,
-                };
-                op.step(input, cfg, &mut cx)
-            };
-            // Handed on as the step decides them (a wait is counted as it starts), not after
-            // its await: an async caller may go away during it.
-            crate::observe::events(cfg, &mut events);
-            input = match step {
+            input = match crate::drivers::next_step(op, input, cfg, &mut events) {
                 // (A driver that is gone answers at once: the keys then expire.)
                 Step::Round(cmd, until) => {
                     let cmd = OwnedCommand::new(&cmd);
