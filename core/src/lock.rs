@@ -28,6 +28,7 @@ impl fmt::Debug for Name {
 
 impl Name {
     /// The name `s`.
+    #[inline]
     pub fn new(s: &str) -> Name {
         Name(SmallVec::from_slice(s.as_bytes()))
     }
@@ -137,6 +138,7 @@ impl Lock {
 
     /// The resource (the Redis key) this lock is held on; for a lock over several resources,
     /// the first one given (see [`resources`](Lock::resources)).
+    #[inline]
     pub fn resource(&self) -> &str {
         self.resources.first().map_or("", Name::as_str)
     }

@@ -84,6 +84,7 @@ const UNIT: [NodeOutcome; 8] = [
 
 impl Round {
     /// A round over `nodes` nodes that `quorum` of them must win, ending as `until` says.
+    #[inline]
     pub fn new(nodes: usize, quorum: usize, until: Until) -> Round {
         Round {
             quorum: u32::try_from(quorum).unwrap_or(u32::MAX),
@@ -124,7 +125,7 @@ impl Round {
             }
             _ => {}
         }
-        if outcome == NodeOutcome::Ok {
+        if matches!(outcome, NodeOutcome::Ok) {
             self.yes += 1;
         } else {
             self.no += 1;
@@ -156,16 +157,19 @@ impl Round {
     }
 
     /// How many nodes the round counts.
+    #[inline]
     pub fn node_count(&self) -> usize {
         self.codes.len()
     }
 
     /// Whether `node` still owes its outcome.
+    #[inline]
     pub fn is_pending(&self, node: usize) -> bool {
         self.codes.get(node) == Some(&PENDING)
     }
 
     /// The decision on what has been recorded so far.
+    #[inline]
     pub fn decision(&self) -> Decision {
         let n = self.codes.len();
         let (yes, no, quorum) = (self.yes as usize, self.no as usize, self.quorum as usize);

@@ -9,10 +9,17 @@ use std::time::{Duration, Instant};
 
 /// `t + d`, or the latest instant within about a century of `t` the clock can represent when
 /// the sum overflows: a deadline that far away is never reached by a process.
+#[inline]
 pub fn later(t: Instant, d: Duration) -> Instant {
-    if let Some(sum) = t.checked_add(d) {
-        return sum;
+    match t.checked_add(d) {
+        Some(sum) => sum,
+        None => saturated(t, d),
     }
+}
+
+/// The overflow case of [`later`], out of line (every deadline takes the path above).
+#[cold]
+fn saturated(t: Instant, d: Duration) -> Instant {
     let mut span = Duration::from_secs(100 * 365 * 86_400).min(d);
     while !span.is_zero() {
         if let Some(sum) = t.checked_add(span) {

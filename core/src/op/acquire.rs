@@ -164,8 +164,20 @@ impl Acquisition {
         };
     }
 
+    /// Whether the outcome is known: no round is left.
+    #[inline]
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done(_))
+    }
+
     /// The lock, or why there is none; [`Error::Aborted`] if called before the last round.
     pub fn finish(self) -> Result<Lock, Error> {
+        self.conclude().map_err(|(e, _)| e)
+    }
+
+    /// [`finish`](Acquisition::finish), with the names given back on failure (the next try
+    /// takes them, so a try does not copy them).
+    fn conclude(self) -> Result<Lock, (Error, Names)> {
         match self.phase {
             Phase::Done(Ok((valid_until, fencing, granted))) => Ok(Lock {
                 resources: self.names,
@@ -175,8 +187,8 @@ impl Acquisition {
                 fencing,
                 granted,
             }),
-            Phase::Done(Err(e)) => Err(e),
-            _ => Err(Error::Aborted),
+            Phase::Done(Err(e)) => Err((e, self.names)),
+            _ => Err((Error::Aborted, self.names)),
         }
     }
 }
@@ -224,7 +236,9 @@ impl Acquire {
 
     /// Starts a try: its first round, or the end if its arguments are refused.
     fn try_once<'a>(&'a mut self, cfg: &'a Config, cx: &mut Cx<'_>) -> Step<'a> {
-        match Acquisition::new(cfg, self.names.clone(), self.ttl, &mut *cx.rng) {
+        // The try holds the names while it runs (and gives them back if it fails).
+        let names = std::mem::take(&mut self.names);
+        match Acquisition::new(cfg, names, self.ttl, &mut *cx.rng) {
             Ok(acq) => {
                 self.state = State::Trying(acq);
                 self.next_round(cfg, cx)
@@ -239,7 +253,9 @@ impl Acquire {
         let State::Trying(acq) = &self.state else {
             return Step::Done;
         };
-        if acq.round(cfg).is_some() {
+        if !acq.is_done() {
+            // (Borrowed again for the step it returns: the borrow checker does not let a
+            // conditionally returned borrow end on the other branch.)
             let State::Trying(acq) = &self.state else {
                 return Step::Done;
             };
@@ -250,12 +266,13 @@ impl Acquire {
         let State::Trying(acq) = std::mem::replace(&mut self.state, State::Idle) else {
             return Step::Done;
         };
-        match acq.finish() {
+        match acq.conclude() {
             Ok(lock) => self.done(Ok(lock)),
-            Err(e) => match self
-                .retry
-                .after(e, &self.names, cx.now, &mut *cx.rng, cx.events)
-            {
+            Err((e, names)) => match {
+                self.names = names;
+                self.retry
+                    .after(e, &self.names, cx.now, &mut *cx.rng, cx.events)
+            } {
                 Next::Fail(e) => self.done(Err(e)),
                 Next::Wait(d) => {
                     self.state = State::Sleeping;

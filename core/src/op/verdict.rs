@@ -21,7 +21,7 @@ pub(crate) fn granted_mask(round: &Round) -> u64 {
         .reports_iter()
         .take(64)
         .enumerate()
-        .filter(|(_, o)| **o == NodeOutcome::Ok)
+        .filter(|(_, o)| matches!(o, NodeOutcome::Ok))
         .fold(0, |mask, (i, _)| mask | 1 << i)
 }
 
