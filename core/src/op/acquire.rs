@@ -266,26 +266,27 @@ impl Acquire {
         let State::Trying(acq) = std::mem::replace(&mut self.state, State::Idle) else {
             return Step::Done;
         };
-        match acq.conclude() {
-            Ok(lock) => self.done(Ok(lock)),
-            Err((e, names)) => match {
+        let next = match acq.conclude() {
+            Ok(lock) => return self.done(Ok(lock)),
+            Err((e, names)) => {
                 self.names = names;
                 self.retry
                     .after(e, &self.names, cx.now, &mut *cx.rng, cx.events)
-            } {
-                Next::Fail(e) => self.done(Err(e)),
-                Next::Wait(d) => {
-                    self.state = State::Sleeping;
-                    Step::Sleep(d)
+            }
+        };
+        match next {
+            Next::Fail(e) => self.done(Err(e)),
+            Next::Wait(d) => {
+                self.state = State::Sleeping;
+                Step::Sleep(d)
+            }
+            Next::Watch(waiting) => {
+                self.state = State::Watching(waiting);
+                match &self.state {
+                    State::Watching(w) => Step::Watch(w.key_bytes()),
+                    _ => Step::Done,
                 }
-                Next::Watch(waiting) => {
-                    self.state = State::Watching(waiting);
-                    match &self.state {
-                        State::Watching(w) => Step::Watch(w.key_bytes()),
-                        _ => Step::Done,
-                    }
-                }
-            },
+            }
         }
     }
 
