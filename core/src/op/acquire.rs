@@ -172,12 +172,12 @@ impl Acquisition {
 
     /// The lock, or why there is none; [`Error::Aborted`] if called before the last round.
     pub fn finish(self) -> Result<Lock, Error> {
-        self.conclude().map_err(|(e, _)| e)
+        self.conclude(&mut Names::new())
     }
 
-    /// [`finish`](Acquisition::finish), with the names given back on failure (the next try
-    /// takes them, so a try does not copy them).
-    fn conclude(self) -> Result<Lock, (Error, Names)> {
+    /// [`finish`](Acquisition::finish), with the names given back into `back` on failure (the
+    /// next try takes them, so a try does not copy them).
+    fn conclude(self, back: &mut Names) -> Result<Lock, Error> {
         match self.phase {
             Phase::Done(Ok((valid_until, fencing, granted))) => Ok(Lock {
                 resources: self.names,
@@ -187,8 +187,14 @@ impl Acquisition {
                 fencing,
                 granted,
             }),
-            Phase::Done(Err(e)) => Err((e, self.names)),
-            _ => Err((Error::Aborted, self.names)),
+            Phase::Done(Err(e)) => {
+                *back = self.names;
+                Err(e)
+            }
+            _ => {
+                *back = self.names;
+                Err(Error::Aborted)
+            }
         }
     }
 }
@@ -266,13 +272,11 @@ impl Acquire {
         let State::Trying(acq) = std::mem::replace(&mut self.state, State::Idle) else {
             return Step::Done;
         };
-        let next = match acq.conclude() {
+        let next = match acq.conclude(&mut self.names) {
             Ok(lock) => return self.done(Ok(lock)),
-            Err((e, names)) => {
-                self.names = names;
-                self.retry
-                    .after(e, &self.names, cx.now, &mut *cx.rng, cx.events)
-            }
+            Err(e) => self
+                .retry
+                .after(e, &self.names, cx.now, &mut *cx.rng, cx.events),
         };
         match next {
             Next::Fail(e) => self.done(Err(e)),
