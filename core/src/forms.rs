@@ -135,6 +135,12 @@ impl Forms {
         };
         match self.mode {
             Scripts::Native if native_able => Sent::Native(self.native.unwrap_or(Native::Valkey)),
+            // Native mode loads no script ahead: a command without a native form (a set of
+            // resources, fencing) goes out with its script's text, which the server caches,
+            // rather than as an `EVALSHA` that a fresh connection answers `NOSCRIPT` (and an
+            // acquisition's `NOSCRIPT` with another command queued behind it is that node's
+            // vote: the round would be lost for nothing).
+            Scripts::Native => Sent::Eval,
             Scripts::Auto => {
                 let native = self.native.filter(|_| native_able && !self.refused_native);
                 if let Some(n) = native {

@@ -42,7 +42,8 @@ pub enum Scripts {
     Eval,
     /// The native commands only: a node whose server has none answers with an error vote. For
     /// users whose ACL denies `EVAL`/`EVALSHA`. Locks over several resources and fenced
-    /// acquisitions still need scripts.
+    /// acquisitions still need scripts: they go out as `EVAL`, with the script's text
+    /// (nothing is loaded ahead in this mode).
     Native,
     /// The same scripts as a function library (Redis 7+, Valkey), loaded with `FUNCTION LOAD`
     /// where missing and called with `FCALL`: for users whose ACL denies `EVAL`/`EVALSHA`
