@@ -35,6 +35,8 @@ pub enum Action {
 /// How a client is set up (drawn by the world).
 #[derive(Debug, Clone)]
 pub(crate) struct Spec {
+    /// Whether its scripted acquisitions are left out of the liveness check (a known gap).
+    pub native_gap: bool,
     pub fenced: bool,
     pub ttl_min: u64,
     pub ttl_max: u64,
@@ -44,6 +46,8 @@ pub(crate) struct Spec {
     pub live: bool,
     /// Plans for its tasks (a scenario), if any.
     pub plans: Vec<Vec<Action>>,
+    /// How it sends scripts (its configuration's, which the core does not show).
+    pub scripts: redlock_core::Scripts,
 }
 
 /// An operation in progress.
@@ -184,6 +188,11 @@ impl Client {
     /// The configuration.
     pub(crate) fn cfg(&self) -> &Config {
         &self.cfg
+    }
+
+    /// How it sends scripts.
+    pub(crate) fn scripts(&self) -> redlock_core::Scripts {
+        self.spec.scripts
     }
 
     /// Node `node`'s socket connected.
@@ -563,7 +572,8 @@ impl Client {
         retry: Retry,
         bound: u64,
     ) {
-        let live = self.spec.live && sim.is_free(&ids);
+        let scripted = self.spec.fenced || ids.len() > 1;
+        let live = self.spec.live && !(self.spec.native_gap && scripted) && sim.is_free(&ids);
         let op = op::Acquire::new(names, ttl, retry);
         self.start(
             sim,
@@ -786,7 +796,7 @@ impl Client {
                         .resources()
                         .map(|name| sim.resource_id_of(name))
                         .collect();
-                    sim.check_granted(self, &lock);
+                    sim.check_granted(self, &lock, sim.hist.ops[run.rec].start);
                     sim.hist.windows.push(Window {
                         lock: id,
                         holder,

@@ -78,6 +78,8 @@ pub(crate) struct MasterSim {
     jump: u64,
     /// Its live links.
     pub links: Vec<u32>,
+    /// When it last lost its data (a restart without it), if it did.
+    pub lost_data_at: Option<u64>,
 }
 
 impl MasterSim {
@@ -359,12 +361,17 @@ impl Sim {
 
     /// A lock just granted: every node whose yes won it must hold its token in every key (a
     /// yes taken from another command's reply would show here).
-    pub(crate) fn check_granted(&mut self, c: &Client, lock: &Lock) {
+    /// `since` is when the operation started: a master that lost its data since then (a
+    /// delayed restart) is not asked.
+    pub(crate) fn check_granted(&mut self, c: &Client, lock: &Lock, since: u64) {
         if self.keys_void {
             return;
         }
         for node in lock.granted_by() {
             let m = &self.masters[c.perm[node] as usize];
+            if m.lost_data_at.is_some_and(|t| t >= since) {
+                continue;
+            }
             let ms = m.ms(self.now);
             for name in lock.resources() {
                 let held = m.m.peek(self.db, name.as_bytes(), ms);
@@ -434,6 +441,7 @@ impl World {
                 ppm,
                 jump: 0,
                 links: Vec::new(),
+                lost_data_at: None,
             });
             let _ = i;
         }
@@ -496,7 +504,14 @@ impl World {
             o.wakeups = rng.chance(700);
             let cfg = o.validate().expect("the simulator draws valid options");
             let ttl_min = (cfg.min_ttl().as_nanos() as u64).max(10_000_000);
+            // The gap found by the simulator (tests/findings.rs): under Scripts::Native no
+            // script is loaded ahead, and a scripted acquisition (fenced, or over several
+            // resources) whose NOSCRIPT comes back with another caller's command queued behind
+            // it is not sent again: that node's vote is lost, and the first round can be lost
+            // with no fault. Left out of the liveness check unless asked.
+            let native_gap = params.skip_known_gaps && scripts == Scripts::Native;
             let spec = Spec {
+                native_gap,
                 fenced,
                 ttl_min,
                 ttl_max: ttl_max.max(ttl_min),
@@ -504,6 +519,7 @@ impl World {
                 ops,
                 live: live_world,
                 plans: Vec::new(),
+                scripts,
             };
             cl.push(Client::new(id, cfg, seed, perm, spec));
         }
@@ -588,6 +604,7 @@ impl World {
                 ppm: 0,
                 jump: 0,
                 links: Vec::new(),
+                lost_data_at: None,
             });
         }
         let ms = Duration::from_millis;
@@ -608,6 +625,7 @@ impl World {
             o.node_timeout = ms(10);
             let cfg = o.validate().expect("valid options");
             let spec = Spec {
+                native_gap: false,
                 fenced: false,
                 ttl_min: 50_000_000,
                 ttl_max: 50_000_000,
@@ -615,6 +633,7 @@ impl World {
                 ops: 0,
                 live: false,
                 plans: vec![plan],
+                scripts: Scripts::Auto,
             };
             clients.push(Client::new(id as u32, cfg, 7, vec![0, 1, 2], spec));
         }
@@ -633,6 +652,16 @@ impl World {
     /// Runs the world to its end and checks its history.
     pub fn run(mut self) -> (Outcome, History) {
         for c in 0..self.clients.len() {
+            let client = &mut self.clients[c];
+            let cfg = client.cfg();
+            let words = || {
+                format!(
+                    "c{c}: masters {:?}, quorum {}, node timeout {:?}, tries {}, retry delay {:?}, drift {}, fail-fast {}, fenced {}, scripts {:?}, wake-ups {}",
+                    client.perm, cfg.quorum(), cfg.node_timeout(), cfg.tries(), cfg.retry_delay(),
+                    cfg.drift_factor(), cfg.fail_fast(), cfg.fencing_key().is_some(), client.scripts(), cfg.wakeups()
+                )
+            };
+            self.sim.trace.ev(0, 40, c as u64, 0, words);
             let client = &mut self.clients[c];
             client.pump(&mut self.sim);
             self.note_finished(c);
@@ -823,6 +852,7 @@ impl World {
                     format!("master {m} crashed (data kept: fenced clients)")
                 } else {
                     sim.crash_master(m, false);
+                    sim.masters[m].lost_data_at = Some(sim.now);
                     if negative {
                         sim.keys_void = true;
                     }
