@@ -22,3 +22,20 @@ fn native_mode_scripted_acquisitions_on_fresh_connections_win_their_first_round(
         assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
     }
 }
+
+/// Safety, the normal mix: an unfenced acquisition of several resources (`lock_many`) runs
+/// the acquire script, which answers 0 (every key set) or `-i` (key `i` held). The core took
+/// any integer of 0 or more as a yes (`Expect::Acquired` in `core/src/command.rs`: `fits`
+/// accepted every integer, `judge` every non-negative one as granted), so a master sending a
+/// hostile `:9223372036854775807` (or a stream out of step bringing another command's `:1`)
+/// was counted as holding the keys. Seeds 805 and 1603 of the default mix: a second client
+/// holds the resources while the first one's lock is valid (`overlap`), granted by a node
+/// that holds the other token (`misattributed`).
+#[test]
+#[ignore = "core: Expect::Acquired takes any non-negative integer as a grant (fixed in the next commit)"]
+fn a_hostile_integer_is_never_a_grant_for_a_set_of_resources() {
+    for seed in [805, 1603] {
+        let r = run_one(&Params::new(seed));
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+    }
+}
