@@ -179,6 +179,8 @@ pub struct World {
     sim: Sim,
     clients: Vec<Client>,
     finished: Vec<bool>,
+    /// How many clients have finished.
+    done: usize,
     /// Clients, operations per task and fault episodes, as drawn or given.
     sizes: (u32, u32, u32),
 }
@@ -582,6 +584,7 @@ impl World {
             sim,
             clients: cl,
             finished,
+            done: 0,
             sizes: (clients, ops, count),
         }
     }
@@ -645,6 +648,7 @@ impl World {
             sim,
             clients,
             finished,
+            done: 0,
             sizes: (2, 0, 0),
         }
     }
@@ -668,7 +672,7 @@ impl World {
         }
         let mut stuck = None;
         while let Some(Reverse((t, _, ev))) = self.sim.queue.pop() {
-            if self.finished.iter().all(|f| *f) {
+            if self.done == self.clients.len() {
                 break;
             }
             self.sim.events += 1;
@@ -711,6 +715,7 @@ impl World {
     fn note_finished(&mut self, c: usize) {
         if !self.finished[c] && self.clients[c].finished() {
             self.finished[c] = true;
+            self.done += 1;
         }
     }
 
