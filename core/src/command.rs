@@ -104,7 +104,10 @@ impl Expect {
             (_, Frame::Error(_) | Frame::BulkError(_)) => true,
             (Expect::Set, Frame::Simple(s)) => s.as_ref() == b"OK",
             (Expect::Set | Expect::Native | Expect::Get, f) if f.is_null() => true,
-            (Expect::Acquired | Expect::Fenced | Expect::Pttl, Frame::Integer(_)) => true,
+            // The unfenced acquire script answers 0 (every key set) or `-i` (key `i` held):
+            // any other integer is another command's reply, or no server's.
+            (Expect::Acquired, Frame::Integer(n)) => acquired_script_reply(*n),
+            (Expect::Fenced | Expect::Pttl, Frame::Integer(_)) => true,
             (Expect::Script, Frame::Integer(n)) => (-1..=1).contains(n),
             (Expect::Native, Frame::Integer(n)) => (0..=1).contains(n),
             (Expect::Native, Frame::Simple(s)) => s.as_ref() == b"OK",
@@ -271,14 +274,12 @@ impl Command<'_> {
         match (expect, reply) {
             (Expect::Set, Frame::Simple(s)) if s.as_ref() == b"OK" => plain(NodeOutcome::Ok),
             (Expect::Set, f) if f.is_null() => (NodeOutcome::Held, Extra::HeldKey(0)),
-            (Expect::Acquired, Frame::Integer(n)) => match u64::try_from(*n) {
-                Ok(counter) => (NodeOutcome::Ok, Extra::Counter(counter)),
-                // `-i`: the i-th key (from 1) is held.
-                Err(_) => {
-                    let key = n.checked_neg().and_then(|k| u32::try_from(k - 1).ok());
-                    (NodeOutcome::Held, key.map_or(Extra::None, Extra::HeldKey))
-                }
-            },
+            (Expect::Acquired, Frame::Integer(0)) => (NodeOutcome::Ok, Extra::Counter(0)),
+            // `-i`: the i-th key (from 1) is held.
+            (Expect::Acquired, Frame::Integer(n)) if acquired_script_reply(*n) => {
+                let key = n.checked_neg().and_then(|k| u32::try_from(k - 1).ok());
+                (NodeOutcome::Held, key.map_or(Extra::None, Extra::HeldKey))
+            }
             (Expect::Fenced, Frame::Integer(n)) => fenced(*n),
             (Expect::Fenced, Frame::Error(msg) | Frame::BulkError(msg)) => {
                 plain(counter_fault(msg).map_or_else(|| server_error(msg), NodeOutcome::Fencing))
@@ -303,6 +304,14 @@ impl Command<'_> {
             ))),
         }
     }
+}
+
+/// Whether `n` is a reply the unfenced acquire script can give: 0 (every key set), or `-i`
+/// for the held key `i` of at most [`MAX_RESOURCES`](crate::MAX_RESOURCES). (Found by the
+/// simulator: any integer of 0 or more used to count as a grant, a hostile `:9223372036854775807`
+/// or another command's `:1` included.)
+fn acquired_script_reply(n: i64) -> bool {
+    n == 0 || (-(crate::MAX_RESOURCES as i64)..0).contains(&n)
 }
 
 /// An error reply as a node's outcome: its text.
@@ -394,6 +403,22 @@ fn describe(f: &Frame) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_unfenced_acquire_scripts_reply_is_zero_or_a_held_key() {
+        use super::{Command, Expect, Extra};
+        use crate::error::NodeOutcome;
+        use resp::Frame;
+        let judge = |n| Command::judge(Expect::Acquired, &Frame::Integer(n));
+        assert_eq!(judge(0).0, NodeOutcome::Ok);
+        assert_eq!(judge(-2), (NodeOutcome::Held, Extra::HeldKey(1)));
+        assert!(Expect::Acquired.fits(&Frame::Integer(0)));
+        assert!(Expect::Acquired.fits(&Frame::Integer(-1024)));
+        for n in [1, 2, 35_000, i64::MAX, -1025, i64::MIN] {
+            assert!(!Expect::Acquired.fits(&Frame::Integer(n)), "{n} fits");
+            assert_ne!(judge(n).0, NodeOutcome::Ok, "{n} is a grant");
+        }
+    }
+
     use super::*;
     use bytes::Bytes;
 
@@ -507,18 +532,13 @@ mod tests {
             j(Expect::Acquired, &Frame::Integer(0)),
             (Y, Extra::Counter(0))
         );
-        assert_eq!(
-            j(Expect::Acquired, &Frame::Integer(77)),
-            (Y, Extra::Counter(77))
-        );
+        // Not a reply the unfenced acquire script gives (0 or -i): never a grant.
+        assert_ne!(j(Expect::Acquired, &Frame::Integer(77)).0, Y);
         assert_eq!(
             j(Expect::Acquired, &Frame::Integer(-3)),
             (Held, Extra::HeldKey(2))
         );
-        assert_eq!(
-            j(Expect::Acquired, &Frame::Integer(i64::MIN)),
-            (Held, Extra::None)
-        );
+        assert_ne!(j(Expect::Acquired, &Frame::Integer(i64::MIN)).0, Y);
         assert_eq!(j(Expect::Script, &Frame::Integer(1)), (Y, Extra::None));
         assert_eq!(j(Expect::Script, &Frame::Integer(0)), (Held, Extra::None));
         // Fenced: a counter in 1..=2^53, a held key's index, or the node's failure.

@@ -12,6 +12,10 @@
 //   scripts           the project's scripts by digest; the function library's shape
 //   profile           server kinds and versions, ACL users, and each version's error texts
 //   sha1              SHA-1, for script digests
+//   world             the simulated world: clock, event queue, links, faults, clients
+//   check             the history of a run and the checker of every safety claim
+//   run               seeds run, shrunk and reported (the binary's engine)
+//   rng, trace        the simulation's randomness; the trace and its hash
 
 //! Deterministic simulation of redlock-mux (issue 25).
 //!
@@ -27,10 +31,15 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod check;
 pub mod master;
 pub mod profile;
+pub mod rng;
+pub mod run;
 pub mod scripts;
 pub mod sha1;
+pub mod trace;
+pub mod world;
 
 pub use master::{ConnId, Master};
 pub use profile::{Denied, Profile, Server, User};

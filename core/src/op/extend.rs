@@ -1,6 +1,7 @@
 //! Extension: the cap on the lock's validity before the round, what the round gives after, and
 //! the [`Extend`] operation.
 
+use std::borrow::BorrowMut;
 use std::time::{Duration, Instant};
 
 use super::verdict::{confirmed, ttl_ms};
@@ -66,18 +67,22 @@ pub fn finish_extend(
 /// The extension of a lock to a new ttl: one round, with the lock's validity capped before it
 /// goes out (so the cap holds however the round ends, abandoned included) and set from the
 /// round after it.
+///
+/// `L` is how it has the lock: borrowed (`&mut Lock`, as the clients run it within one call)
+/// or owned (`Lock`, for a driver that keeps the operation across its waits, as the simulator
+/// does; [`into_parts`](Extend::into_parts) gives the lock back).
 #[derive(Debug)]
-pub struct Extend<'l> {
-    lock: &'l mut Lock,
+pub struct Extend<L> {
+    lock: L,
     ttl: Duration,
     /// The checked ttl, once the round is out.
     sent: Option<Duration>,
     result: Option<Result<(), Error>>,
 }
 
-impl<'l> Extend<'l> {
+impl<L: BorrowMut<Lock>> Extend<L> {
     /// The extension of `lock` to `ttl` (checked when the operation starts).
-    pub fn new(lock: &'l mut Lock, ttl: Duration) -> Extend<'l> {
+    pub fn new(lock: L, ttl: Duration) -> Extend<L> {
         Extend {
             lock,
             ttl,
@@ -85,9 +90,15 @@ impl<'l> Extend<'l> {
             result: None,
         }
     }
+
+    /// The result (as [`finish`](super::Operation::finish)) and the lock, its validity as
+    /// the extension left it.
+    pub fn into_parts(self) -> (Result<(), Error>, L) {
+        (self.result.unwrap_or(Err(Error::Aborted)), self.lock)
+    }
 }
 
-impl super::Operation for Extend<'_> {
+impl<L: BorrowMut<Lock>> super::Operation for Extend<L> {
     type Output = ();
 
     fn step<'a>(
@@ -98,20 +109,23 @@ impl super::Operation for Extend<'_> {
     ) -> super::Step<'a> {
         use super::{Input, Step};
         match (input, self.sent) {
-            (Input::Start, None) => match begin_extend(cfg, self.lock, self.ttl, cx.now) {
-                Ok((ms, ttl)) => {
-                    self.sent = Some(ttl);
-                    Step::Round(self.lock.extension(ms), cfg.until())
+            (Input::Start, None) => {
+                match begin_extend(cfg, self.lock.borrow_mut(), self.ttl, cx.now) {
+                    Ok((ms, ttl)) => {
+                        self.sent = Some(ttl);
+                        Step::Round(self.lock.borrow().extension(ms), cfg.until())
+                    }
+                    Err(e) => {
+                        self.result = Some(Err(e));
+                        Step::Done
+                    }
                 }
-                Err(e) => {
-                    self.result = Some(Err(e));
-                    Step::Done
-                }
-            },
+            }
             (Input::Round(round), Some(ttl)) => {
-                self.result = Some(round.and_then(|(round, t1)| {
-                    finish_extend(cfg, self.lock, &round, t1, cx.now, ttl)
-                }));
+                let lock = self.lock.borrow_mut();
+                self.result = Some(
+                    round.and_then(|(round, t1)| finish_extend(cfg, lock, &round, t1, cx.now, ttl)),
+                );
                 Step::Done
             }
             _ => Step::Done,

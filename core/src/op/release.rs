@@ -1,6 +1,8 @@
 //! The operations of one or two rounds that hold no state between tries: [`Release`] and
 //! [`Inspect`].
 
+use std::borrow::Borrow;
+
 use super::verdict::confirmed;
 use super::{Cx, Input, Operation, Step};
 use crate::config::Config;
@@ -11,27 +13,30 @@ use crate::round::{Round, Until};
 
 /// The release of a lock on every node, by compare-and-delete: `Ok` once a quorum deleted
 /// the key (see [`confirmed`] for the errors).
+///
+/// `L` is how it has the lock: borrowed (`&Lock`) or owned (`Lock`, for a driver that keeps
+/// the operation across its waits, as the simulator does).
 #[derive(Debug)]
-pub struct Release<'l> {
-    lock: &'l Lock,
+pub struct Release<L> {
+    lock: L,
     result: Option<Result<(), Error>>,
 }
 
-impl<'l> Release<'l> {
+impl<L: Borrow<Lock>> Release<L> {
     /// The release of `lock`.
-    pub fn new(lock: &'l Lock) -> Release<'l> {
+    pub fn new(lock: L) -> Release<L> {
         Release { lock, result: None }
     }
 }
 
-impl Operation for Release<'_> {
+impl<L: Borrow<Lock>> Operation for Release<L> {
     type Output = ();
 
     fn step<'a>(&'a mut self, input: Input, cfg: &'a Config, cx: &mut Cx<'_>) -> Step<'a> {
         match input {
-            Input::Start => Step::Round(self.lock.release(), cfg.until()),
+            Input::Start => Step::Round(self.lock.borrow().release(), cfg.until()),
             Input::Round(round) => {
-                let expired = self.lock.is_expired_at(cx.now);
+                let expired = self.lock.borrow().is_expired_at(cx.now);
                 self.result = Some(round.and_then(|(round, _)| confirmed(cfg, &round, expired)));
                 Step::Done
             }

@@ -1,0 +1,468 @@
+//! The checker: a recorded history, judged on the simulation's true clock.
+//!
+//! A [`History`] holds what happened, in terms any runner can record: each operation (who, what,
+//! when it started and ended, by when it had to end), each holder's validity [`Window`]s, each
+//! write to a fenced store, and what was seen in flight (a reply matched to another command, a
+//! round completed twice, a panic, a free resource not taken in the first round). Times are
+//! nanoseconds from the run's start on one clock. [`check`] finds every [`Violation`]:
+//!
+//! - `overlap`: two locks whose resource sets meet hold windows that overlap;
+//! - `token-order`: of two fenced windows of a resource, one ending before the other begins,
+//!   the later one's token is not greater;
+//! - `store-order`: a fenced store accepted a write of a holder after that of a later holder;
+//! - `op-bound`, `op-unfinished`, `op-twice`: an operation ended after its bound, never, or twice;
+//! - whatever the runner noted itself (`misattributed`, `round-twice`, `panic`, `liveness`).
+//!
+//! A window runs from when the acquisition (or extension) completed to the end of the validity
+//! the core reported, cut short by the release being sent (or an extension's cap).
+
+/// Who acts: a client and one of its tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Holder {
+    /// The client.
+    pub client: u32,
+    /// The task within it.
+    pub task: u32,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "c{}.{}", self.client, self.task)
+    }
+}
+
+/// An operation's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// `lock` / `lock_many` (retries), `lock_within`, `try_lock` (one try).
+    Acquire,
+    /// `extend`.
+    Extend,
+    /// `unlock`.
+    Release,
+    /// `inspect`.
+    Inspect,
+}
+
+impl OpKind {
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Acquire => "acquire",
+            OpKind::Extend => "extend",
+            OpKind::Release => "release",
+            OpKind::Inspect => "inspect",
+        }
+    }
+}
+
+/// One operation.
+#[derive(Debug, Clone)]
+pub struct OpRecord {
+    /// Who ran it.
+    pub holder: Holder,
+    /// What it was.
+    pub kind: OpKind,
+    /// When it started.
+    pub start: u64,
+    /// The latest it may end.
+    pub bound: u64,
+    /// When it ended (the first time), if it did.
+    pub end: Option<u64>,
+    /// How many times it ended.
+    pub ends: u32,
+    /// Whether its caller went away before it ended (it then ends when abandoned).
+    pub abandoned: bool,
+}
+
+/// One interval in which a lock's holder was entitled to its resources.
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// The lock (unique in the history); a lock extended has one window per extension.
+    pub lock: u64,
+    /// Who held it.
+    pub holder: Holder,
+    /// Its resources, as indices the recorder chose.
+    pub resources: Vec<u32>,
+    /// From when.
+    pub from: u64,
+    /// Until when.
+    pub until: u64,
+    /// Its fencing token, if fenced.
+    pub token: Option<u64>,
+}
+
+/// A write to a fenced store.
+#[derive(Debug, Clone)]
+pub struct Write {
+    /// When.
+    pub at: u64,
+    /// By which lock.
+    pub lock: u64,
+    /// To which resource.
+    pub resource: u32,
+    /// With which token (none: unfenced).
+    pub token: Option<u64>,
+    /// Whether the store took it.
+    pub accepted: bool,
+}
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Which invariant (`overlap`, `token-order`, ...).
+    pub invariant: &'static str,
+    /// When (on the run's clock).
+    pub at: u64,
+    /// What, in words.
+    pub detail: String,
+}
+
+/// Everything recorded of a run.
+#[derive(Debug, Default)]
+pub struct History {
+    /// Every operation.
+    pub ops: Vec<OpRecord>,
+    /// Every holder's windows.
+    pub windows: Vec<Window>,
+    /// Every write to the fenced store.
+    pub writes: Vec<Write>,
+    /// What the runner saw break as it happened.
+    pub noted: Vec<Violation>,
+}
+
+impl History {
+    /// Notes a violation seen in flight.
+    pub fn note(&mut self, invariant: &'static str, at: u64, detail: String) {
+        self.noted.push(Violation {
+            invariant,
+            at,
+            detail,
+        });
+    }
+
+    /// Acquisitions recorded (locks with a window).
+    pub fn acquisitions(&self) -> usize {
+        let mut n = 0;
+        let mut last = None;
+        for w in &self.windows {
+            if last != Some(w.lock) {
+                n += 1;
+                last = Some(w.lock);
+            }
+        }
+        n
+    }
+}
+
+fn ms(t: u64) -> f64 {
+    t as f64 / 1e6
+}
+
+/// Every violation in `h`, in order of time.
+pub fn check(h: &History) -> Vec<Violation> {
+    let mut out = h.noted.clone();
+    overlaps(h, &mut out);
+    token_order(h, &mut out);
+    store_order(h, &mut out);
+    ops(h, &mut out);
+    out.sort_by_key(|v| v.at);
+    out
+}
+
+/// The windows of each resource, in order of their start.
+fn by_resource(h: &History) -> Vec<(u32, Vec<&Window>)> {
+    let mut pairs: Vec<(u32, &Window)> = h
+        .windows
+        .iter()
+        .filter(|w| w.until > w.from)
+        .flat_map(|w| w.resources.iter().map(move |r| (*r, w)))
+        .collect();
+    pairs.sort_by_key(|(r, w)| (*r, w.from, w.lock));
+    let mut out: Vec<(u32, Vec<&Window>)> = Vec::new();
+    for (r, w) in pairs {
+        match out.last_mut() {
+            Some((last, group)) if *last == r => group.push(w),
+            _ => out.push((r, vec![w])),
+        }
+    }
+    out
+}
+
+fn overlaps(h: &History, out: &mut Vec<Violation>) {
+    for (r, group) in by_resource(h) {
+        // Sweep: the window reaching furthest so far; a later one starting before its end
+        // overlaps it, unless it is the same lock's.
+        let mut reach: Option<&Window> = None;
+        for cur in group {
+            if let Some(w) = reach {
+                if cur.from < w.until && cur.lock != w.lock {
+                    out.push(Violation {
+                        invariant: "overlap",
+                        at: cur.from,
+                        detail: format!(
+                            "resource {r}: lock {} of {} valid {:.3}..{:.3} ms (token {:?}) and lock {} of {} valid {:.3}..{:.3} ms (token {:?})",
+                            w.lock, w.holder, ms(w.from), ms(w.until), w.token,
+                            cur.lock, cur.holder, ms(cur.from), ms(cur.until), cur.token
+                        ),
+                    });
+                }
+            }
+            if reach.is_none_or(|w| cur.until > w.until) {
+                reach = Some(cur);
+            }
+        }
+    }
+}
+
+/// A lock's whole span on a resource: its first window's start, its last window's end.
+struct Span {
+    lock: u64,
+    holder: Holder,
+    from: u64,
+    until: u64,
+    token: u64,
+}
+
+fn token_order(h: &History, out: &mut Vec<Violation>) {
+    for (r, group) in by_resource(h) {
+        let mut spans: Vec<Span> = Vec::new();
+        for w in group {
+            let Some(token) = w.token else { continue };
+            match spans.iter_mut().find(|s| s.lock == w.lock) {
+                Some(s) => {
+                    s.from = s.from.min(w.from);
+                    s.until = s.until.max(w.until);
+                }
+                None => spans.push(Span {
+                    lock: w.lock,
+                    holder: w.holder,
+                    from: w.from,
+                    until: w.until,
+                    token,
+                }),
+            }
+        }
+        spans.sort_by_key(|s| s.from);
+        let mut by_end: Vec<&Span> = spans.iter().collect();
+        by_end.sort_by_key(|s| s.until);
+        let mut k = 0;
+        let mut best: Option<&Span> = None;
+        for s in &spans {
+            while k < by_end.len() && by_end[k].until <= s.from {
+                if best.is_none_or(|b| by_end[k].token > b.token) {
+                    best = Some(by_end[k]);
+                }
+                k += 1;
+            }
+            if let Some(b) = best {
+                if s.token <= b.token {
+                    out.push(Violation {
+                        invariant: "token-order",
+                        at: s.from,
+                        detail: format!(
+                            "resource {r}: lock {} of {} held from {:.3} ms with token {}, after lock {} of {} whose window ended at {:.3} ms with token {}",
+                            s.lock, s.holder, ms(s.from), s.token, b.lock, b.holder, ms(b.until), b.token
+                        ),
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn store_order(h: &History, out: &mut Vec<Violation>) {
+    // Each fenced lock's span per resource: a write accepted from a lock whose span ended
+    // before the span of a lock whose write the store had already accepted is a stale write
+    // taken after a newer one.
+    let span = |lock: u64| -> Option<(u64, u64)> {
+        let mut it = h.windows.iter().filter(|w| w.lock == lock);
+        let first = it.next()?;
+        let (mut from, mut until) = (first.from, first.until);
+        for w in it {
+            from = from.min(w.from);
+            until = until.max(w.until);
+        }
+        Some((from, until))
+    };
+    let mut writes: Vec<&Write> = h
+        .writes
+        .iter()
+        .filter(|w| w.accepted && w.token.is_some())
+        .collect();
+    writes.sort_by_key(|w| (w.resource, w.at));
+    let mut i = 0;
+    while i < writes.len() {
+        let r = writes[i].resource;
+        // The latest start among the locks whose writes were taken so far.
+        let mut newest: Option<(u64, u64)> = None;
+        while i < writes.len() && writes[i].resource == r {
+            let w = writes[i];
+            if let Some((from, until)) = span(w.lock) {
+                if let Some((lock, nfrom)) = newest {
+                    if lock != w.lock && until <= nfrom {
+                        out.push(Violation {
+                            invariant: "store-order",
+                            at: w.at,
+                            detail: format!(
+                                "resource {r}: the store took lock {}'s write (token {:?}, window ended {:.3} ms) after lock {lock}'s, whose window began at {:.3} ms",
+                                w.lock, w.token, ms(until), ms(nfrom)
+                            ),
+                        });
+                    }
+                }
+                if newest.is_none_or(|(_, nf)| from > nf) {
+                    newest = Some((w.lock, from));
+                }
+            }
+            i += 1;
+        }
+    }
+}
+
+/// Writes a store took from a lock after the write of a lock whose window began after the
+/// first one's ended, fenced or not: what fencing exists to prevent (the fencing debate).
+pub fn stale_writes_taken(h: &History) -> usize {
+    let copy = History {
+        windows: h.windows.clone(),
+        writes: h
+            .writes
+            .iter()
+            .map(|w| Write {
+                token: Some(w.token.unwrap_or(0)),
+                ..w.clone()
+            })
+            .collect(),
+        ..History::default()
+    };
+    let mut out = Vec::new();
+    store_order(&copy, &mut out);
+    out.len()
+}
+
+fn ops(h: &History, out: &mut Vec<Violation>) {
+    for (i, op) in h.ops.iter().enumerate() {
+        let what = || {
+            format!(
+                "operation {i} ({} by {}, started {:.3} ms, bound {:.3} ms)",
+                op.kind.name(),
+                op.holder,
+                ms(op.start),
+                ms(op.bound)
+            )
+        };
+        match op.end {
+            None => out.push(Violation {
+                invariant: "op-unfinished",
+                at: op.start,
+                detail: format!("{} never ended", what()),
+            }),
+            Some(end) if end > op.bound && !op.abandoned => out.push(Violation {
+                invariant: "op-bound",
+                at: end,
+                detail: format!("{} ended at {:.3} ms", what(), ms(end)),
+            }),
+            _ => {}
+        }
+        if op.ends > 1 {
+            out.push(Violation {
+                invariant: "op-twice",
+                at: op.start,
+                detail: format!("{} ended {} times", what(), op.ends),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn win(
+        lock: u64,
+        client: u32,
+        res: &[u32],
+        from: u64,
+        until: u64,
+        token: Option<u64>,
+    ) -> Window {
+        Window {
+            lock,
+            holder: Holder { client, task: 0 },
+            resources: res.to_vec(),
+            from,
+            until,
+            token,
+        }
+    }
+
+    #[test]
+    fn overlapping_windows_of_different_locks_on_shared_resources_are_found() {
+        let mut h = History::default();
+        h.windows.push(win(1, 0, &[0], 0, 100, None));
+        h.windows.push(win(1, 0, &[0], 90, 200, None)); // its own extension: fine
+        h.windows.push(win(2, 1, &[1, 2], 50, 150, None)); // other resources: fine
+        h.windows.push(win(3, 2, &[2, 0], 199, 300, None)); // meets lock 1 on 0
+        let v = check(&h);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].invariant, "overlap");
+        h.windows[3].from = 200;
+        assert!(check(&h).is_empty());
+    }
+
+    #[test]
+    fn a_token_not_above_an_earlier_windows_is_found() {
+        let mut h = History::default();
+        h.windows.push(win(1, 0, &[0], 0, 10, Some(5)));
+        h.windows.push(win(2, 1, &[0], 20, 30, Some(9)));
+        h.windows.push(win(3, 2, &[0], 40, 50, Some(7)));
+        let v = check(&h);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].invariant, "token-order");
+    }
+
+    #[test]
+    fn a_stale_write_taken_after_a_newer_one_is_found() {
+        let mut h = History::default();
+        h.windows.push(win(1, 0, &[0], 0, 10, Some(5)));
+        h.windows.push(win(2, 1, &[0], 20, 30, Some(6)));
+        let w = |at, lock, token| Write {
+            at,
+            lock,
+            resource: 0,
+            token,
+            accepted: true,
+        };
+        h.writes.push(w(25, 2, Some(6)));
+        h.writes.push(w(40, 1, Some(5)));
+        assert_eq!(check(&h)[0].invariant, "store-order");
+        assert_eq!(stale_writes_taken(&h), 1);
+        h.writes[1].accepted = false;
+        assert!(check(&h).is_empty());
+    }
+
+    #[test]
+    fn operations_end_once_by_their_bound() {
+        let mut h = History::default();
+        let op = |end, ends| OpRecord {
+            holder: Holder { client: 0, task: 0 },
+            kind: OpKind::Extend,
+            start: 0,
+            bound: 10,
+            end,
+            ends,
+            abandoned: false,
+        };
+        h.ops.push(op(Some(10), 1));
+        h.ops.push(op(Some(11), 1));
+        h.ops.push(op(None, 0));
+        h.ops.push(op(Some(1), 2));
+        let names: Vec<_> = check(&h).iter().map(|v| v.invariant).collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        assert!(
+            names.contains(&"op-bound")
+                && names.contains(&"op-unfinished")
+                && names.contains(&"op-twice")
+        );
+    }
+}
