@@ -2,13 +2,12 @@
 //!
 //! ```text
 //! redlock-sim --seeds N [--seed S] [--negative NAME] [--faults LIST] [--clients K]
-//!             [--ops N] [--episodes E] [--json] [--trace] [--no-shrink] [--strict]
+//!             [--ops N] [--episodes E] [--json] [--trace] [--no-shrink]
 //! ```
 //! Seeds S, S+1, ..., S+N-1 are run (S is 1 unless given). The first failing seed is shrunk to
 //! fewer clients, operations, fault episodes and fault kinds while it still fails the same
 //! invariant, and printed with the command that replays it and its trace. The exit status is
-//! 1 when a violation was found, 2 for bad arguments. `--strict` also checks the liveness of
-//! the known gap that `tests/findings.rs` replays.
+//! 1 when a violation was found, 2 for bad arguments.
 
 use redlock_sim::run::run_seeds;
 use redlock_sim::world::{Faults, Negative, Params};
@@ -16,7 +15,7 @@ use redlock_sim::world::{Faults, Negative, Params};
 fn usage() -> ! {
     eprintln!(
         "usage: redlock-sim --seeds N [--seed S] [--negative restart-without-delay|clock-jump] \
-         [--faults LIST] [--clients K] [--ops N] [--episodes E] [--json] [--trace] [--no-shrink] [--strict]"
+         [--faults LIST] [--clients K] [--ops N] [--episodes E] [--json] [--trace] [--no-shrink]"
     );
     std::process::exit(2)
 }
@@ -62,7 +61,6 @@ fn main() {
             "--json" => json = true,
             "--trace" => trace = true,
             "--no-shrink" => shrinking = false,
-            "--strict" => p.skip_known_gaps = false,
             "-h" | "--help" => usage(),
             other => {
                 eprintln!("redlock-sim: unknown argument {other:?}");

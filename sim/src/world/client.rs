@@ -35,8 +35,6 @@ pub enum Action {
 /// How a client is set up (drawn by the world).
 #[derive(Debug, Clone)]
 pub(crate) struct Spec {
-    /// Whether its scripted acquisitions are left out of the liveness check (a known gap).
-    pub native_gap: bool,
     pub fenced: bool,
     pub ttl_min: u64,
     pub ttl_max: u64,
@@ -572,8 +570,7 @@ impl Client {
         retry: Retry,
         bound: u64,
     ) {
-        let scripted = self.spec.fenced || ids.len() > 1;
-        let live = self.spec.live && !(self.spec.native_gap && scripted) && sim.is_free(&ids);
+        let live = self.spec.live && sim.is_free(&ids);
         let op = op::Acquire::new(names, ttl, retry);
         self.start(
             sim,

@@ -506,14 +506,7 @@ impl World {
             o.wakeups = rng.chance(700);
             let cfg = o.validate().expect("the simulator draws valid options");
             let ttl_min = (cfg.min_ttl().as_nanos() as u64).max(10_000_000);
-            // The gap found by the simulator (tests/findings.rs): under Scripts::Native no
-            // script is loaded ahead, and a scripted acquisition (fenced, or over several
-            // resources) whose NOSCRIPT comes back with another caller's command queued behind
-            // it is not sent again: that node's vote is lost, and the first round can be lost
-            // with no fault. Left out of the liveness check unless asked.
-            let native_gap = params.skip_known_gaps && scripts == Scripts::Native;
             let spec = Spec {
-                native_gap,
                 fenced,
                 ttl_min,
                 ttl_max: ttl_max.max(ttl_min),
@@ -628,7 +621,6 @@ impl World {
             o.node_timeout = ms(10);
             let cfg = o.validate().expect("valid options");
             let spec = Spec {
-                native_gap: false,
                 fenced: false,
                 ttl_min: 50_000_000,
                 ttl_max: 50_000_000,

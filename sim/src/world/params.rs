@@ -205,10 +205,6 @@ pub struct Params {
     pub episodes: Option<u32>,
     /// Whether the trace keeps its lines.
     pub trace: bool,
-    /// Whether the liveness check leaves out the gap the simulator found and reported (a
-    /// scripted acquisition under `Scripts::Native` on fresh connections with other callers:
-    /// see `tests/findings.rs`).
-    pub skip_known_gaps: bool,
 }
 
 impl Params {
@@ -222,7 +218,6 @@ impl Params {
             ops: None,
             episodes: None,
             trace: false,
-            skip_known_gaps: true,
         }
     }
 
@@ -244,9 +239,6 @@ impl Params {
         }
         if let Some(e) = self.episodes {
             s.push_str(&format!(" --episodes {e}"));
-        }
-        if !self.skip_known_gaps {
-            s.push_str(" --strict");
         }
         s.push_str(" --trace");
         s
