@@ -38,7 +38,24 @@ pub fn by_digest(sha: &str) -> Option<Script> {
 
 /// The script `text` is, if the simulation knows it.
 pub fn by_text(text: &[u8]) -> Option<Script> {
-    by_digest(&sha1_hex(text))
+    by_digest(&digest(text))
+}
+
+/// The SHA-1 of `text` in lowercase hex. The core's own script texts, which clients send on
+/// every new connection, are recognised by comparing bytes and given the digest the core
+/// states for them (its tests hold each to the text); any other text is hashed.
+pub fn digest(text: &[u8]) -> String {
+    use redlock_core::script as core;
+    let known = [
+        (core::ACQUIRE, core::ACQUIRE_SHA1),
+        (core::RELEASE, core::RELEASE_SHA1),
+        (core::EXTEND, core::EXTEND_SHA1),
+        (core::FENCE, core::FENCE_SHA1),
+    ];
+    match known.iter().find(|(t, _)| t.as_bytes() == text) {
+        Some((_, sha)) => (*sha).to_string(),
+        None => sha1_hex(text),
+    }
 }
 
 /// A function library's name and its functions, from its code (`FUNCTION LOAD`), in the

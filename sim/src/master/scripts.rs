@@ -13,8 +13,7 @@ use super::reply::Reply;
 use super::strings::{self, parse_i64, NOT_AN_INTEGER};
 use super::Master;
 use crate::profile::ScriptName;
-use crate::scripts::{by_digest, parse_library, Script};
-use crate::sha1::sha1_hex;
+use crate::scripts::{by_digest, digest, parse_library, Script};
 
 /// A loaded function library: its functions, by name, with the script each runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +47,7 @@ pub(crate) fn eval(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
         Ok(ka) => ka,
         Err(r) => return r,
     };
-    let sha = sha1_hex(&args[1]);
+    let sha = digest(&args[1]);
     let script = by_digest(&sha);
     m.scripts.insert(sha.clone(), script);
     run(m, ex, script, ScriptName::Eval(&sha), &keys, &argv)
@@ -98,7 +97,7 @@ pub(crate) fn fcall(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
 pub(crate) fn script(m: &mut Master, sub: &str, args: &[Bytes]) -> Reply {
     match sub {
         "load" => {
-            let sha = sha1_hex(&args[2]);
+            let sha = digest(&args[2]);
             m.scripts.insert(sha.clone(), by_digest(&sha));
             Reply::bulk(sha)
         }

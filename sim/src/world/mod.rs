@@ -404,7 +404,7 @@ impl World {
         let nt_max: u64 = rng.pick(&[(30, 5), (50, 20), (20, 50)]) * 1_000_000;
         sim.lat_lo = rng.range(10_000, 100_000);
         sim.lat_hi = sim.lat_lo + rng.range(0, 400_000);
-        sim.split_all = params.faults.has(Fault::Split) && rng.chance(500);
+        sim.split_all = params.faults.has(Fault::Split) && rng.chance(100);
         sim.resources = rng.pick(&[(50, 1), (30, 2), (20, 3)]);
         sim.db = if rng.chance(200) { 2 } else { 0 };
         let acl = params.faults.has(Fault::Hostile) && rng.chance(150);
