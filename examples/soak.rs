@@ -12,11 +12,30 @@
 //! network or host produces, that is all but lose-bytes, which discards bytes from live
 //! streams (no real network does) and is never part of the safety counts. Each overlap or
 //! token decrease is printed with both windows (when the call began, the window, the token,
-//! the nodes that granted it) and the faults injected around them.
+//! the nodes that granted it) and the faults injected around them. The same history is then
+//! judged by the deterministic simulator's checker (`redlock_sim::check`), which must agree.
 
 use testkit::soak;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use redlock_sim::check::History;
+
+/// The soak's windows as the simulator's checker reads them: times in nanoseconds from the
+/// run's start, each acquisition a lock of its own, each thread or task a holder.
+fn history(report: &soak::Report) -> History {
+    let origin = report.origin.unwrap_or_else(Instant::now);
+    let ns = |t: Instant| t.saturating_duration_since(origin).as_nanos() as u64;
+    History::of_windows(report.windows.iter().map(|w| {
+        (
+            w.holder as u32,
+            w.resource as u32,
+            ns(w.from),
+            ns(w.until),
+            w.token,
+        )
+    }))
+}
 
 fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
     let args: Vec<String> = std::env::args().collect();
@@ -59,6 +78,30 @@ fn main() {
     );
     let report = soak::run(&cfg);
     println!("{report}");
+    // The same history judged by the deterministic simulator's checker (sim/src/check.rs),
+    // an implementation of its own: both must find nothing, and agree.
+    let history = history(&report);
+    let found = redlock_sim::check::check(&history);
+    println!(
+        "simulator's checker   {} windows, {} violations",
+        history.windows.len(),
+        found.len()
+    );
+    for v in found.iter().take(5) {
+        eprintln!(
+            "soak: {} at {:.3} ms: {}",
+            v.invariant,
+            v.at as f64 / 1e6,
+            v.detail
+        );
+    }
+    if !found.is_empty() {
+        eprintln!(
+            "soak: the simulator's checker found {} violations",
+            found.len()
+        );
+        std::process::exit(1);
+    }
     if report.overlaps > 0 {
         eprintln!(
             "soak: MUTUAL EXCLUSION VIOLATED ({} overlaps)",

@@ -5,9 +5,30 @@
 use std::time::Duration;
 
 use redlock_mux::Redlock;
+use redlock_sim::check::{check, History};
 use testkit::checker::Checker;
 use testkit::soak::{self, SoakConfig};
 use testkit::{cluster, wait_until};
+
+/// The invariants the simulator's checker (an implementation of its own) finds broken in the
+/// windows `checker` recorded: it must agree with the soak's checker.
+fn simulators_verdict(checker: &Checker) -> Vec<&'static str> {
+    let windows = checker.windows();
+    let Some(origin) = windows.iter().map(|w| w.from).min() else {
+        return Vec::new();
+    };
+    let ns = |t: std::time::Instant| t.saturating_duration_since(origin).as_nanos() as u64;
+    let history = History::of_windows(windows.iter().map(|w| {
+        (
+            w.holder as u32,
+            w.resource as u32,
+            ns(w.from),
+            ns(w.until),
+            w.token,
+        )
+    }));
+    check(&history).iter().map(|v| v.invariant).collect()
+}
 
 #[test]
 fn contended_lock_without_faults_is_exclusive() {
@@ -82,6 +103,7 @@ fn negative_control_instant_restart_without_persistence_lets_two_holders_in() {
     let overlaps = checker.overlaps();
     assert_eq!(overlaps.len(), 1, "the checker must see A and B overlap");
     assert!(overlaps[0].by > Duration::ZERO);
+    assert_eq!(simulators_verdict(&checker), ["overlap"]);
     assert_eq!(checker.detector_hits(), 1);
 }
 
@@ -136,6 +158,7 @@ fn delayed_restart_keeps_the_lock_exclusive() {
     let section_b = checker.enter(1, lock_b.unwrap().valid_until());
     checker.leave(section_b);
     assert!(checker.overlaps().is_empty());
+    assert!(simulators_verdict(&checker).is_empty());
     assert_eq!(checker.detector_hits(), 0);
 }
 
@@ -239,7 +262,11 @@ fn two_fenced_holders(first: &Redlock, second: &Redlock, between: impl FnOnce())
         b.fencing_token()
     );
     assert!(checker.overlaps().is_empty());
-    checker.token_decreases().len()
+    // The simulator's checker reads the same windows and must agree.
+    let decreases = checker.token_decreases().len();
+    let verdict = simulators_verdict(&checker);
+    assert_eq!(verdict, vec!["token-order"; decreases], "{verdict:?}");
+    decreases
 }
 
 /// Negative control for the second phase: node 0's counter is far ahead of the others', the

@@ -141,6 +141,31 @@ impl History {
         });
     }
 
+    /// A history of windows alone, as a runner outside the simulator records them (the
+    /// real-server soak of `testkit`, judged in `examples/soak.rs` and `tests/safety.rs`):
+    /// each `(holder, resource, from, until, token)` a lock of its own, its times in
+    /// nanoseconds from one origin.
+    pub fn of_windows(
+        windows: impl IntoIterator<Item = (u32, u32, u64, u64, Option<u64>)>,
+    ) -> History {
+        let windows = windows
+            .into_iter()
+            .enumerate()
+            .map(|(k, (client, resource, from, until, token))| Window {
+                lock: k as u64,
+                holder: Holder { client, task: 0 },
+                resources: vec![resource],
+                from,
+                until,
+                token,
+            })
+            .collect();
+        History {
+            windows,
+            ..History::default()
+        }
+    }
+
     /// Acquisitions recorded (locks with a window).
     pub fn acquisitions(&self) -> usize {
         let mut n = 0;

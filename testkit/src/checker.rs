@@ -176,6 +176,11 @@ impl Checker {
         self.past_validity.load(Ordering::SeqCst)
     }
 
+    /// Every window recorded, in the order they closed.
+    pub fn windows(&self) -> Vec<Window> {
+        self.windows.lock().unwrap().clone()
+    }
+
     /// Windows recorded.
     pub fn acquisitions(&self) -> usize {
         self.windows.lock().unwrap().len()

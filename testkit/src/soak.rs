@@ -171,6 +171,10 @@ pub struct Report {
     /// Each overlap and token decrease in words, with the faults in force around it (the
     /// first few of each).
     pub explanations: Vec<String>,
+    /// Every holder's window, for other checkers to judge (the simulator's, in
+    /// `examples/soak.rs`), and the instant the run's clock counts from.
+    pub windows: Vec<Window>,
+    pub origin: Option<Instant>,
 }
 
 impl std::fmt::Display for Report {
@@ -482,5 +486,7 @@ pub fn run(cfg: &SoakConfig) -> Report {
         acquire_p50: quantile(&mut lat, 0.5),
         acquire_p99: quantile(&mut lat, 0.99),
         explanations,
+        windows: checker.windows(),
+        origin: Some(origin),
     }
 }
