@@ -164,7 +164,11 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, Claim)> {
                 .op(Op::ConnectMode, &[0, 1])
                 .op(Op::ConnectMode, &[1, 1])
                 .acquire(0, 6, 0)
-                .advance(0xc8)
+                // To the round's deadline, the release's, then the connects' (each the
+                // engine's next timeout, to the nanosecond).
+                .advance(0x80)
+                .advance(0x80)
+                .advance(0x80)
                 .into_bytes(),
             |r| r.locks == 0 && r.timeouts >= 2,
         ),
@@ -489,6 +493,38 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, Claim)> {
             |r| r.won >= 1 && r.locks == 0,
         ),
         (
+            "late-reply-not-taken-for-the-next-round",
+            // Node 2's OK to the first SET arrives once that round is won, while the second
+            // round still waits for node 2: it must be dropped, not counted there.
+            (0..6)
+                .fold(
+                    Script::new(&plain)
+                        .acquire(0, 6, 0)
+                        .acquire(1, 6, 0)
+                        .answer(0, YES),
+                    |s, _| s.answer_one(1, YES).answer_one(2, YES),
+                )
+                .advance(0x80)
+                .into_bytes(),
+            |r| r.locks == 1 && r.late_replies >= 1,
+        ),
+        (
+            "watch-times-out-then-connection-drops",
+            Script::new(&h(3, |h| {
+                h.wakeups = true;
+                h.tries = 3;
+            }))
+            .acquire(0, 6, 1)
+            .answer_all(NO)
+            .answer_all(YES)
+            .answer_all(YES)
+            .advance(0x42)
+            .op(Op::Close, &[0, 0])
+            .answer_all(YES)
+            .into_bytes(),
+            |r| r.rounds >= 4 && r.wakes == 0,
+        ),
+        (
             "attributes-and-resp3",
             Script::new(&h(3, |h| h.wakeups = true))
                 .acquire(0, 6, 0)
@@ -594,7 +630,10 @@ fn write_seed_corpus() {
 #[ignore]
 fn trace_input() {
     let path = std::env::var("ENGINE_INPUT").expect("ENGINE_INPUT names an input");
-    let data = fs::read(&path).expect("readable input");
+    // As given, or from the repository's root (tests run in `core/`).
+    let data = fs::read(&path)
+        .or_else(|_| fs::read(root().join("..").join(&path)))
+        .expect("readable input");
     let (report, trace) = run(&data, true);
     for line in trace {
         println!("{line}");
