@@ -81,9 +81,13 @@ pub enum Expect {
     Fenced,
     /// Release, extend and fence: `1`, `0` (held) or `-1` (gone).
     Script,
-    /// A native release (`:1` deleted, `:0` not ours) or extension (`+OK`, or null: not
-    /// ours).
-    Native,
+    /// A native release (`DELIFEQ`, `DELEX ... IFEQ`): `:1` deleted, `:0` (or null) not
+    /// ours.
+    NativeRelease,
+    /// A native extension (`SET ... IFEQ ... PX`): `+OK`, or null: not ours. Each native
+    /// command's yes is its own: a `+OK` out of step never confirms a release, nor a `:1` an
+    /// extension.
+    NativeExtend,
     /// `GET`: the value (a token, or something else), or null (no key).
     Get,
     /// `PTTL`: an integer.
@@ -103,11 +107,15 @@ impl Expect {
         match (self, reply) {
             (_, Frame::Error(_) | Frame::BulkError(_)) => true,
             (Expect::Set, Frame::Simple(s)) => s.as_ref() == b"OK",
-            (Expect::Set | Expect::Native | Expect::Get, f) if f.is_null() => true,
+            (Expect::Set | Expect::NativeRelease | Expect::NativeExtend | Expect::Get, f)
+                if f.is_null() =>
+            {
+                true
+            }
             (Expect::Acquired | Expect::Fenced | Expect::Pttl, Frame::Integer(_)) => true,
             (Expect::Script, Frame::Integer(n)) => (-1..=1).contains(n),
-            (Expect::Native, Frame::Integer(n)) => (0..=1).contains(n),
-            (Expect::Native, Frame::Simple(s)) => s.as_ref() == b"OK",
+            (Expect::NativeRelease, Frame::Integer(n)) => (0..=1).contains(n),
+            (Expect::NativeExtend, Frame::Simple(s)) => s.as_ref() == b"OK",
             // A sentinel's answer (see `Conn`) is never a value a lock command reads.
             (Expect::Get, Frame::Bulk(b)) => !crate::conn::is_sync_reply(b),
             _ => false,
@@ -286,10 +294,14 @@ impl Command<'_> {
             (Expect::Script, Frame::Integer(1)) => plain(NodeOutcome::Ok),
             (Expect::Script, Frame::Integer(0)) => plain(NodeOutcome::Held),
             (Expect::Script, Frame::Integer(-1)) => plain(NodeOutcome::Gone),
-            (Expect::Native, Frame::Integer(1)) => plain(NodeOutcome::Ok),
-            (Expect::Native, Frame::Simple(s)) if s.as_ref() == b"OK" => plain(NodeOutcome::Ok),
-            (Expect::Native, Frame::Integer(0)) => plain(NodeOutcome::NotOurs),
-            (Expect::Native, f) if f.is_null() => plain(NodeOutcome::NotOurs),
+            (Expect::NativeRelease, Frame::Integer(1)) => plain(NodeOutcome::Ok),
+            (Expect::NativeExtend, Frame::Simple(s)) if s.as_ref() == b"OK" => {
+                plain(NodeOutcome::Ok)
+            }
+            (Expect::NativeRelease, Frame::Integer(0)) => plain(NodeOutcome::NotOurs),
+            (Expect::NativeRelease | Expect::NativeExtend, f) if f.is_null() => {
+                plain(NodeOutcome::NotOurs)
+            }
             (Expect::Get, Frame::Bulk(b)) => {
                 let token = std::str::from_utf8(b).ok().and_then(Token::parse);
                 (NodeOutcome::Ok, token.map_or(Extra::Foreign, Extra::Holder))
@@ -581,6 +593,27 @@ mod tests {
         assert!(matches!(
             j(Expect::Set, &Frame::Bulk(Bytes::from(vec![b'x'; 10_000]))).0,
             NodeOutcome::Server(m) if m.len() < 100
+        ));
+    }
+
+    #[test]
+    fn each_native_command_has_its_own_yes() {
+        use NodeOutcome::{NotOurs, Ok as Y};
+        let ok = Frame::Simple(Bytes::from_static(b"OK"));
+        let (rel, ext) = (Expect::NativeRelease, Expect::NativeExtend);
+        assert_eq!(Command::judge(rel, &Frame::Integer(1)).0, Y);
+        assert_eq!(Command::judge(rel, &Frame::Integer(0)).0, NotOurs);
+        assert_eq!(Command::judge(ext, &ok).0, Y);
+        assert_eq!(Command::judge(ext, &Frame::NullBulk).0, NotOurs);
+        // The other command's yes cannot answer it: the stream is out of step (the engine
+        // drops the connection), and the judge would not read it as a yes either.
+        assert!(!rel.fits(&ok));
+        assert!(!ext.fits(&Frame::Integer(1)));
+        assert!(!ext.fits(&Frame::Integer(0)));
+        assert!(matches!(Command::judge(rel, &ok).0, NodeOutcome::Server(_)));
+        assert!(matches!(
+            Command::judge(ext, &Frame::Integer(1)).0,
+            NodeOutcome::Server(_)
         ));
     }
 }

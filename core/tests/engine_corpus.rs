@@ -4,8 +4,9 @@
 //!
 //! The seed corpus is written by [`seeds`]: to regenerate it after changing the input format,
 //! `cargo test -p redlock-core --test engine_corpus -- --ignored write_seed_corpus`. To read
-//! what an input does, `ENGINE_INPUT=path cargo test -p redlock-core --test engine_corpus --
-//! --ignored --nocapture trace_input`.
+//! what an input does, `ENGINE_INPUT=path ENGINE_TRACE=1 cargo test -p redlock-core --test
+//! engine_corpus -- --ignored --nocapture trace_input` (`ENGINE_TRACE` prints each event as it
+//! happens, up to a check that fails).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -567,6 +568,38 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, Claim)> {
     s
 }
 
+/// Regressions: inputs that once failed a check, each with what it caught (fixed since).
+/// Those the fuzzer found are committed as it found them beside these, which say the same
+/// thing readably.
+fn regressions() -> Vec<(&'static str, Vec<u8>)> {
+    let valkey = h(3, |h| h.kinds = 0b01_01_01);
+    vec![
+        (
+            // A `+OK` (the native extension's yes) read as the yes of a native release: the
+            // engine took any native yes for any native command, so a reply out of step
+            // could confirm a release, or an extension whose key a `DELIFEQ` had deleted
+            // (found by the fuzzer in its first seconds: crash-8f9fcdbf...).
+            "native-release-answered-ok",
+            Script::new(&valkey)
+                .acquire(0, 6, 0)
+                .answer_all(YES)
+                .op(Op::Release, &[0])
+                .answer_all(ODD)
+                .into_bytes(),
+        ),
+        (
+            // The other way: `:1` (the native release's yes) read as an extension's yes.
+            "native-extension-answered-one",
+            Script::new(&valkey)
+                .acquire(0, 6, 0)
+                .answer_all(YES)
+                .op(Op::Extend, &[0, 5])
+                .answer_all(ODD)
+                .into_bytes(),
+        ),
+    ]
+}
+
 #[test]
 fn committed_engine_inputs_pass_the_checks() {
     let files = inputs();
@@ -603,8 +636,15 @@ fn the_seed_corpus_reaches_what_it_claims() {
 
 #[test]
 fn the_committed_seeds_are_the_generators() {
-    for (name, data, _) in seeds() {
-        let path = root().join("corpus/engine").join(name);
+    let generated = seeds()
+        .into_iter()
+        .map(|(name, data, _)| (root().join("corpus/engine").join(name), data))
+        .chain(
+            regressions()
+                .into_iter()
+                .map(|(name, data)| (root().join("regressions/engine").join(name), data)),
+        );
+    for (path, data) in generated {
         let committed = fs::read(&path).unwrap_or_default();
         assert!(
             committed == data,
@@ -614,7 +654,7 @@ fn the_committed_seeds_are_the_generators() {
     }
 }
 
-/// Writes the seed corpus (see the module's docs).
+/// Writes the seed corpus and the generated regressions (see the module's docs).
 #[test]
 #[ignore]
 fn write_seed_corpus() {
@@ -622,6 +662,11 @@ fn write_seed_corpus() {
     fs::create_dir_all(&dir).expect("corpus directory");
     for (name, data, _) in seeds() {
         fs::write(dir.join(name), data).expect("seed written");
+    }
+    let dir = root().join("regressions/engine");
+    fs::create_dir_all(&dir).expect("regressions directory");
+    for (name, data) in regressions() {
+        fs::write(dir.join(name), data).expect("regression written");
     }
 }
 
