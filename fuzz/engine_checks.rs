@@ -991,6 +991,8 @@ pub struct Harness {
     started: BTreeMap<Key, Instant>,
     /// Trace of the events, when asked for.
     trace: Option<Vec<String>>,
+    /// The trace printed as it goes (`ENGINE_TRACE` set), to read up to a failed check.
+    live: bool,
     /// The report.
     pub report: Report,
 }
@@ -1047,6 +1049,7 @@ impl Harness {
             votes: BTreeMap::new(),
             started: BTreeMap::new(),
             trace: trace.then(Vec::new),
+            live: trace && std::env::var_os("ENGINE_TRACE").is_some(),
             report: Report::default(),
         }
     }
@@ -1055,6 +1058,9 @@ impl Harness {
         if self.trace.is_some() {
             let at = self.now.saturating_duration_since(self.start);
             let line = format!("{at:?} {}", line());
+            if self.live {
+                eprintln!("{line}");
+            }
             if let Some(t) = self.trace.as_mut() {
                 t.push(line);
             }
