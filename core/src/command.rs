@@ -112,7 +112,10 @@ impl Expect {
             {
                 true
             }
-            (Expect::Acquired | Expect::Fenced | Expect::Pttl, Frame::Integer(_)) => true,
+            // The unfenced script answers `0` or a held key's `-i`: a number of another
+            // command (a release's `1`) is out of step.
+            (Expect::Acquired, Frame::Integer(n)) => *n == 0 || held_index(*n).is_some(),
+            (Expect::Fenced | Expect::Pttl, Frame::Integer(_)) => true,
             (Expect::Script, Frame::Integer(n)) => (-1..=1).contains(n),
             (Expect::NativeRelease, Frame::Integer(n)) => (0..=1).contains(n),
             (Expect::NativeExtend, Frame::Simple(s)) => s.as_ref() == b"OK",
@@ -279,14 +282,11 @@ impl Command<'_> {
         match (expect, reply) {
             (Expect::Set, Frame::Simple(s)) if s.as_ref() == b"OK" => plain(NodeOutcome::Ok),
             (Expect::Set, f) if f.is_null() => (NodeOutcome::Held, Extra::HeldKey(0)),
-            (Expect::Acquired, Frame::Integer(n)) => match u64::try_from(*n) {
-                Ok(counter) => (NodeOutcome::Ok, Extra::Counter(counter)),
-                // `-i`: the i-th key (from 1) is held.
-                Err(_) => {
-                    let key = n.checked_neg().and_then(|k| u32::try_from(k - 1).ok());
-                    (NodeOutcome::Held, key.map_or(Extra::None, Extra::HeldKey))
-                }
-            },
+            (Expect::Acquired, Frame::Integer(0)) => (NodeOutcome::Ok, Extra::Counter(0)),
+            (Expect::Acquired, Frame::Integer(n)) if held_index(*n).is_some() => (
+                NodeOutcome::Held,
+                held_index(*n).map_or(Extra::None, Extra::HeldKey),
+            ),
             (Expect::Fenced, Frame::Integer(n)) => fenced(*n),
             (Expect::Fenced, Frame::Error(msg) | Frame::BulkError(msg)) => {
                 plain(counter_fault(msg).map_or_else(|| server_error(msg), NodeOutcome::Fencing))
@@ -320,6 +320,16 @@ impl Command<'_> {
 /// An error reply as a node's outcome: its text.
 fn server_error(msg: &[u8]) -> NodeOutcome {
     NodeOutcome::Server(String::from_utf8_lossy(msg).into_owned())
+}
+
+/// The index (from 0) of the held key an acquire script's `-i` names, for `i` in `1 ..=`
+/// [`MAX_RESOURCES`](crate::MAX_RESOURCES); `None` for any other number.
+fn held_index(n: i64) -> Option<u32> {
+    let max_held = -(crate::MAX_RESOURCES as i64);
+    (max_held..=-1)
+        .contains(&n)
+        .then(|| u32::try_from(-n - 1).ok())
+        .flatten()
 }
 
 /// A fenced acquisition's integer reply: a counter in `1 ..= MAX_FENCING_TOKEN`, or `-i` for
@@ -520,17 +530,22 @@ mod tests {
             (Y, Extra::Counter(0))
         );
         assert_eq!(
-            j(Expect::Acquired, &Frame::Integer(77)),
-            (Y, Extra::Counter(77))
-        );
-        assert_eq!(
             j(Expect::Acquired, &Frame::Integer(-3)),
             (Held, Extra::HeldKey(2))
         );
-        assert_eq!(
-            j(Expect::Acquired, &Frame::Integer(i64::MIN)),
-            (Held, Extra::None)
-        );
+        // Unfenced, the script answers 0 or a held key: any other number (a release's 1, a
+        // fenced client's counter) is not a yes, and cannot answer the command at all.
+        for n in [1, 77, i64::MAX, -1025, i64::MIN] {
+            assert!(
+                matches!(
+                    j(Expect::Acquired, &Frame::Integer(n)).0,
+                    NodeOutcome::Server(_)
+                ),
+                "{n}"
+            );
+            assert!(!Expect::Acquired.fits(&Frame::Integer(n)), "{n}");
+        }
+        assert!(Expect::Acquired.fits(&Frame::Integer(-1024)));
         assert_eq!(j(Expect::Script, &Frame::Integer(1)), (Y, Extra::None));
         assert_eq!(j(Expect::Script, &Frame::Integer(0)), (Held, Extra::None));
         // Fenced: a counter in 1..=2^53, a held key's index, or the node's failure.

@@ -573,6 +573,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, Claim)> {
 /// thing readably.
 fn regressions() -> Vec<(&'static str, Vec<u8>)> {
     let valkey = h(3, |h| h.kinds = 0b01_01_01);
+    let plain = h(3, |_| {});
     vec![
         (
             // A `+OK` (the native extension's yes) read as the yes of a native release: the
@@ -594,6 +595,19 @@ fn regressions() -> Vec<(&'static str, Vec<u8>)> {
                 .acquire(0, 6, 0)
                 .answer_all(YES)
                 .op(Op::Extend, &[0, 5])
+                .answer_all(ODD)
+                .into_bytes(),
+        ),
+        (
+            // A positive integer (no reply the unfenced acquire script gives: it answers `:0`
+            // or `:-i`) read as the acquisition's yes; out of step, a release's or an
+            // extension's `:1` could have granted a lock (found by the fuzzer:
+            // crash-53d0df21...).
+            "unfenced-acquisition-answered-seven",
+            Script::new(&plain)
+                .acquire(0, 6, 0)
+                .answer_all(YES)
+                .acquire(5, 6, 0)
                 .answer_all(ODD)
                 .into_bytes(),
         ),
