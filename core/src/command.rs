@@ -81,9 +81,13 @@ pub enum Expect {
     Fenced,
     /// Release, extend and fence: `1`, `0` (held) or `-1` (gone).
     Script,
-    /// A native release (`:1` deleted, `:0` not ours) or extension (`+OK`, or null: not
-    /// ours).
-    Native,
+    /// A native release (`DELIFEQ`, `DELEX ... IFEQ`): `:1` deleted, `:0` (or null) not
+    /// ours.
+    NativeRelease,
+    /// A native extension (`SET ... IFEQ ... PX`): `+OK`, or null: not ours. Each native
+    /// command's yes is its own: a `+OK` out of step never confirms a release, nor a `:1` an
+    /// extension.
+    NativeExtend,
     /// `GET`: the value (a token, or something else), or null (no key).
     Get,
     /// `PTTL`: an integer.
@@ -103,14 +107,18 @@ impl Expect {
         match (self, reply) {
             (_, Frame::Error(_) | Frame::BulkError(_)) => true,
             (Expect::Set, Frame::Simple(s)) => s.as_ref() == b"OK",
-            (Expect::Set | Expect::Native | Expect::Get, f) if f.is_null() => true,
-            // The unfenced acquire script answers 0 (every key set) or `-i` (key `i` held):
-            // any other integer is another command's reply, or no server's.
-            (Expect::Acquired, Frame::Integer(n)) => acquired_script_reply(*n),
+            (Expect::Set | Expect::NativeRelease | Expect::NativeExtend | Expect::Get, f)
+                if f.is_null() =>
+            {
+                true
+            }
+            // The unfenced script answers `0` or a held key's `-i`: a number of another
+            // command (a release's `1`) is out of step.
+            (Expect::Acquired, Frame::Integer(n)) => *n == 0 || held_index(*n).is_some(),
             (Expect::Fenced | Expect::Pttl, Frame::Integer(_)) => true,
             (Expect::Script, Frame::Integer(n)) => (-1..=1).contains(n),
-            (Expect::Native, Frame::Integer(n)) => (0..=1).contains(n),
-            (Expect::Native, Frame::Simple(s)) => s.as_ref() == b"OK",
+            (Expect::NativeRelease, Frame::Integer(n)) => (0..=1).contains(n),
+            (Expect::NativeExtend, Frame::Simple(s)) => s.as_ref() == b"OK",
             // A sentinel's answer (see `Conn`) is never a value a lock command reads.
             (Expect::Get, Frame::Bulk(b)) => !crate::conn::is_sync_reply(b),
             _ => false,
@@ -275,11 +283,10 @@ impl Command<'_> {
             (Expect::Set, Frame::Simple(s)) if s.as_ref() == b"OK" => plain(NodeOutcome::Ok),
             (Expect::Set, f) if f.is_null() => (NodeOutcome::Held, Extra::HeldKey(0)),
             (Expect::Acquired, Frame::Integer(0)) => (NodeOutcome::Ok, Extra::Counter(0)),
-            // `-i`: the i-th key (from 1) is held.
-            (Expect::Acquired, Frame::Integer(n)) if acquired_script_reply(*n) => {
-                let key = n.checked_neg().and_then(|k| u32::try_from(k - 1).ok());
-                (NodeOutcome::Held, key.map_or(Extra::None, Extra::HeldKey))
-            }
+            (Expect::Acquired, Frame::Integer(n)) if held_index(*n).is_some() => (
+                NodeOutcome::Held,
+                held_index(*n).map_or(Extra::None, Extra::HeldKey),
+            ),
             (Expect::Fenced, Frame::Integer(n)) => fenced(*n),
             (Expect::Fenced, Frame::Error(msg) | Frame::BulkError(msg)) => {
                 plain(counter_fault(msg).map_or_else(|| server_error(msg), NodeOutcome::Fencing))
@@ -287,10 +294,14 @@ impl Command<'_> {
             (Expect::Script, Frame::Integer(1)) => plain(NodeOutcome::Ok),
             (Expect::Script, Frame::Integer(0)) => plain(NodeOutcome::Held),
             (Expect::Script, Frame::Integer(-1)) => plain(NodeOutcome::Gone),
-            (Expect::Native, Frame::Integer(1)) => plain(NodeOutcome::Ok),
-            (Expect::Native, Frame::Simple(s)) if s.as_ref() == b"OK" => plain(NodeOutcome::Ok),
-            (Expect::Native, Frame::Integer(0)) => plain(NodeOutcome::NotOurs),
-            (Expect::Native, f) if f.is_null() => plain(NodeOutcome::NotOurs),
+            (Expect::NativeRelease, Frame::Integer(1)) => plain(NodeOutcome::Ok),
+            (Expect::NativeExtend, Frame::Simple(s)) if s.as_ref() == b"OK" => {
+                plain(NodeOutcome::Ok)
+            }
+            (Expect::NativeRelease, Frame::Integer(0)) => plain(NodeOutcome::NotOurs),
+            (Expect::NativeRelease | Expect::NativeExtend, f) if f.is_null() => {
+                plain(NodeOutcome::NotOurs)
+            }
             (Expect::Get, Frame::Bulk(b)) => {
                 let token = std::str::from_utf8(b).ok().and_then(Token::parse);
                 (NodeOutcome::Ok, token.map_or(Extra::Foreign, Extra::Holder))
@@ -306,17 +317,19 @@ impl Command<'_> {
     }
 }
 
-/// Whether `n` is a reply the unfenced acquire script can give: 0 (every key set), or `-i`
-/// for the held key `i` of at most [`MAX_RESOURCES`](crate::MAX_RESOURCES). (Found by the
-/// simulator: any integer of 0 or more used to count as a grant, a hostile `:9223372036854775807`
-/// or another command's `:1` included.)
-fn acquired_script_reply(n: i64) -> bool {
-    n == 0 || (-(crate::MAX_RESOURCES as i64)..0).contains(&n)
-}
-
 /// An error reply as a node's outcome: its text.
 fn server_error(msg: &[u8]) -> NodeOutcome {
     NodeOutcome::Server(String::from_utf8_lossy(msg).into_owned())
+}
+
+/// The index (from 0) of the held key an acquire script's `-i` names, for `i` in `1 ..=`
+/// [`MAX_RESOURCES`](crate::MAX_RESOURCES); `None` for any other number.
+fn held_index(n: i64) -> Option<u32> {
+    let max_held = -(crate::MAX_RESOURCES as i64);
+    (max_held..=-1)
+        .contains(&n)
+        .then(|| u32::try_from(-n - 1).ok())
+        .flatten()
 }
 
 /// A fenced acquisition's integer reply: a counter in `1 ..= MAX_FENCING_TOKEN`, or `-i` for
@@ -403,22 +416,6 @@ fn describe(f: &Frame) -> String {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn the_unfenced_acquire_scripts_reply_is_zero_or_a_held_key() {
-        use super::{Command, Expect, Extra};
-        use crate::error::NodeOutcome;
-        use resp::Frame;
-        let judge = |n| Command::judge(Expect::Acquired, &Frame::Integer(n));
-        assert_eq!(judge(0).0, NodeOutcome::Ok);
-        assert_eq!(judge(-2), (NodeOutcome::Held, Extra::HeldKey(1)));
-        assert!(Expect::Acquired.fits(&Frame::Integer(0)));
-        assert!(Expect::Acquired.fits(&Frame::Integer(-1024)));
-        for n in [1, 2, 35_000, i64::MAX, -1025, i64::MIN] {
-            assert!(!Expect::Acquired.fits(&Frame::Integer(n)), "{n} fits");
-            assert_ne!(judge(n).0, NodeOutcome::Ok, "{n} is a grant");
-        }
-    }
-
     use super::*;
     use bytes::Bytes;
 
@@ -532,13 +529,23 @@ mod tests {
             j(Expect::Acquired, &Frame::Integer(0)),
             (Y, Extra::Counter(0))
         );
-        // Not a reply the unfenced acquire script gives (0 or -i): never a grant.
-        assert_ne!(j(Expect::Acquired, &Frame::Integer(77)).0, Y);
         assert_eq!(
             j(Expect::Acquired, &Frame::Integer(-3)),
             (Held, Extra::HeldKey(2))
         );
-        assert_ne!(j(Expect::Acquired, &Frame::Integer(i64::MIN)).0, Y);
+        // Unfenced, the script answers 0 or a held key: any other number (a release's 1, a
+        // fenced client's counter) is not a yes, and cannot answer the command at all.
+        for n in [1, 77, i64::MAX, -1025, i64::MIN] {
+            assert!(
+                matches!(
+                    j(Expect::Acquired, &Frame::Integer(n)).0,
+                    NodeOutcome::Server(_)
+                ),
+                "{n}"
+            );
+            assert!(!Expect::Acquired.fits(&Frame::Integer(n)), "{n}");
+        }
+        assert!(Expect::Acquired.fits(&Frame::Integer(-1024)));
         assert_eq!(j(Expect::Script, &Frame::Integer(1)), (Y, Extra::None));
         assert_eq!(j(Expect::Script, &Frame::Integer(0)), (Held, Extra::None));
         // Fenced: a counter in 1..=2^53, a held key's index, or the node's failure.
@@ -601,6 +608,27 @@ mod tests {
         assert!(matches!(
             j(Expect::Set, &Frame::Bulk(Bytes::from(vec![b'x'; 10_000]))).0,
             NodeOutcome::Server(m) if m.len() < 100
+        ));
+    }
+
+    #[test]
+    fn each_native_command_has_its_own_yes() {
+        use NodeOutcome::{NotOurs, Ok as Y};
+        let ok = Frame::Simple(Bytes::from_static(b"OK"));
+        let (rel, ext) = (Expect::NativeRelease, Expect::NativeExtend);
+        assert_eq!(Command::judge(rel, &Frame::Integer(1)).0, Y);
+        assert_eq!(Command::judge(rel, &Frame::Integer(0)).0, NotOurs);
+        assert_eq!(Command::judge(ext, &ok).0, Y);
+        assert_eq!(Command::judge(ext, &Frame::NullBulk).0, NotOurs);
+        // The other command's yes cannot answer it: the stream is out of step (the engine
+        // drops the connection), and the judge would not read it as a yes either.
+        assert!(!rel.fits(&ok));
+        assert!(!ext.fits(&Frame::Integer(1)));
+        assert!(!ext.fits(&Frame::Integer(0)));
+        assert!(matches!(Command::judge(rel, &ok).0, NodeOutcome::Server(_)));
+        assert!(matches!(
+            Command::judge(ext, &Frame::Integer(1)).0,
+            NodeOutcome::Server(_)
         ));
     }
 }

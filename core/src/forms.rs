@@ -241,6 +241,12 @@ pub fn takes_keys(evalsha: &[u8]) -> bool {
     digest(evalsha).is_some_and(|(sha, _)| sha == script::ACQUIRE_SHA1.as_bytes())
 }
 
+/// Whether an encoded `EVALSHA` of one of our scripts is an extension (whose native form is
+/// `SET ... IFEQ ... PX`, answered `+OK`; a native release is answered `:1`).
+pub fn extends(evalsha: &[u8]) -> bool {
+    digest(evalsha).is_some_and(|(sha, _)| sha == script::EXTEND_SHA1.as_bytes())
+}
+
 /// Writes `evalsha` (an encoded `EVALSHA` of one of our scripts, the canonical copy) into
 /// `out` in the form `to`. `false` (and nothing written) when it has no such form.
 pub fn write_as(evalsha: &[u8], to: Sent, out: &mut BytesMut) -> bool {

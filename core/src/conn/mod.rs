@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, BytesMut};
 use resp::{encode_command, Decoder, Frame, Limits};
 
+use crate::command::Expect;
 use crate::config::{NodeAddr, Scripts};
 use crate::error::NodeOutcome;
 use crate::eviction::Eviction;
@@ -95,8 +96,9 @@ pub enum How<'a> {
 pub struct Reply<T> {
     pub(crate) tag: T,
     pub(crate) frame: Frame,
-    /// It answers the server's native command (its shape is the native one).
-    pub(crate) native: bool,
+    /// The shape of the reply when it answers the server's native command (a release's or
+    /// an extension's), in place of the shape the command was queued with.
+    pub(crate) native: Option<Expect>,
     /// An acquisition the server refused in the form it was sent in (or found no script
     /// for), which could go again in another form: only if nothing has been queued on the
     /// connection behind it and its round still waits for this node ([`Conn::send_again`]).
@@ -551,7 +553,13 @@ impl<T> Conn<T> {
                     // A healthy exchange: the next failure starts the backoff from the bottom.
                     self.backoff = Duration::ZERO;
                     let len = len.min(self.scripted.len());
-                    let native = matches!(sent, Sent::Native(_));
+                    let native = matches!(sent, Sent::Native(_)).then(|| {
+                        if forms::extends(&self.scripted[..len]) {
+                            Expect::NativeExtend
+                        } else {
+                            Expect::NativeRelease
+                        }
+                    });
                     let refused = len > 0 && resends < MAX_RESENDS;
                     let next = (refused && frame.without_attributes().is_error())
                         .then(|| self.resend_form(len, sent, &frame))

@@ -38,11 +38,7 @@ impl<U> Engine<U> {
                             continue;
                         }
                     }
-                    let expect = if reply.native {
-                        Expect::Native
-                    } else {
-                        tag.expect
-                    };
+                    let expect = reply.native.unwrap_or(tag.expect);
                     if !expect.fits(&frame) {
                         // Out of step: no later reply on this connection can be trusted.
                         // The command this reply was matched to fails with the rest.
