@@ -112,16 +112,14 @@ const KILL_REPEAT: Duration = Duration::from_millis(20);
 /// after the first finds only processes forked while the previous ones were being signalled).
 const SIGNAL_ROUNDS: usize = 64;
 
-/// Runs the command under the lock until it and every process descended from it have exited;
-/// returns the exit code: the command's own status, or [`exit::LOST`].
-async fn supervise(guard: LockGuard, signals: &mut Signals, a: &RunArgs) -> Result<u8, Failure> {
-    let Some((program, args)) = a.command.split_first() else {
-        return Err(Failure::new(exit::USAGE, "no command given after --"));
-    };
-    // Installed before the command starts, so that no exit goes unnoticed.
-    let mut exits =
-        signal(SignalKind::child()).map_err(|e| Failure::os("installing signal handlers", e))?;
-    let lock = guard.lock();
+/// The command to run under `lock`: `program` with `args`, told the lock in its environment
+/// (`REDLOCK_RESOURCE(S)`, `REDLOCK_TOKEN`, `REDLOCK_FENCING_TOKEN`), without the nodes'
+/// addresses, in a process group of its own.
+fn command_for(
+    lock: &redlock_mux::Lock,
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("REDLOCK_RESOURCE", lock.resource())
@@ -140,6 +138,19 @@ async fn supervise(guard: LockGuard, signals: &mut Signals, a: &RunArgs) -> Resu
     if let Some(t) = lock.fencing_token() {
         cmd.env("REDLOCK_FENCING_TOKEN", t.to_string());
     }
+    cmd
+}
+
+/// Runs the command under the lock until it and every process descended from it have exited;
+/// returns the exit code: the command's own status, or [`exit::LOST`].
+async fn supervise(guard: LockGuard, signals: &mut Signals, a: &RunArgs) -> Result<u8, Failure> {
+    let Some((program, args)) = a.command.split_first() else {
+        return Err(Failure::new(exit::USAGE, "no command given after --"));
+    };
+    // Installed before the command starts, so that no exit goes unnoticed.
+    let mut exits =
+        signal(SignalKind::child()).map_err(|e| Failure::os("installing signal handlers", e))?;
+    let mut cmd = command_for(&guard.lock(), program, args);
     die_with_parent(&mut cmd);
     let child = match cmd.spawn() {
         Ok(child) => child,
