@@ -61,7 +61,7 @@ impl Inspection {
 
     /// From the two rounds' tallies.
     pub fn from_rounds(cfg: &Config, get: &Round, pttl: &Round) -> Inspection {
-        let get_reports = get.reports(&cfg.nodes);
+        let get_reports = get.reports_for(cfg);
         let nodes = get_reports
             .0
             .into_iter()

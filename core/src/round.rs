@@ -219,6 +219,20 @@ impl Round {
         (0..self.codes.len()).map(|i| self.outcome(i))
     }
 
+    /// The per-node report, for errors, each node named by `cfg`'s labels (written once, when
+    /// the configuration was checked).
+    pub fn reports_for(&self, cfg: &crate::Config) -> NodeReports {
+        NodeReports(
+            (0..self.codes.len())
+                .map(|i| NodeReport {
+                    node: i,
+                    addr: cfg.labels.get(i).cloned().unwrap_or_default(),
+                    outcome: self.outcome(i).clone(),
+                })
+                .collect(),
+        )
+    }
+
     /// The per-node report, for errors.
     pub fn reports(&self, nodes: &[NodeAddr]) -> NodeReports {
         NodeReports(

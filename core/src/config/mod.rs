@@ -58,6 +58,9 @@ pub enum Scripts {
 pub struct Config {
     /// The masters, in the order given.
     pub(crate) nodes: Vec<NodeAddr>,
+    /// Each master's address as errors name it (its `Display`, without the password), written
+    /// once here rather than for every failed round.
+    pub(crate) labels: Vec<String>,
     /// How long each node has to answer, from when the command was written.
     pub(crate) node_timeout: Duration,
     /// Rounds `lock` tries before giving up.

@@ -120,8 +120,10 @@ impl Options {
         if self.fencing && self.fencing_key.is_empty() {
             return Err(ConfigError::FencingKey(String::new()));
         }
+        let labels = nodes.iter().map(NodeAddr::to_string).collect();
         Ok(Config {
             nodes,
+            labels,
             node_timeout: self.node_timeout,
             tries: self.tries,
             retry_delay: self.retry_delay,

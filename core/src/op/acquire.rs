@@ -149,7 +149,7 @@ impl Acquisition {
             (Phase::Fence { t1, fence, granted }, Ok((round, _))) => {
                 if round.decision() != Decision::Won {
                     Phase::Release(Error::NoQuorum {
-                        nodes: round.reports(&cfg.nodes),
+                        nodes: round.reports_for(cfg),
                     })
                 } else {
                     match validity_after(cfg, t1, now, self.ttl) {

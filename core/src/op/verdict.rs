@@ -56,12 +56,12 @@ pub fn acquired(
         Decision::Won => validity_after(cfg, t1, now, ttl),
         _ if round.count(&NodeOutcome::Held) > 0 && contention(cfg, round) => {
             Err(Error::Conflict {
-                nodes: round.reports(&cfg.nodes),
+                nodes: round.reports_for(cfg),
                 held: None,
             })
         }
         _ => Err(Error::NoQuorum {
-            nodes: round.reports(&cfg.nodes),
+            nodes: round.reports_for(cfg),
         }),
     }
 }
@@ -80,7 +80,7 @@ pub fn confirmed(cfg: &Config, round: &Round, expired: bool) -> Result<(), Error
 
 /// Why a release or extend round was not won.
 fn not_confirmed(cfg: &Config, round: &Round, expired: bool) -> Error {
-    let nodes = || round.reports(&cfg.nodes);
+    let nodes = || round.reports_for(cfg);
     let not_ours = round.count(&NodeOutcome::NotOurs);
     if round.count(&NodeOutcome::Held) > 0 || (not_ours > 0 && !expired) {
         Error::NotHeld { nodes: nodes() }
