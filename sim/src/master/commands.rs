@@ -97,35 +97,40 @@ fn arity_ok(arity: i32, argc: usize) -> bool {
 /// Runs one command (`args` is never empty) and returns its reply.
 pub(crate) fn dispatch(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
     let server = m.profile.server;
-    let name = args[0].to_ascii_lowercase();
     let Some(spec) = TABLE
         .iter()
-        .find(|s| s.name.as_bytes() == name && (s.has)(server))
+        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(&args[0]) && (s.has)(server))
     else {
         return Reply::Error(server.unknown_command(&args[0], &args[1..]));
     };
-    let mut fullname = spec.name.to_string();
     let mut arity = spec.arity;
     let mut sub = None;
     if let (false, Some(given)) = (spec.subs.is_empty(), args.get(1)) {
-        let lower = given.to_ascii_lowercase();
-        match spec.subs.iter().find(|(n, _)| n.as_bytes() == lower) {
+        match spec
+            .subs
+            .iter()
+            .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(given))
+        {
             Some((n, a)) => {
-                fullname = format!("{}|{n}", spec.name);
                 arity = *a;
                 sub = Some(*n);
             }
             None => return Reply::Error(server.unknown_subcommand(spec.name, given)),
         }
     }
+    // The command's full name (`client|caching`), for the errors that say it.
+    let fullname = || match sub {
+        Some(n) => format!("{}|{n}", spec.name),
+        None => spec.name.to_string(),
+    };
     if !arity_ok(arity, args.len()) {
         let given = sub.and(args.get(1)).map(|b| &b[..]);
-        return Reply::Error(server.arity(&fullname, given));
+        return Reply::Error(server.arity(&fullname(), given));
     }
     match m.user(ex) {
         None if !spec.no_auth => return Reply::err("NOAUTH Authentication required."),
         Some(user) if user.denied.denies(spec.name) => {
-            return Reply::Error(server.noperm(&user.name, &fullname));
+            return Reply::Error(server.noperm(&user.name, &fullname()));
         }
         _ => {}
     }

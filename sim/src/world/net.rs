@@ -106,8 +106,8 @@ impl Sim {
         self.arm(l, dir, at);
     }
 
-    /// Queues bytes, split at boundaries drawn from the seed.
-    fn enqueue_bytes(&mut self, l: u32, dir: Dir, bytes: &[u8]) {
+    /// Queues bytes, split at boundaries drawn from the seed (each piece a slice of them).
+    fn enqueue_bytes(&mut self, l: u32, dir: Dir, bytes: Bytes) {
         let mut rest = bytes;
         while !rest.is_empty() {
             let n = if self.split_all {
@@ -117,9 +117,8 @@ impl Sim {
             } else {
                 rest.len()
             };
-            let (piece, tail) = rest.split_at(n);
-            self.enqueue(l, dir, Seg::Data(Bytes::copy_from_slice(piece)));
-            rest = tail;
+            let piece = rest.split_to(n);
+            self.enqueue(l, dir, Seg::Data(piece));
         }
     }
 
@@ -171,7 +170,7 @@ impl Sim {
             // on its way to the client).
             return;
         }
-        self.enqueue_bytes(l, Dir::C2s, bytes);
+        self.enqueue_bytes(l, Dir::C2s, Bytes::copy_from_slice(bytes));
     }
 
     /// The client drops its socket of `l`: a FIN goes to the master behind the bytes sent.
@@ -256,7 +255,7 @@ impl Sim {
                 } else {
                     out
                 };
-                self.enqueue_bytes(l, Dir::S2c, &out);
+                self.enqueue_bytes(l, Dir::S2c, out);
             }
             if self.masters[m].m.is_closed(conn) {
                 self.masters[m].m.close(conn);
