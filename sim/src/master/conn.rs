@@ -52,6 +52,8 @@ pub(crate) struct Conn {
     /// Bytes received and not yet decoded into a whole command.
     pub(crate) inb: BytesMut,
     pub(crate) decoder: Decoder,
+    /// Whether the decoder holds the start of a frame (then it reads on, not the fast path).
+    pub(crate) decoding: bool,
     /// Bytes to send, in order.
     pub(crate) out: BytesMut,
     /// The connection speaks RESP3 (`HELLO 3`).
@@ -74,6 +76,7 @@ impl Conn {
         Conn {
             inb: BytesMut::new(),
             decoder: Decoder::new(request_limits()),
+            decoding: false,
             out: BytesMut::new(),
             resp3: false,
             db: 0,

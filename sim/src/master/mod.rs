@@ -165,9 +165,28 @@ impl Master {
             if conn.closed {
                 return None;
             }
+            // The shape clients send (an array of bulk strings), read in one pass; anything
+            // else, or a frame the decoder has begun, goes through the decoder (and its errors).
+            if !conn.decoding {
+                match multibulk(&conn.inb) {
+                    Multibulk::Whole { end, spans } => {
+                        let frame = conn.inb.split_to(end).freeze();
+                        if spans.is_empty() {
+                            continue;
+                        }
+                        return Some(spans.into_iter().map(|(a, b)| frame.slice(a..b)).collect());
+                    }
+                    Multibulk::Partial if conn.inb.len() <= MAX_QUERY => return None,
+                    Multibulk::Partial | Multibulk::Other => {}
+                }
+            }
             let frame = match conn.decoder.decode(&mut conn.inb) {
-                Ok(Some(f)) => f,
+                Ok(Some(f)) => {
+                    conn.decoding = false;
+                    f
+                }
                 Ok(None) => {
+                    conn.decoding = !conn.inb.is_empty();
                     if conn.inb.len() > MAX_QUERY {
                         conn.close_with(None);
                     }
@@ -230,6 +249,78 @@ impl Master {
         }
         conn.check_output();
     }
+}
+
+/// What the front of a connection's input holds.
+enum Multibulk {
+    /// A whole array of bulk strings, `end` bytes long, each argument's span in it (none: an
+    /// empty array, which Redis skips).
+    Whole {
+        end: usize,
+        spans: Vec<(usize, usize)>,
+    },
+    /// The start of one, so far well formed.
+    Partial,
+    /// Anything else (another type, a malformed or over-limit frame): for the decoder.
+    Other,
+}
+
+/// Reads an array of bulk strings (`*n`, then `n` times `$len`, the bytes, CRLF) from the
+/// front of `b`, within the request limits.
+fn multibulk(b: &[u8]) -> Multibulk {
+    // A decimal count ending in CRLF at `at`: the number and where the next line starts.
+    fn number(b: &[u8], at: usize) -> Result<(usize, usize), Multibulk> {
+        let mut n: usize = 0;
+        let mut i = at;
+        loop {
+            match b.get(i) {
+                None => return Err(Multibulk::Partial),
+                Some(d @ b'0'..=b'9') if i - at < 10 => n = n * 10 + usize::from(d - b'0'),
+                Some(b'\r') if i > at => {
+                    return match b.get(i + 1) {
+                        None => Err(Multibulk::Partial),
+                        Some(b'\n') => Ok((n, i + 2)),
+                        Some(_) => Err(Multibulk::Other),
+                    };
+                }
+                Some(_) => return Err(Multibulk::Other),
+            }
+            i += 1;
+        }
+    }
+    let parse = || -> Result<Multibulk, Multibulk> {
+        match b.first() {
+            None => return Err(Multibulk::Partial),
+            Some(b'*') => {}
+            Some(_) => return Err(Multibulk::Other),
+        }
+        let (n, mut at) = number(b, 1)?;
+        if n > conn::MAX_ARGS {
+            return Err(Multibulk::Other);
+        }
+        let mut spans = Vec::with_capacity(n);
+        for _ in 0..n {
+            match b.get(at) {
+                None => return Err(Multibulk::Partial),
+                Some(b'$') => {}
+                Some(_) => return Err(Multibulk::Other),
+            }
+            let (len, start) = number(b, at + 1)?;
+            if len > conn::MAX_ARG_LEN {
+                return Err(Multibulk::Other);
+            }
+            let end = start + len;
+            match (b.get(end), b.get(end + 1)) {
+                (Some(b'\r'), Some(b'\n')) => {}
+                (None, _) | (Some(b'\r'), None) => return Err(Multibulk::Partial),
+                _ => return Err(Multibulk::Other),
+            }
+            spans.push((start, end));
+            at = end + 2;
+        }
+        Ok(Multibulk::Whole { end: at, spans })
+    };
+    parse().unwrap_or_else(|m| m)
 }
 
 /// A command's arguments, or the type byte of the first that is not a bulk string.
