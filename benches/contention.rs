@@ -3,7 +3,8 @@
 //! time, on one resource, on five local masters. Reports acquisitions per second, the hand-off
 //! latency (from one holder starting its release to another client's lock returning; p50 and
 //! p99), the acquire rounds per acquisition (the masters' `SET` count, where the client
-//! acquires with `SET`), and the busiest client's share.
+//! acquires with `SET`), the waiters a release woke (redlock-mux's clients: the invalidations
+//! pushed to them over the nodes, per acquisition), and the busiest client's share.
 //!
 //! The time outside the lock (`--think-ms`, as long as the hold by default) is what makes the
 //! lock change hands: a client that looped straight back would take the lock it just released
@@ -19,6 +20,7 @@
 mod common;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +29,17 @@ use redlock_mux::resp::Frame;
 use testkit::local::LocalCluster;
 
 const TTL: Duration = Duration::from_secs(10);
+
+/// Invalidations the masters pushed to the cell's redlock-mux clients (each client's
+/// `NodeStats::invalidations`, summed over nodes and clients): divided by the node count, the
+/// waiters a release woke, counted over the cell.
+static PUSHES: AtomicU64 = AtomicU64::new(0);
+
+/// Adds a client's pushes to [`PUSHES`].
+fn count_pushes(stats: &redlock_mux::Stats) {
+    let n: u64 = stats.nodes.iter().map(|n| n.invalidations).sum();
+    PUSHES.fetch_add(n, Ordering::Relaxed);
+}
 
 /// One holder's tenure: when its lock returned, and when it started to release (ns since the
 /// cell's start).
@@ -74,6 +87,8 @@ fn report(
     elapsed: Duration,
     set_rounds: Option<u64>,
     commands: u64,
+    pushes: Option<u64>,
+    nodes: usize,
 ) -> String {
     t.sort_by_key(|t| t.acquired);
     // A hand-off is to another client.
@@ -99,8 +114,12 @@ fn report(
         Some(n) if !t.is_empty() => format!("{:.1}", n as f64 / t.len() as f64),
         _ => "–".to_string(),
     };
+    let woken = match pushes {
+        Some(p) if !t.is_empty() => format!("{:.1}", p as f64 / nodes as f64 / t.len() as f64),
+        _ => "–".to_string(),
+    };
     format!(
-        "| {clients} | {name} | {:.0} | {} | {:.2} | {:.2} | {rounds} | {:.1} | {:.0}% |",
+        "| {clients} | {name} | {:.0} | {} | {:.2} | {:.2} | {rounds} | {:.1} | {woken} | {:.0}% |",
         t.len() as f64 / elapsed.as_secs_f64(),
         handoffs.len(),
         q(0.5),
@@ -153,6 +172,7 @@ fn mux_blocking(cell: &Cell<'_>, wakeups: bool) -> Vec<Tenure> {
                     });
                     std::thread::sleep(cell.think);
                 }
+                count_pushes(&client.stats());
             });
         }
     });
@@ -194,6 +214,9 @@ fn mux_async(cell: &Cell<'_>) -> Vec<Tenure> {
                         released,
                     });
                     tokio::time::sleep(think).await;
+                }
+                if let Ok(stats) = client.stats().await {
+                    count_pushes(&stats);
                 }
             }));
         }
@@ -283,18 +306,18 @@ fn node(cell: &Cell<'_>) -> Option<Vec<Tenure>> {
 
 fn main() {
     let seconds: f64 = arg("--seconds", 3.0);
-    let levels: String = arg("--levels", "2,8,32".to_string());
+    let levels: String = arg("--levels", "2,8,32,128".to_string());
     let hold = Duration::from_millis(arg("--hold-ms", 1));
     let think = Duration::from_millis(arg("--think-ms", 1));
     let slice = Duration::from_secs_f64(seconds);
     let cluster = LocalCluster::start(5).expect("five redis-server (scripts/install-deps)");
     let nodes = cluster.addrs();
     println!(
-        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock - {think:?} outside the lock, on one resource, five local masters, {seconds} s per cell. Hand-off: from a holder starting its release to another client's lock returning, in ms. Rounds: the masters' SET count per acquisition (– where the client does not acquire with SET). Commands: every command a master ran (acquire, release, reads, tracking), per master and acquisition."
+        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock - {think:?} outside the lock, on one resource, five local masters, {seconds} s per cell. Hand-off: from a holder starting its release to another client's lock returning, in ms. Rounds: the masters' SET count per acquisition (– where the client does not acquire with SET). Commands: every command a master ran (acquire, release, reads, tracking), per master and acquisition. Wake-ups per release: the invalidations the masters pushed to redlock-mux's clients, per node and acquisition (the waiters each release woke)."
     );
     println!();
-    println!("| clients | client | acquisitions/s | hand-offs | hand-off p50 | hand-off p99 | rounds per acquisition | commands per acquisition | busiest client's share |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| clients | client | acquisitions/s | hand-offs | hand-off p50 | hand-off p99 | rounds per acquisition | commands per acquisition | wake-ups per release | busiest client's share |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut cell_no = 0;
     for n in levels
         .split(',')
@@ -341,6 +364,7 @@ fn main() {
                     .fold((0, 0), |(s, c), (a, b)| (s + a, c + b))
             };
             let before = sum();
+            PUSHES.store(0, Ordering::Relaxed);
             let started = Instant::now();
             let Some(tenures) = run(&cell) else { continue };
             let elapsed = started.elapsed().min(slice.mul_f64(1.5)).max(slice);
@@ -348,7 +372,14 @@ fn main() {
             let per_node = |d: u64| d / nodes.len() as u64;
             let rounds = counts_sets.then(|| per_node(after.0 - before.0));
             let commands = per_node(after.1 - before.1);
-            println!("{}", report(name, n, tenures, elapsed, rounds, commands));
+            // Only redlock-mux's clients count the pushes they get (wake-ups).
+            let pushes = name
+                .starts_with("redlock-mux")
+                .then(|| PUSHES.load(Ordering::Relaxed));
+            println!(
+                "{}",
+                report(name, n, tenures, elapsed, rounds, commands, pushes, nodes.len())
+            );
         }
     }
 }
