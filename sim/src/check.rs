@@ -11,7 +11,8 @@
 //!   the later one's token is not greater;
 //! - `store-order`: a fenced store accepted a write of a holder after that of a later holder;
 //! - `op-bound`, `op-unfinished`, `op-twice`: an operation ended after its bound, never, or twice;
-//! - whatever the runner noted itself (`misattributed`, `round-twice`, `panic`, `liveness`).
+//! - whatever the runner noted itself (`misattributed`, `round-twice`, `panic`, `liveness`,
+//!   and liveness after expiry: `liveness-expiry`, `waiter-gave-up`, `retry-gap`).
 //!
 //! A window runs from when the acquisition (or extension) completed to the end of the validity
 //! the core reported, cut short by the release being sent (or an extension's cap).

@@ -23,6 +23,7 @@ fn without_faults_every_free_resource_is_taken_in_the_first_round() {
     p.faults = Faults::NONE;
     let r = run_seeds(&p, 150, false);
     assert!(r.acquisitions > 1_000, "{r:?}");
+    assert!(r.expiry_judged > 200, "tries judged after expiry: {r:?}");
     assert_eq!(r.violations, 0, "{}", r.text(&p));
 }
 
@@ -147,4 +148,46 @@ fn a_failing_seed_is_shrunk_and_replayable() {
         .replay_command()
         .contains(&format!("--seed {seed}")));
     assert!(r.json(&p).contains("\"first_violation\":{\"seed\":"));
+}
+
+/// The first seed from `p.seed` on whose run finds `invariant`, with that violation.
+fn caught(p: &Params, invariant: &str, max: u64) -> (u64, check::Violation) {
+    let found = first_finding(p, invariant, max);
+    found.unwrap_or_else(|| panic!("{invariant} not found in {max} seeds of {p:?}"))
+}
+
+/// Liveness after expiry, the waiter's patience: a driver that runs `lock` and `lock_within`
+/// with a single try (a waiter that never tries again) is caught failing with tries or time
+/// left (`waiter-gave-up`).
+#[test]
+fn a_waiter_that_never_tries_again_is_caught() {
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::WaiterGivesUp);
+    let (seed, v) = caught(&p, "waiter-gave-up", 20);
+    println!("waiter-gives-up: seed {seed}: {}", v.detail);
+}
+
+/// Liveness after expiry, the spacing of tries: a driver that sleeps four times what the
+/// operation asks between tries is caught (`retry-gap`).
+#[test]
+fn a_waiter_that_sleeps_too_long_between_tries_is_caught() {
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::SlowRetry);
+    let (seed, v) = caught(&p, "retry-gap", 20);
+    println!("slow-retry: seed {seed}: {}", v.detail);
+}
+
+/// Liveness after expiry, a try once the keys are gone: masters whose clocks run a quarter
+/// slow keep keys past their ttl and the drift allowance, and a waiter's try after that
+/// still finds the resource held (`liveness-expiry`). The check judges only what it can tell:
+/// it is quiet in the normal mix (the tests above) and speaks here.
+#[test]
+fn keys_that_outlive_their_ttl_and_the_drift_are_caught_by_a_waiter() {
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::SlowMasters);
+    let (seed, v) = caught(&p, "liveness-expiry", 50);
+    println!("slow-masters: seed {seed}: {}", v.detail);
 }

@@ -14,7 +14,7 @@ use redlock_sim::world::{Faults, Negative, Params};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: redlock-sim --seeds N [--seed S] [--negative restart-without-delay|clock-jump] \
+        "usage: redlock-sim --seeds N [--seed S] [--negative NAME] \
          [--faults LIST] [--clients K] [--ops N] [--episodes E] [--json] [--trace] [--no-shrink]"
     );
     std::process::exit(2)

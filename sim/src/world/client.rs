@@ -8,12 +8,13 @@
 
 use std::time::{Duration, Instant};
 
+use redlock_core::command::Expect;
 use redlock_core::engine::{Completed, Engine, IoEvent, Wake};
 use redlock_core::event::Events;
 use redlock_core::lock::Names;
 use redlock_core::op::{self, Cx, Input, Operation, Retry, Step};
 use redlock_core::random::Seeded;
-use redlock_core::{Config, Lock, NodeOutcome};
+use redlock_core::{Config, Error, Lock, NodeOutcome};
 
 use super::{Sim, NEVER};
 use crate::check::{Holder, OpKind, OpRecord, Window, Write};
@@ -42,6 +43,8 @@ pub(crate) struct Spec {
     pub ops: u32,
     /// Whether the liveness check applies to its acquisitions.
     pub live: bool,
+    /// Whether the liveness check after expiry applies to its acquisitions.
+    pub expiry_live: bool,
     /// Plans for its tasks (a scenario), if any.
     pub plans: Vec<Vec<Action>>,
     /// How it sends scripts (its configuration's, which the core does not show).
@@ -54,6 +57,15 @@ enum AnyOp {
     Extend(op::Extend<Lock>),
     Release(op::Release<Lock>),
     Inspect(op::Inspect),
+}
+
+/// A waiter's policy, as its caller chose it: what the patience check holds it to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waiter {
+    /// `lock`: this many tries, unless one wins.
+    Tries(u32),
+    /// `lock_within`: tries until this time (on the run's clock), unless one wins.
+    Until(u64),
 }
 
 /// What a task waits for.
@@ -84,6 +96,18 @@ struct Run {
     abandon_at: u64,
     /// An extension's lock: its id, current window and resources.
     meta: Option<(u64, Vec<usize>, Vec<u32>)>,
+    /// Whether it may set keys (an acquisition or an extension), and with which ttl.
+    sets_keys: bool,
+    ttl: u64,
+    /// A waiter's policy (an acquisition with retries or a deadline).
+    waiter: Option<Waiter>,
+    /// Tries begun (acquire rounds submitted), and when the last one began.
+    tries: u32,
+    try_at: u64,
+    /// Whether the round in flight is a try's acquire round, and whether nobody else could
+    /// set the keys when it began.
+    acquire_round: bool,
+    alone_at_try: bool,
 }
 
 /// A lock a task holds.
@@ -136,6 +160,10 @@ pub(crate) struct Client {
     spec: Spec,
     /// An extension's lock, handed to the operation being started.
     meta: Option<(u64, Vec<usize>, Vec<u32>)>,
+    /// The most two tries of one acquisition may be apart, start to start: the try's rounds
+    /// (acquire, the fenced write-back, the release), a waiter's read, the longest retry delay
+    /// and the wake-up jitter, on a clock that may run slow by the drift factor.
+    gap: u64,
 }
 
 /// The most passes one pump makes (each pass takes every input; a pass that changes nothing
@@ -158,8 +186,14 @@ impl Client {
                     .map(|p| p.iter().cloned().collect()),
             })
             .collect();
+        let nt = cfg.node_timeout().as_nanos() as u64;
+        let rounds = 3 + u64::from(cfg.fencing_key().is_some());
+        let gap =
+            rounds * nt + cfg.retry_delay().as_nanos() as u64 + op::WAKE_JITTER.as_nanos() as u64;
+        let gap = gap + (gap as f64 * cfg.drift_factor()).ceil() as u64 + 1_000;
         Client {
             id,
+            gap,
             engine: Engine::new(&cfg),
             cfg,
             rng: Seeded::new(seed ^ (0x5eed_0000 + u64::from(id)).wrapping_mul(0x9e37_79b9)),
@@ -387,6 +421,29 @@ impl Client {
                 }
             }
         }
+        if let State::Run(r) = &self.tasks[k].state {
+            let judged = round.decision() != redlock_core::round::Decision::Won;
+            let eligible = r.acquire_round
+                && r.alone_at_try
+                && self.spec.expiry_live
+                && sim.expiry_checks
+                && sim.alone_and_expired(&r.res, r.t1)
+                && sim.clean_nodes(&self.perm, r.t1) >= self.cfg.quorum();
+            sim.expiry_judged += u64::from(eligible);
+            if judged && eligible {
+                let votes: Vec<String> = round.reports_iter().map(short).collect();
+                sim.hist.note(
+                    "liveness-expiry",
+                    sim.now,
+                    format!(
+                        "c{}.{k}: a try begun at {:.3} ms, with every key an earlier holder may have set expired and a quorum of masters up and reachable, lost its round: [{}]",
+                        self.id,
+                        r.t1 as f64 / 1e6,
+                        votes.join(" ")
+                    ),
+                );
+            }
+        }
         let t1 = sim.instant_of(t1);
         self.advance(sim, k, Input::Round(Ok((round, t1))));
     }
@@ -425,8 +482,9 @@ impl Client {
                 }
                 Some(Action::Lock(r, ttl)) => {
                     let names = sim.names(&[r]);
-                    let retry = Retry::new(&self.cfg);
-                    self.start_acquire(sim, k, names, vec![r], ttl, retry, 3);
+                    let retry = self.retry(sim, Retry::new(&self.cfg));
+                    let tries = self.cfg.tries();
+                    self.start_acquire(sim, k, names, vec![r], ttl, retry, tries);
                 }
                 Some(Action::Use(pause)) => {
                     self.tasks[k].state = State::Using;
@@ -482,6 +540,7 @@ impl Client {
                     bound,
                     Vec::new(),
                     false,
+                    (0, None),
                 );
             }
             _ => self.random_acquire(sim, k),
@@ -518,13 +577,23 @@ impl Client {
             't' => (Retry::once(), 1),
             'w' => {
                 let max_wait = Duration::from_nanos(self.beh.range(0, self.spec.ttl_max * 2));
-                let retry = Retry::within(&self.cfg, max_wait, sim.instant());
+                let retry = self.retry(sim, Retry::within(&self.cfg, max_wait, sim.instant()));
                 self.start_acquire_within(sim, k, names, ids, ttl, retry, max_wait);
                 return;
             }
-            _ => (Retry::new(&self.cfg), tries),
+            _ => (self.retry(sim, Retry::new(&self.cfg)), tries),
         };
         self.start_acquire(sim, k, names, ids, ttl, retry, tries);
+    }
+
+    /// The retry policy the driver runs a waiter with: the caller's, or (the negative control
+    /// `waiter-gives-up`) a single try.
+    fn retry(&self, sim: &Sim, retry: Retry) -> Retry {
+        if sim.negative == Some(super::Negative::WaiterGivesUp) {
+            Retry::once()
+        } else {
+            retry
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -541,7 +610,8 @@ impl Client {
         let nt = self.nt();
         let gap = nt + self.cfg.retry_delay().as_nanos() as u64 + op::WAKE_JITTER.as_nanos() as u64;
         let bound = u64::from(tries) * 3 * nt + u64::from(tries.saturating_sub(1)) * gap;
-        self.begin_acquire(sim, k, names, ids, ttl, retry, bound);
+        let waiter = (tries > 1).then_some(Waiter::Tries(tries));
+        self.begin_acquire(sim, k, names, ids, ttl, retry, bound, waiter);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -556,7 +626,8 @@ impl Client {
         max_wait: Duration,
     ) {
         let bound = max_wait.as_nanos() as u64 + 4 * self.nt() + op::WAKE_JITTER.as_nanos() as u64;
-        self.begin_acquire(sim, k, names, ids, ttl, retry, bound);
+        let waiter = Waiter::Until(sim.now + max_wait.as_nanos() as u64);
+        self.begin_acquire(sim, k, names, ids, ttl, retry, bound, Some(waiter));
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -569,8 +640,10 @@ impl Client {
         ttl: Duration,
         retry: Retry,
         bound: u64,
+        waiter: Option<Waiter>,
     ) {
         let live = self.spec.live && sim.is_free(&ids);
+        let ttl_ns = ttl.as_nanos() as u64;
         let op = op::Acquire::new(names, ttl, retry);
         self.start(
             sim,
@@ -580,6 +653,7 @@ impl Client {
             bound,
             ids,
             live,
+            (ttl_ns, waiter),
         );
     }
 
@@ -608,7 +682,17 @@ impl Client {
         let op = op::Extend::new(lock, ttl);
         let bound = self.nt();
         self.meta = Some((id, wins, res.clone()));
-        self.start(sim, k, AnyOp::Extend(op), OpKind::Extend, bound, res, false);
+        let ttl_ns = ttl.as_nanos() as u64;
+        self.start(
+            sim,
+            k,
+            AnyOp::Extend(op),
+            OpKind::Extend,
+            bound,
+            res,
+            false,
+            (ttl_ns, None),
+        );
     }
 
     fn start_release(&mut self, sim: &mut Sim, k: usize) {
@@ -630,6 +714,7 @@ impl Client {
             bound,
             held.res,
             false,
+            (0, None),
         );
     }
 
@@ -643,6 +728,7 @@ impl Client {
         bound: u64,
         res: Vec<u32>,
         live: bool,
+        (ttl, waiter): (u64, Option<Waiter>),
     ) {
         let holder = Holder {
             client: self.id,
@@ -673,6 +759,10 @@ impl Client {
             },
         );
         sim.touch(&res, self.id, k as u32, 1);
+        let sets_keys = matches!(kind, OpKind::Acquire | OpKind::Extend);
+        if sets_keys {
+            sim.setting(&res, true, ttl);
+        }
         let abandon_at = if kind == OpKind::Acquire && self.beh.chance(20) {
             sim.now + self.beh.range(0, 3 * self.nt())
         } else {
@@ -689,6 +779,13 @@ impl Client {
             res,
             abandon_at,
             meta: self.meta.take(),
+            sets_keys,
+            ttl,
+            waiter,
+            tries: 0,
+            try_at: 0,
+            acquire_round: false,
+            alone_at_try: false,
         }));
         self.advance(sim, k, Input::Start);
     }
@@ -714,6 +811,29 @@ impl Client {
             };
             let next = match step {
                 Step::Round(cmd, until) => {
+                    let acquiring = matches!(
+                        cmd.expect(),
+                        Expect::Set | Expect::Acquired | Expect::Fenced
+                    );
+                    if acquiring {
+                        if run.tries > 0 && sim.now > run.try_at + self.gap {
+                            sim.hist.note(
+                                "retry-gap",
+                                sim.now,
+                                format!(
+                                    "c{}.{k}: a try began {:.3} ms after the one before (at {:.3} ms); the most is {:.3} ms",
+                                    self.id,
+                                    (sim.now - run.try_at) as f64 / 1e6,
+                                    run.try_at as f64 / 1e6,
+                                    self.gap as f64 / 1e6
+                                ),
+                            );
+                        }
+                        run.tries += 1;
+                        run.try_at = sim.now;
+                        run.alone_at_try = sim.sole_setter(&run.res);
+                    }
+                    run.acquire_round = acquiring;
                     let seq = self.seq;
                     self.seq = self.seq.wrapping_add(1);
                     self.engine.submit(&cmd, until, now, seq);
@@ -725,7 +845,7 @@ impl Client {
                 }
                 Step::Sleep(d) | Step::Jitter(d) => {
                     run.wait = Wait::Timer;
-                    self.tasks[k].timer = sim.now + d.as_nanos() as u64;
+                    self.tasks[k].timer = sim.now + stretch(sim, d.as_nanos() as u64);
                     None
                 }
                 Step::Watch(key) => {
@@ -744,7 +864,8 @@ impl Client {
                             Some(Input::Woken(Some(why)))
                         } else {
                             run.wait = Wait::Await(id);
-                            self.tasks[k].timer = sim.ns(deadline).max(sim.now);
+                            let wait = sim.ns(deadline).saturating_sub(sim.now);
+                            self.tasks[k].timer = sim.now + stretch(sim, wait);
                             None
                         }
                     }
@@ -780,6 +901,9 @@ impl Client {
             self.engine.unwatch(id);
         }
         sim.touch(&run.res, self.id, k as u32, -1);
+        if run.sets_keys {
+            sim.setting(&run.res, false, run.ttl);
+        }
         let holder = Holder {
             client: self.id,
             task: k as u32,
@@ -821,7 +945,10 @@ impl Client {
                     });
                     "ok".into()
                 }
-                Err(e) => format!("{e}"),
+                Err(e) => {
+                    self.patience(sim, k, run.waiter, run.tries, &e);
+                    format!("{e}")
+                }
             },
             AnyOp::Extend(o) => {
                 let (result, lock) = o.into_parts();
@@ -879,6 +1006,32 @@ impl Client {
         self.end_of_op(sim, k);
     }
 
+    /// A waiter that failed with an error worth another try (the resource held, no quorum, the
+    /// validity spent) must have used its whole policy: all its tries, or its time.
+    fn patience(&self, sim: &mut Sim, k: usize, waiter: Option<Waiter>, tries: u32, e: &Error) {
+        let retriable = matches!(
+            e,
+            Error::Conflict { .. } | Error::NoQuorum { .. } | Error::ValiditySpent { .. }
+        );
+        let gave_up = match waiter {
+            _ if !retriable => None,
+            Some(Waiter::Tries(n)) if tries < n => Some(format!("after {tries} of its {n} tries")),
+            Some(Waiter::Until(t)) if sim.now < t => Some(format!(
+                "{:.3} ms before its deadline, after {} tries",
+                (t - sim.now) as f64 / 1e6,
+                tries
+            )),
+            _ => None,
+        };
+        if let Some(when) = gave_up {
+            sim.hist.note(
+                "waiter-gave-up",
+                sim.now,
+                format!("c{}.{k}: a waiter failed {when}: {e}", self.id),
+            );
+        }
+    }
+
     /// After an operation (or a step that is not one): think, then the next.
     fn end_of_op(&mut self, sim: &mut Sim, k: usize) {
         let think = if self.tasks[k].plan.is_some() || self.beh.chance(300) {
@@ -911,6 +1064,9 @@ impl Client {
             self.engine.unwatch(id);
         }
         sim.touch(&run.res, self.id, k as u32, -1);
+        if run.sets_keys {
+            sim.setting(&run.res, false, run.ttl);
+        }
         sim.taint(&run.res);
         let rec = &mut sim.hist.ops[run.rec];
         rec.ends += 1;
@@ -952,6 +1108,16 @@ impl Client {
                 )
             });
         }
+    }
+}
+
+/// A wait of `d` as the driver sleeps it: as asked, or (the negative control `slow-retry`) four
+/// times longer.
+fn stretch(sim: &Sim, d: u64) -> u64 {
+    if sim.negative == Some(super::Negative::SlowRetry) {
+        d.saturating_mul(4)
+    } else {
+        d
     }
 }
 
