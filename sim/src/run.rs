@@ -27,6 +27,8 @@ pub struct SeedResult {
     pub faults: (u64, u64, u64),
     /// Tries the liveness check after expiry judged.
     pub expiry_judged: u64,
+    /// Guarded locks, and those whose guard reported loss.
+    pub guards: (u64, u64),
 }
 
 /// Runs one world (a panic is a violation).
@@ -49,6 +51,7 @@ pub fn run_one(params: &Params) -> SeedResult {
                 events: o.events,
                 faults: (o.episodes, o.byte_losses, o.hostile_replies),
                 expiry_judged: o.expiry_judged,
+                guards: o.guards,
             }
         }
         Err(e) => {
@@ -71,6 +74,7 @@ pub fn run_one(params: &Params) -> SeedResult {
                 events: 0,
                 faults: (0, 0, 0),
                 expiry_judged: 0,
+                guards: (0, 0),
             }
         }
     }
@@ -163,6 +167,8 @@ pub struct Report {
     pub faults: (u64, u64, u64),
     /// Tries the liveness check after expiry judged.
     pub expiry_judged: u64,
+    /// Guarded locks, and those whose guard reported loss.
+    pub guards: (u64, u64),
     /// Seconds of wall time the seeds took (not the shrinking).
     pub seconds: f64,
 }
@@ -205,6 +211,8 @@ pub fn run_seeds(base: &Params, seeds: u64, shrinking: bool) -> Report {
         report.faults.1 += r.faults.1;
         report.faults.2 += r.faults.2;
         report.expiry_judged += r.expiry_judged;
+        report.guards.0 += r.guards.0;
+        report.guards.1 += r.guards.1;
         hash.u64(r.trace_hash);
         if !r.violations.is_empty() {
             report.failing_seeds += 1;
@@ -287,7 +295,7 @@ impl Report {
             0.0
         };
         format!(
-            "{{\"seeds\":{},\"first_seed\":{},\"faults\":{},\"negative\":{},\"operations\":{},\"acquisitions\":{},\"violations\":{},\"failing_seeds\":{},\"first_violation\":{},\"trace_hash\":\"{:016x}\",\"events\":{},\"fault_episodes\":{},\"bytes_lost\":{},\"hostile_replies\":{},\"expiry_tries_judged\":{},\"seconds\":{:.3},\"operations_per_second\":{:.0}}}",
+            "{{\"seeds\":{},\"first_seed\":{},\"faults\":{},\"negative\":{},\"operations\":{},\"acquisitions\":{},\"violations\":{},\"failing_seeds\":{},\"first_violation\":{},\"trace_hash\":\"{:016x}\",\"events\":{},\"fault_episodes\":{},\"bytes_lost\":{},\"hostile_replies\":{},\"expiry_tries_judged\":{},\"guards\":{},\"guards_lost\":{},\"seconds\":{:.3},\"operations_per_second\":{:.0}}}",
             self.seeds,
             base.seed,
             json_str(&base.faults.names()),
@@ -303,6 +311,8 @@ impl Report {
             self.faults.1,
             self.faults.2,
             self.expiry_judged,
+            self.guards.0,
+            self.guards.1,
             self.seconds,
             ops_per_s
         )
@@ -311,7 +321,7 @@ impl Report {
     /// The report in words.
     pub fn text(&self, base: &Params) -> String {
         let mut s = format!(
-            "seeds {} from {} (faults {}{})\noperations {}, acquisitions {}, events {}, fault episodes {}, tries judged after expiry {}\nviolations {} in {} seeds\ntrace hash {:016x}\n{:.2} s, {:.0} operations/s\n",
+            "seeds {} from {} (faults {}{})\noperations {}, acquisitions {}, events {}, fault episodes {}, tries judged after expiry {}, guarded locks {} ({} lost)\nviolations {} in {} seeds\ntrace hash {:016x}\n{:.2} s, {:.0} operations/s\n",
             self.seeds,
             base.seed,
             base.faults.names(),
@@ -321,6 +331,8 @@ impl Report {
             self.events,
             self.faults.0,
             self.expiry_judged,
+            self.guards.0,
+            self.guards.1,
             self.violations,
             self.failing_seeds,
             self.trace_hash,

@@ -13,6 +13,7 @@ fn the_normal_mix_breaks_no_invariant() {
     let r = run_seeds(&Params::new(1), 150, false);
     assert!(r.operations > 5_000 && r.acquisitions > 1_000, "{r:?}");
     assert!(r.faults.0 > 500, "fault episodes drawn: {r:?}");
+    assert!(r.guards.0 > 100 && r.guards.1 > 20, "guarded locks: {r:?}");
     assert_eq!(r.violations, 0, "{}", r.text(&Params::new(1)));
 }
 
@@ -24,6 +25,7 @@ fn without_faults_every_free_resource_is_taken_in_the_first_round() {
     let r = run_seeds(&p, 150, false);
     assert!(r.acquisitions > 1_000, "{r:?}");
     assert!(r.expiry_judged > 200, "tries judged after expiry: {r:?}");
+    assert!(r.guards.0 > 100, "guarded locks: {r:?}");
     assert_eq!(r.violations, 0, "{}", r.text(&p));
 }
 
@@ -190,4 +192,16 @@ fn keys_that_outlive_their_ttl_and_the_drift_are_caught_by_a_waiter() {
     p.negative = Some(Negative::SlowMasters);
     let (seed, v) = caught(&p, "liveness-expiry", 50);
     println!("slow-masters: seed {seed}: {}", v.detail);
+}
+
+/// The keep-alive: a guard that reports loss at the end of the validity rather than by its
+/// loss deadline (a margin of zero) leaves the work no time to stop while the lock holds, and
+/// is caught (`guard-late`).
+#[test]
+fn a_guard_that_reports_loss_late_is_caught() {
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::GuardLateLoss);
+    let (seed, v) = caught(&p, "guard-late", 60);
+    println!("guard-late-loss: seed {seed}: {}", v.detail);
 }

@@ -20,6 +20,8 @@ use super::{Sim, NEVER};
 use crate::check::{Holder, OpKind, OpRecord, Window, Write};
 use crate::rng::Rng;
 
+mod guard;
+
 /// What a task does next when it follows a plan (a scenario) instead of drawing at random.
 #[derive(Debug, Clone)]
 pub enum Action {
@@ -96,6 +98,8 @@ struct Run {
     abandon_at: u64,
     /// An extension's lock: its id, current window and resources.
     meta: Option<(u64, Vec<usize>, Vec<u32>)>,
+    /// A guarded acquisition's guard, started once it succeeds.
+    guarded: Option<guard::Spec>,
     /// Whether it may set keys (an acquisition or an extension), and with which ttl.
     sets_keys: bool,
     ttl: u64,
@@ -134,6 +138,33 @@ struct Task {
     state: State,
     held: Option<Held>,
     plan: Option<std::collections::VecDeque<Action>>,
+    role: Role,
+    /// The guard of the lock it holds, if guarded.
+    guard: Option<Box<guard::Guard>>,
+}
+
+/// What a task is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A caller: it runs operations and works with its locks.
+    Worker,
+    /// The keeper of task `.0`'s guarded lock.
+    Keeper(usize),
+}
+
+impl Task {
+    /// A keeper task, not yet keeping anything.
+    fn keeper() -> Task {
+        Task {
+            ops_left: 0,
+            timer: NEVER,
+            state: State::Done,
+            held: None,
+            plan: None,
+            role: Role::Keeper(0),
+            guard: None,
+        }
+    }
 }
 
 /// One simulated client.
@@ -164,6 +195,12 @@ pub(crate) struct Client {
     /// (acquire, the fenced write-back, the release), a waiter's read, the longest retry delay
     /// and the wake-up jitter, on a clock that may run slow by the drift factor.
     gap: u64,
+    /// Whether it takes guarded locks, and the draws that guard them (a stream of their own,
+    /// so that a client without guards behaves as it did before they were modelled).
+    guards: bool,
+    gbeh: Rng,
+    /// A guarded acquisition's guard, handed to the operation being started.
+    pending_guard: Option<guard::Spec>,
 }
 
 /// The most passes one pump makes (each pass takes every input; a pass that changes nothing
@@ -184,8 +221,12 @@ impl Client {
                     .plans
                     .get(idx as usize)
                     .map(|p| p.iter().cloned().collect()),
+                role: Role::Worker,
+                guard: None,
             })
             .collect();
+        let mut gbeh = Rng::new(seed, 0x200 + u64::from(id));
+        let guards = spec.plans.is_empty() && gbeh.chance(400);
         let nt = cfg.node_timeout().as_nanos() as u64;
         let rounds = 3 + u64::from(cfg.fencing_key().is_some());
         let gap =
@@ -209,7 +250,25 @@ impl Client {
             events: Events::new(),
             spec,
             meta: None,
+            guards,
+            gbeh,
+            pending_guard: None,
         }
+    }
+
+    /// Its clock now (the core's `Instant`).
+    fn local(&self, sim: &Sim) -> Instant {
+        sim.instant()
+    }
+
+    /// The run's time (nanoseconds) at which its clock reads `t`.
+    fn true_of(&self, sim: &Sim, t: Instant) -> u64 {
+        sim.ns(t)
+    }
+
+    /// A duration of `d` nanoseconds on its clock, in the run's time (the least it may be).
+    fn true_duration(&self, d: u64) -> u64 {
+        d
     }
 
     /// Whether every task is done and no round is in flight.
@@ -450,7 +509,11 @@ impl Client {
 
     fn on_timer(&mut self, sim: &mut Sim, k: usize) {
         let task = &mut self.tasks[k];
+        if matches!(task.role, Role::Keeper(_)) {
+            return self.keeper_timer(sim, k);
+        }
         match &mut task.state {
+            State::Think if task.guard.is_some() => self.guard_work(sim, k),
             State::Think => self.next_action(sim, k),
             State::Using => {
                 self.use_lock(sim, k);
@@ -570,8 +633,11 @@ impl Client {
             .collect();
         let names = sim.names_of(&res, self.spec.fenced);
         let ttl = Duration::from_nanos(self.beh.range(self.spec.ttl_min, self.spec.ttl_max));
-        let ttl = Duration::from_millis(ttl.as_millis() as u64);
+        let mut ttl = Duration::from_millis(ttl.as_millis() as u64);
         let kind = self.beh.pick(&[(50, 'l'), (25, 't'), (25, 'w')]);
+        if kind == 'l' && count == 1 {
+            self.pending_guard = self.draw_guard(&mut ttl);
+        }
         let tries = self.cfg.tries();
         let (retry, tries) = match kind {
             't' => (Retry::once(), 1),
@@ -779,6 +845,7 @@ impl Client {
             res,
             abandon_at,
             meta: self.meta.take(),
+            guarded: self.pending_guard.take(),
             sets_keys,
             ttl,
             waiter,
@@ -908,7 +975,10 @@ impl Client {
             client: self.id,
             task: k as u32,
         };
+        let keeper = matches!(self.tasks[k].role, Role::Keeper(_));
+        let mut guarded = None;
         let outcome: String = match run.op {
+            AnyOp::Extend(o) if keeper => self.keeper_extended(sim, k, o),
             AnyOp::Acquire(o) => match o.finish() {
                 Ok(lock) => {
                     let id = sim.next_lock();
@@ -924,6 +994,7 @@ impl Client {
                         resources: res.clone(),
                         from: sim.now,
                         until,
+                        valid: until,
                         token: lock.fencing_token(),
                     });
                     let wins = vec![sim.hist.windows.len() - 1];
@@ -943,6 +1014,7 @@ impl Client {
                         wins,
                         res,
                     });
+                    guarded = run.guarded;
                     "ok".into()
                 }
                 Err(e) => {
@@ -962,6 +1034,7 @@ impl Client {
                                 resources: res.clone(),
                                 from: sim.now,
                                 until,
+                                valid: until,
                                 token: lock.fencing_token(),
                             });
                             wins.push(sim.hist.windows.len() - 1);
@@ -1003,7 +1076,13 @@ impl Client {
         sim.trace.ev(sim.now, 3, run.rec as u64, code, || {
             format!("c{}.{k} ends #{}: {outcome}", self.id, run.rec)
         });
-        self.end_of_op(sim, k);
+        if keeper {
+            return;
+        }
+        match guarded {
+            Some(spec) => self.start_guard(sim, k, spec),
+            None => self.end_of_op(sim, k),
+        }
     }
 
     /// A waiter that failed with an error worth another try (the resource held, no quorum, the

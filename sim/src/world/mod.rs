@@ -200,6 +200,8 @@ pub struct Outcome {
     pub hostile_replies: u64,
     /// Tries the liveness check after expiry judged.
     pub expiry_judged: u64,
+    /// Guarded locks, and those whose guard reported loss.
+    pub guards: (u64, u64),
 }
 
 /// A world: masters, links and clients, ready to run.
@@ -758,6 +760,14 @@ impl World {
             byte_losses: sim.byte_losses,
             hostile_replies: sim.hostile_replies,
             expiry_judged: sim.expiry_judged,
+            guards: (
+                sim.hist.guards.len() as u64,
+                sim.hist
+                    .guards
+                    .iter()
+                    .filter(|g| g.lost_at.is_some())
+                    .count() as u64,
+            ),
         };
         (outcome, std::mem::take(&mut sim.hist))
     }

@@ -175,16 +175,20 @@ pub enum Negative {
     /// ttl and the drift allowance, and a waiter's try after them still finds the resource
     /// held (`liveness-expiry`).
     SlowMasters,
+    /// Guards report loss at the end of the validity rather than by their loss deadline (a
+    /// loss margin of zero) (`guard-late`).
+    GuardLateLoss,
 }
 
 impl Negative {
     /// Every negative control.
-    pub const ALL: [Negative; 5] = [
+    pub const ALL: [Negative; 6] = [
         Negative::RestartWithoutDelay,
         Negative::ClockJump,
         Negative::WaiterGivesUp,
         Negative::SlowRetry,
         Negative::SlowMasters,
+        Negative::GuardLateLoss,
     ];
 
     /// The name used on the command line.
@@ -195,6 +199,7 @@ impl Negative {
             Negative::WaiterGivesUp => "waiter-gives-up",
             Negative::SlowRetry => "slow-retry",
             Negative::SlowMasters => "slow-masters",
+            Negative::GuardLateLoss => "guard-late-loss",
         }
     }
 
