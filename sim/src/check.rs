@@ -16,7 +16,8 @@
 //! - `guard-write`: a guarded holder wrote after its credited window ended;
 //! - whatever the runner noted itself (`misattributed`, `round-twice`, `panic`, `liveness`,
 //!   and liveness after expiry: `liveness-expiry`, `waiter-gave-up`, `retry-gap`; with no
-//!   fault, a guard that lost its lock for any reason but its policy's limit: `guard-lost`).
+//!   fault, a guard that lost its lock for any reason but its policy's limit: `guard-lost`;
+//!   replies owed per connection: `owed-bound`, `owed-stale`).
 //!
 //! A window runs from when the acquisition (or extension) completed to the end of the validity
 //! the core reported, cut short by the release being sent (or an extension's cap). A guarded

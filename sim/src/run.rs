@@ -29,6 +29,10 @@ pub struct SeedResult {
     pub expiry_judged: u64,
     /// Guarded locks, and those whose guard reported loss.
     pub guards: (u64, u64),
+    /// The most replies one connection owed.
+    pub owed_max: u64,
+    /// Connections dropped out of step, and stale.
+    pub replaced: (u64, u64),
 }
 
 /// Runs one world (a panic is a violation).
@@ -52,6 +56,8 @@ pub fn run_one(params: &Params) -> SeedResult {
                 faults: (o.episodes, o.byte_losses, o.hostile_replies),
                 expiry_judged: o.expiry_judged,
                 guards: o.guards,
+                owed_max: o.owed_max,
+                replaced: o.replaced,
             }
         }
         Err(e) => {
@@ -75,6 +81,8 @@ pub fn run_one(params: &Params) -> SeedResult {
                 faults: (0, 0, 0),
                 expiry_judged: 0,
                 guards: (0, 0),
+                owed_max: 0,
+                replaced: (0, 0),
             }
         }
     }
@@ -169,6 +177,10 @@ pub struct Report {
     pub expiry_judged: u64,
     /// Guarded locks, and those whose guard reported loss.
     pub guards: (u64, u64),
+    /// The most replies one connection owed, in any seed.
+    pub owed_max: u64,
+    /// Connections dropped out of step, and stale.
+    pub replaced: (u64, u64),
     /// Seconds of wall time the seeds took (not the shrinking).
     pub seconds: f64,
 }
@@ -213,6 +225,9 @@ pub fn run_seeds(base: &Params, seeds: u64, shrinking: bool) -> Report {
         report.expiry_judged += r.expiry_judged;
         report.guards.0 += r.guards.0;
         report.guards.1 += r.guards.1;
+        report.owed_max = report.owed_max.max(r.owed_max);
+        report.replaced.0 += r.replaced.0;
+        report.replaced.1 += r.replaced.1;
         hash.u64(r.trace_hash);
         if !r.violations.is_empty() {
             report.failing_seeds += 1;
@@ -295,7 +310,7 @@ impl Report {
             0.0
         };
         format!(
-            "{{\"seeds\":{},\"first_seed\":{},\"faults\":{},\"negative\":{},\"operations\":{},\"acquisitions\":{},\"violations\":{},\"failing_seeds\":{},\"first_violation\":{},\"trace_hash\":\"{:016x}\",\"events\":{},\"fault_episodes\":{},\"bytes_lost\":{},\"hostile_replies\":{},\"expiry_tries_judged\":{},\"guards\":{},\"guards_lost\":{},\"seconds\":{:.3},\"operations_per_second\":{:.0}}}",
+            "{{\"seeds\":{},\"first_seed\":{},\"faults\":{},\"negative\":{},\"operations\":{},\"acquisitions\":{},\"violations\":{},\"failing_seeds\":{},\"first_violation\":{},\"trace_hash\":\"{:016x}\",\"events\":{},\"fault_episodes\":{},\"bytes_lost\":{},\"hostile_replies\":{},\"expiry_tries_judged\":{},\"guards\":{},\"guards_lost\":{},\"owed_max\":{},\"desynced_connections\":{},\"stale_connections\":{},\"seconds\":{:.3},\"operations_per_second\":{:.0}}}",
             self.seeds,
             base.seed,
             json_str(&base.faults.names()),
@@ -313,6 +328,9 @@ impl Report {
             self.expiry_judged,
             self.guards.0,
             self.guards.1,
+            self.owed_max,
+            self.replaced.0,
+            self.replaced.1,
             self.seconds,
             ops_per_s
         )
@@ -321,7 +339,7 @@ impl Report {
     /// The report in words.
     pub fn text(&self, base: &Params) -> String {
         let mut s = format!(
-            "seeds {} from {} (faults {}{})\noperations {}, acquisitions {}, events {}, fault episodes {}, tries judged after expiry {}, guarded locks {} ({} lost)\nviolations {} in {} seeds\ntrace hash {:016x}\n{:.2} s, {:.0} operations/s\n",
+            "seeds {} from {} (faults {}{})\noperations {}, acquisitions {}, events {}, fault episodes {}, tries judged after expiry {}, guarded locks {} ({} lost), most replies owed {}, connections dropped out of step {} and stale {}\nviolations {} in {} seeds\ntrace hash {:016x}\n{:.2} s, {:.0} operations/s\n",
             self.seeds,
             base.seed,
             base.faults.names(),
@@ -333,6 +351,9 @@ impl Report {
             self.expiry_judged,
             self.guards.0,
             self.guards.1,
+            self.owed_max,
+            self.replaced.0,
+            self.replaced.1,
             self.violations,
             self.failing_seeds,
             self.trace_hash,

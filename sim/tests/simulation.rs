@@ -14,6 +14,7 @@ fn the_normal_mix_breaks_no_invariant() {
     assert!(r.operations > 5_000 && r.acquisitions > 1_000, "{r:?}");
     assert!(r.faults.0 > 500, "fault episodes drawn: {r:?}");
     assert!(r.guards.0 > 100 && r.guards.1 > 20, "guarded locks: {r:?}");
+    assert!(r.owed_max > 10, "replies owed: {r:?}");
     assert_eq!(r.violations, 0, "{}", r.text(&Params::new(1)));
 }
 
@@ -113,7 +114,9 @@ fn the_fencing_debate_corrupts_an_unfenced_store_and_not_a_fenced_one() {
 
 /// Byte loss (not a real network's fault, off in the safety counts): bytes dropped from live
 /// streams. The clients must notice and never take a reply for another command's: every
-/// node that granted a lock holds its token (`misattributed` otherwise). Over these seeds
+/// node that granted a lock holds its token (`misattributed` otherwise); connections that lost
+/// bytes are dropped (out of step) or their rounds end at their deadlines, and none takes a
+/// command while it owes a reply past the stale limit (`owed-stale`). Over these seeds
 /// they do; the documented gap (a shifted reply that fits its new command) shows in about
 /// one seed in 400, replayed by `tests/findings.rs`.
 #[test]
@@ -122,6 +125,8 @@ fn byte_loss_never_gets_a_reply_taken_for_another_commands() {
     p.faults = Faults::NONE.with(Fault::ByteLoss);
     let r = run_seeds(&p, 60, false);
     assert!(r.faults.1 > 100, "bytes were lost: {r:?}");
+    // Connections out of step were dropped, and none owed more than a few replies.
+    assert!(r.replaced.0 > 20 && r.owed_max < 100, "{r:?}");
     assert_eq!(r.violations, 0, "{}", r.text(&p));
 }
 
@@ -204,4 +209,16 @@ fn a_guard_that_reports_loss_late_is_caught() {
     p.negative = Some(Negative::GuardLateLoss);
     let (seed, v) = caught(&p, "guard-late", 60);
     println!("guard-late-loss: seed {seed}: {}", v.detail);
+}
+
+/// Owed replies stay bounded: a driver that hands the engine the time its operation started
+/// with every round (not the time of the round) defeats the engine's stale check, and commands
+/// are queued on connections owing replies long past it; the check reads the holder's own
+/// clock and catches it (`owed-stale`).
+#[test]
+fn commands_queued_on_a_connection_owing_a_stale_reply_are_caught() {
+    let mut p = Params::new(1);
+    p.negative = Some(Negative::StaleTime);
+    let (seed, v) = caught(&p, "owed-stale", 20);
+    println!("stale-time: seed {seed}: {}", v.detail);
 }

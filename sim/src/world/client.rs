@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use redlock_core::command::Expect;
-use redlock_core::engine::{Completed, Engine, IoEvent, Wake};
+use redlock_core::engine::{Completed, Engine, IoEvent, Wake, MAX_OWED};
 use redlock_core::event::Events;
 use redlock_core::lock::Names;
 use redlock_core::op::{self, Cx, Input, Operation, Retry, Step};
@@ -201,6 +201,10 @@ pub(crate) struct Client {
     gbeh: Rng,
     /// A guarded acquisition's guard, handed to the operation being started.
     pending_guard: Option<guard::Spec>,
+    /// Per node, the replies its connection owed after the last pump.
+    owed: Vec<usize>,
+    /// How long a reply may be owed before the connection is replaced.
+    stale: Duration,
 }
 
 /// The most passes one pump makes (each pass takes every input; a pass that changes nothing
@@ -232,6 +236,7 @@ impl Client {
         let gap =
             rounds * nt + cfg.retry_delay().as_nanos() as u64 + op::WAKE_JITTER.as_nanos() as u64;
         let gap = gap + (gap as f64 * cfg.drift_factor()).ceil() as u64 + 1_000;
+        let stale = redlock_core::conn::stale_after(cfg.node_timeout());
         Client {
             id,
             gap,
@@ -253,6 +258,8 @@ impl Client {
             guards,
             gbeh,
             pending_guard: None,
+            owed: vec![0; n],
+            stale,
         }
     }
 
@@ -274,6 +281,17 @@ impl Client {
     /// Whether every task is done and no round is in flight.
     pub(crate) fn finished(&self) -> bool {
         self.outstanding.is_empty() && self.tasks.iter().all(|t| matches!(t.state, State::Done))
+    }
+
+    /// Connections its engine dropped because a reply did not fit its command or a sentinel
+    /// came back wrong (a stream out of step), and because a reply was owed past every
+    /// deadline.
+    pub(crate) fn replaced(&self) -> (u64, u64) {
+        let stats = self.engine.stats();
+        stats
+            .nodes
+            .iter()
+            .fold((0, 0), |(d, s), n| (d + n.desyncs, s + n.stale_replaced))
     }
 
     /// The configuration.
@@ -381,6 +399,42 @@ impl Client {
         }
         if next < NEVER {
             sim.wake(self, next);
+        }
+        self.check_owed(sim);
+    }
+
+    /// Replies owed per connection stay bounded: never more than the engine's limit
+    /// (`owed-bound`), and no command queued on a connection that owes a reply past
+    /// [`stale_after`](redlock_core::conn::stale_after), where the engine must replace it first
+    /// (`owed-stale`): a connection that lost a command or a reply (byte loss, a blackhole) is
+    /// dropped, or its rounds end at their deadlines, rather than owing more and more.
+    fn check_owed(&mut self, sim: &mut Sim) {
+        let now = self.local(sim);
+        for i in 0..self.owed.len() {
+            let (n, oldest) = self.engine.owed(i);
+            let last = std::mem::replace(&mut self.owed[i], n);
+            sim.owed_max = sim.owed_max.max(n as u64);
+            // The sentinel may be queued ahead of the command that reached the limit.
+            if n > MAX_OWED + 1 {
+                sim.hist.note(
+                    "owed-bound",
+                    sim.now,
+                    format!("c{}: node {i}'s connection owes {n} replies", self.id),
+                );
+            }
+            let age = oldest.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+            if n > last && age > self.stale {
+                sim.hist.note(
+                    "owed-stale",
+                    sim.now,
+                    format!(
+                        "c{}: node {i}'s connection took commands ({last} -> {n} replies owed) while owing one queued {:.3} ms ago (stale after {:.3} ms)",
+                        self.id,
+                        age.as_secs_f64() * 1e3,
+                        self.stale.as_secs_f64() * 1e3
+                    ),
+                );
+            }
         }
     }
 
@@ -903,7 +957,13 @@ impl Client {
                     run.acquire_round = acquiring;
                     let seq = self.seq;
                     self.seq = self.seq.wrapping_add(1);
-                    self.engine.submit(&cmd, until, now, seq);
+                    let t1 = if sim.negative == Some(super::Negative::StaleTime) {
+                        // The negative control: the time the operation started, not now.
+                        sim.instant_of(sim.hist.ops[run.rec].start)
+                    } else {
+                        now
+                    };
+                    self.engine.submit(&cmd, until, t1, seq);
                     self.engine.note_batch(1);
                     self.outstanding.push((seq, k as u32));
                     run.t1 = sim.now;

@@ -171,6 +171,8 @@ pub(crate) struct Sim {
     pub expiry_judged: u64,
     /// The negative control of the run, if any.
     pub negative: Option<Negative>,
+    /// The most replies one connection owed.
+    pub owed_max: u64,
 }
 
 /// What a run came to.
@@ -202,6 +204,11 @@ pub struct Outcome {
     pub expiry_judged: u64,
     /// Guarded locks, and those whose guard reported loss.
     pub guards: (u64, u64),
+    /// The most replies one connection owed.
+    pub owed_max: u64,
+    /// Connections the clients' engines dropped: out of step (a reply that did not fit, a
+    /// wrong sentinel), and owing a reply past every deadline.
+    pub replaced: (u64, u64),
 }
 
 /// A world: masters, links and clients, ready to run.
@@ -266,6 +273,7 @@ impl Sim {
             expiry_checks: false,
             expiry_judged: 0,
             negative: None,
+            owed_max: 0,
         }
     }
 
@@ -747,6 +755,10 @@ impl World {
             );
         }
         let violations = check::check(&sim.hist);
+        let replaced = self.clients.iter().fold((0, 0), |(d, s), c| {
+            let (cd, cs) = c.replaced();
+            (d + cd, s + cs)
+        });
         let outcome = Outcome {
             operations: sim.hist.ops.len() as u64,
             acquisitions: sim.hist.acquisitions() as u64,
@@ -768,6 +780,8 @@ impl World {
                     .filter(|g| g.lost_at.is_some())
                     .count() as u64,
             ),
+            owed_max: sim.owed_max,
+            replaced,
         };
         (outcome, std::mem::take(&mut sim.hist))
     }

@@ -178,17 +178,22 @@ pub enum Negative {
     /// Guards report loss at the end of the validity rather than by their loss deadline (a
     /// loss margin of zero) (`guard-late`).
     GuardLateLoss,
+    /// The driver hands the engine the time its operation started with every round, not the
+    /// time of the round: the engine's stale check reads an old clock, and commands are
+    /// queued on connections owing replies long past it (`owed-stale`).
+    StaleTime,
 }
 
 impl Negative {
     /// Every negative control.
-    pub const ALL: [Negative; 6] = [
+    pub const ALL: [Negative; 7] = [
         Negative::RestartWithoutDelay,
         Negative::ClockJump,
         Negative::WaiterGivesUp,
         Negative::SlowRetry,
         Negative::SlowMasters,
         Negative::GuardLateLoss,
+        Negative::StaleTime,
     ];
 
     /// The name used on the command line.
@@ -200,6 +205,7 @@ impl Negative {
             Negative::SlowRetry => "slow-retry",
             Negative::SlowMasters => "slow-masters",
             Negative::GuardLateLoss => "guard-late-loss",
+            Negative::StaleTime => "stale-time",
         }
     }
 
