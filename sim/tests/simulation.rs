@@ -222,3 +222,20 @@ fn commands_queued_on_a_connection_owing_a_stale_reply_are_caught() {
     let (seed, v) = caught(&p, "owed-stale", 20);
     println!("stale-time: seed {seed}: {}", v.detail);
 }
+
+/// Clients' clocks drift too, within the drift factor (shared with the masters'), and the
+/// checker judges on the run's clock: over seeds of drift alone nothing breaks; a client whose
+/// clock runs a fifth slow, far beyond the factor, holds its lock past its keys on the run's
+/// clock, and a second holder shows (`overlap`), where its own clock would show none.
+#[test]
+fn clients_clocks_drift_and_one_far_too_slow_is_caught_holding_past_its_keys() {
+    let mut p = Params::new(20_000);
+    p.faults = Faults::NONE.with(Fault::Drift);
+    let r = run_seeds(&p, 60, false);
+    assert_eq!(r.violations, 0, "{}", r.text(&p));
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::ClientClockSlow);
+    let (seed, v) = caught(&p, "overlap", 40);
+    println!("client-clock-slow: seed {seed}: {}", v.detail);
+}

@@ -51,6 +51,9 @@ pub(crate) struct Spec {
     pub plans: Vec<Vec<Action>>,
     /// How it sends scripts (its configuration's, which the core does not show).
     pub scripts: redlock_core::Scripts,
+    /// How fast its clock runs, in parts per million (within the drift factor, with the
+    /// masters', unless a negative control says otherwise).
+    pub ppm: i64,
 }
 
 /// An operation in progress.
@@ -203,8 +206,72 @@ pub(crate) struct Client {
     pending_guard: Option<guard::Spec>,
     /// Per node, the replies its connection owed after the last pump.
     owed: Vec<usize>,
+    /// Its clock.
+    clock: Clock,
     /// How long a reply may be owed before the connection is replaced.
     stale: Duration,
+}
+
+/// A client's clock: it runs `ppm` parts per million fast (or slow) from the start of the run.
+/// The core is handed its readings; the checker judges on the run's time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    ppm: i64,
+}
+
+impl Clock {
+    /// What it reads at the run's time `t`, in nanoseconds from the base.
+    fn local_ns(self, t: u64) -> u64 {
+        if self.ppm == 0 {
+            return t;
+        }
+        let t = i128::from(t);
+        let x = t + t * i128::from(self.ppm) / 1_000_000;
+        x.clamp(0, i128::from(NEVER - 1)) as u64
+    }
+
+    /// What it reads at the run's time `t` (the core's `Instant`).
+    fn local_at(self, sim: &Sim, t: u64) -> Instant {
+        sim.instant_of(self.local_ns(t))
+    }
+
+    /// What it reads now.
+    fn local(self, sim: &Sim) -> Instant {
+        self.local_at(sim, sim.now)
+    }
+
+    /// The run's time (nanoseconds) at which it first reads `t` or later: a window ends where
+    /// the holder's clock says its validity ends.
+    fn true_of(self, sim: &Sim, t: Instant) -> u64 {
+        let l = sim.ns(t);
+        if self.ppm == 0 || l >= NEVER - 1 {
+            return l;
+        }
+        let rate = 1_000_000 + i128::from(self.ppm);
+        let mut g = (i128::from(l) * 1_000_000 / rate).clamp(0, i128::from(NEVER - 2)) as u64;
+        // The division's rounding, corrected (a step or two).
+        for _ in 0..8 {
+            if self.local_ns(g) < l {
+                g += 1;
+            } else if g > 0 && self.local_ns(g - 1) >= l {
+                g -= 1;
+            } else {
+                break;
+            }
+        }
+        g
+    }
+
+    /// A duration of `d` nanoseconds on it, in the run's time (rounded down).
+    fn true_duration(self, d: u64) -> u64 {
+        let rate = 1_000_000 + i128::from(self.ppm);
+        (i128::from(d) * 1_000_000 / rate).clamp(0, i128::from(NEVER - 1)) as u64
+    }
+
+    /// The run's time at which a wait of `d` nanoseconds on it, begun now, ends.
+    fn after(self, sim: &Sim, d: u64) -> u64 {
+        self.true_of(sim, self.local(sim) + Duration::from_nanos(d))
+    }
 }
 
 /// The most passes one pump makes (each pass takes every input; a pass that changes nothing
@@ -237,6 +304,7 @@ impl Client {
             rounds * nt + cfg.retry_delay().as_nanos() as u64 + op::WAKE_JITTER.as_nanos() as u64;
         let gap = gap + (gap as f64 * cfg.drift_factor()).ceil() as u64 + 1_000;
         let stale = redlock_core::conn::stale_after(cfg.node_timeout());
+        let clock = Clock { ppm: spec.ppm };
         Client {
             id,
             gap,
@@ -260,22 +328,28 @@ impl Client {
             pending_guard: None,
             owed: vec![0; n],
             stale,
+            clock,
         }
     }
 
-    /// Its clock now (the core's `Instant`).
+    /// Its clock now.
     fn local(&self, sim: &Sim) -> Instant {
-        sim.instant()
+        self.clock.local(sim)
     }
 
-    /// The run's time (nanoseconds) at which its clock reads `t`.
+    /// The run's time at which its clock first reads `t` or later.
     fn true_of(&self, sim: &Sim, t: Instant) -> u64 {
-        sim.ns(t)
+        self.clock.true_of(sim, t)
     }
 
-    /// A duration of `d` nanoseconds on its clock, in the run's time (the least it may be).
+    /// A duration of `d` nanoseconds on its clock, in the run's time (rounded down).
     fn true_duration(&self, d: u64) -> u64 {
-        d
+        self.clock.true_duration(d)
+    }
+
+    /// The run's time at which a wait of `d` nanoseconds on its clock, begun now, ends.
+    fn after(&self, sim: &Sim, d: u64) -> u64 {
+        self.clock.after(sim, d)
     }
 
     /// Whether every task is done and no round is in flight.
@@ -312,7 +386,7 @@ impl Client {
 
     /// Bytes read from node `node`.
     pub(crate) fn input(&mut self, sim: &mut Sim, node: usize, bytes: &[u8]) {
-        self.engine.handle_input(node, bytes, sim.instant());
+        self.engine.handle_input(node, bytes, self.local(sim));
         self.pump(sim);
     }
 
@@ -322,7 +396,7 @@ impl Client {
             sim.client_close(l);
         }
         self.engine
-            .handle_closed(node, NodeOutcome::Io(kind), sim.instant());
+            .handle_closed(node, NodeOutcome::Io(kind), self.local(sim));
         self.pump(sim);
     }
 
@@ -331,7 +405,7 @@ impl Client {
         let now = sim.now;
         for _ in 0..MAX_PASSES {
             let mut progress = false;
-            self.engine.handle_timeout(sim.instant());
+            self.engine.handle_timeout(self.local(sim));
             while let Some(ev) = self.engine.poll_io() {
                 progress = true;
                 match ev {
@@ -390,7 +464,7 @@ impl Client {
         let mut next = self
             .engine
             .poll_timeout()
-            .map_or(NEVER, |t| sim.ns(t).max(now));
+            .map_or(NEVER, |t| self.true_of(sim, t).max(now));
         for t in &self.tasks {
             next = next.min(t.timer);
             if let State::Run(run) = &t.state {
@@ -557,7 +631,7 @@ impl Client {
                 );
             }
         }
-        let t1 = sim.instant_of(t1);
+        let t1 = self.clock.local_at(sim, t1);
         self.advance(sim, k, Input::Round(Ok((round, t1))));
     }
 
@@ -697,7 +771,8 @@ impl Client {
             't' => (Retry::once(), 1),
             'w' => {
                 let max_wait = Duration::from_nanos(self.beh.range(0, self.spec.ttl_max * 2));
-                let retry = self.retry(sim, Retry::within(&self.cfg, max_wait, sim.instant()));
+                let now = self.local(sim);
+                let retry = self.retry(sim, Retry::within(&self.cfg, max_wait, now));
                 self.start_acquire_within(sim, k, names, ids, ttl, retry, max_wait);
                 return;
             }
@@ -746,7 +821,7 @@ impl Client {
         max_wait: Duration,
     ) {
         let bound = max_wait.as_nanos() as u64 + 4 * self.nt() + op::WAKE_JITTER.as_nanos() as u64;
-        let waiter = Waiter::Until(sim.now + max_wait.as_nanos() as u64);
+        let waiter = Waiter::Until(self.after(sim, max_wait.as_nanos() as u64));
         self.begin_acquire(sim, k, names, ids, ttl, retry, bound, Some(waiter));
     }
 
@@ -786,8 +861,8 @@ impl Client {
         // The cap the extension puts on the validity before its round goes out, read from the
         // core's own rule on a copy: the window ends there unless the extension succeeds.
         let mut copy = held.lock.clone();
-        if op::begin_extend(&self.cfg, &mut copy, ttl, sim.instant()).is_ok() {
-            let cap = sim.ns(copy.valid_until());
+        if op::begin_extend(&self.cfg, &mut copy, ttl, self.local(sim)).is_ok() {
+            let cap = self.true_of(sim, copy.valid_until());
             for &i in &held.wins {
                 let w = &mut sim.hist.windows[i];
                 w.until = w.until.min(cap);
@@ -858,7 +933,9 @@ impl Client {
             holder,
             kind,
             start: sim.now,
-            bound: sim.now + bound,
+            // On its clock; a microsecond more for the rounding of its readings, a nanosecond
+            // per round, to the run's time.
+            bound: self.after(sim, bound) + 1_000,
             end: None,
             ends: 0,
             abandoned: false,
@@ -917,7 +994,8 @@ impl Client {
             let State::Run(run) = &mut self.tasks[k].state else {
                 return;
             };
-            let now = sim.instant();
+            let clock = self.clock;
+            let now = clock.local(sim);
             let mut cx = Cx {
                 now,
                 rng: &mut self.rng,
@@ -959,7 +1037,7 @@ impl Client {
                     self.seq = self.seq.wrapping_add(1);
                     let t1 = if sim.negative == Some(super::Negative::StaleTime) {
                         // The negative control: the time the operation started, not now.
-                        sim.instant_of(sim.hist.ops[run.rec].start)
+                        clock.local_at(sim, sim.hist.ops[run.rec].start)
                     } else {
                         now
                     };
@@ -972,7 +1050,7 @@ impl Client {
                 }
                 Step::Sleep(d) | Step::Jitter(d) => {
                     run.wait = Wait::Timer;
-                    self.tasks[k].timer = sim.now + stretch(sim, d.as_nanos() as u64);
+                    self.tasks[k].timer = clock.after(sim, stretch(sim, d.as_nanos() as u64));
                     None
                 }
                 Step::Watch(key) => {
@@ -991,8 +1069,9 @@ impl Client {
                             Some(Input::Woken(Some(why)))
                         } else {
                             run.wait = Wait::Await(id);
-                            let wait = sim.ns(deadline).saturating_sub(sim.now);
-                            self.tasks[k].timer = sim.now + stretch(sim, wait);
+                            let wait = deadline.saturating_duration_since(now);
+                            let wait = stretch(sim, wait.as_nanos() as u64);
+                            self.tasks[k].timer = clock.after(sim, wait);
                             None
                         }
                     }
@@ -1042,7 +1121,7 @@ impl Client {
             AnyOp::Acquire(o) => match o.finish() {
                 Ok(lock) => {
                     let id = sim.next_lock();
-                    let until = sim.ns(lock.valid_until());
+                    let until = self.true_of(sim, lock.valid_until());
                     let res: Vec<u32> = lock
                         .resources()
                         .map(|name| sim.resource_id_of(name))
@@ -1085,7 +1164,7 @@ impl Client {
             AnyOp::Extend(o) => {
                 let (result, lock) = o.into_parts();
                 if let Some((id, mut wins, res)) = run.meta {
-                    let until = sim.ns(lock.valid_until());
+                    let until = self.true_of(sim, lock.valid_until());
                     match &result {
                         Ok(()) => {
                             sim.hist.windows.push(Window {
@@ -1192,7 +1271,7 @@ impl Client {
         let fired = match &run.op {
             AnyOp::Acquire(o) => match o.abandon() {
                 Some(cmd) => {
-                    self.engine.fire(&cmd, sim.instant());
+                    self.engine.fire(&cmd, self.local(sim));
                     true
                 }
                 None => false,

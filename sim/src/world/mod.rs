@@ -282,11 +282,6 @@ impl Sim {
         self.queue.push(Reverse((t, self.seq, ev)));
     }
 
-    /// The instant of now.
-    pub(crate) fn instant(&self) -> Instant {
-        client::at(self.base, self.now)
-    }
-
     /// The instant `t` nanoseconds into the run.
     pub(crate) fn instant_of(&self, t: u64) -> Instant {
         client::at(self.base, t)
@@ -454,6 +449,13 @@ impl World {
         sim.resources = rng.pick(&[(50, 1), (30, 2), (20, 3)]);
         sim.db = if rng.chance(200) { 2 } else { 0 };
         let acl = params.faults.has(Fault::Hostile) && rng.chance(150);
+        // Clients' clocks drift too in half the worlds with drift (drawn from a stream of
+        // their own, so that the other half runs as it did before): then the masters' and the
+        // clients' rates share the drift factor, each within 45% of it, so that a client and a
+        // master differ by at most 90% of it, as masters alone do in the other worlds.
+        let mut clocks = Rng::new(seed, 4);
+        let client_drift = params.faults.has(Fault::Drift) && clocks.chance(500);
+        let share = if client_drift { 0.45 } else { 0.9 };
         for i in 0..n {
             let server = rng.pick(&[
                 (25, Server::Redis62),
@@ -474,7 +476,7 @@ impl World {
             let ppm = if params.negative == Some(Negative::SlowMasters) {
                 -250_000
             } else if params.faults.has(Fault::Drift) {
-                let bound = (drift * 0.9 * 1e6) as u64;
+                let bound = (drift * share * 1e6) as u64;
                 rng.range(0, 2 * bound) as i64 - bound as i64
             } else {
                 0
@@ -565,6 +567,14 @@ impl World {
             o.wakeups = rng.chance(700);
             let cfg = o.validate().expect("the simulator draws valid options");
             let ttl_min = (cfg.min_ttl().as_nanos() as u64).max(10_000_000);
+            let ppm = if params.negative == Some(Negative::ClientClockSlow) && id == 0 {
+                -200_000
+            } else if client_drift {
+                let bound = (drift * share * 1e6) as u64;
+                clocks.range(0, 2 * bound) as i64 - bound as i64
+            } else {
+                0
+            };
             let spec = Spec {
                 fenced,
                 ttl_min,
@@ -579,6 +589,7 @@ impl World {
                     && (scripts != Scripts::Native || all_native),
                 plans: Vec::new(),
                 scripts,
+                ppm,
             };
             cl.push(Client::new(id, cfg, seed, perm, spec));
         }
@@ -695,6 +706,7 @@ impl World {
                 expiry_live: false,
                 plans: vec![plan],
                 scripts: Scripts::Auto,
+                ppm: 0,
             };
             clients.push(Client::new(id as u32, cfg, 7, vec![0, 1, 2], spec));
         }

@@ -182,11 +182,14 @@ pub enum Negative {
     /// time of the round: the engine's stale check reads an old clock, and commands are
     /// queued on connections owing replies long past it (`owed-stale`).
     StaleTime,
+    /// Client 0's clock runs a fifth slow, far beyond the drift factor: its validity outlasts
+    /// its keys on the run's clock, where the checker judges (`overlap`).
+    ClientClockSlow,
 }
 
 impl Negative {
     /// Every negative control.
-    pub const ALL: [Negative; 7] = [
+    pub const ALL: [Negative; 8] = [
         Negative::RestartWithoutDelay,
         Negative::ClockJump,
         Negative::WaiterGivesUp,
@@ -194,6 +197,7 @@ impl Negative {
         Negative::SlowMasters,
         Negative::GuardLateLoss,
         Negative::StaleTime,
+        Negative::ClientClockSlow,
     ];
 
     /// The name used on the command line.
@@ -206,6 +210,7 @@ impl Negative {
             Negative::SlowMasters => "slow-masters",
             Negative::GuardLateLoss => "guard-late-loss",
             Negative::StaleTime => "stale-time",
+            Negative::ClientClockSlow => "client-clock-slow",
         }
     }
 
