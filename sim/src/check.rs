@@ -112,6 +112,8 @@ pub struct Guard {
     pub lock: u64,
     /// Who held it.
     pub holder: Holder,
+    /// When the guard started (its lock acquired).
+    pub started: u64,
     /// How long before the end of its validity the guard must report loss at the latest (the
     /// core's `loss_margin` of its ttl, on the run's clock).
     pub margin: u64,
@@ -228,7 +230,8 @@ fn credited(h: &History) -> Option<Vec<Window>> {
 }
 
 /// A guard reports loss no later than its loss deadline: the end of its lock's validity (as
-/// confirmed extensions left it) less its margin, unless it was let go before (`guard-late`).
+/// confirmed extensions left it) less its margin, unless it was let go before; a guard whose
+/// acquisition left less validity than the margin is lost from its start (`guard-late`).
 /// Its holder's writes come no later than its credited window's end (`guard-write`).
 fn guards(h: &History, out: &mut Vec<Violation>) {
     if h.guards.is_empty() {
@@ -242,7 +245,7 @@ fn guards(h: &History, out: &mut Vec<Violation>) {
             .map(|w| w.valid)
             .max();
         let Some(valid) = valid else { continue };
-        let deadline = valid.saturating_sub(g.margin);
+        let deadline = valid.saturating_sub(g.margin).max(g.started);
         let end = match (g.lost_at, g.ended_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -562,6 +565,7 @@ mod tests {
         Guard {
             lock,
             holder: Holder { client: 0, task: 0 },
+            started: 0,
             margin,
             lost_at,
             loss: "test".into(),
@@ -590,6 +594,14 @@ mod tests {
         // Neither lost nor released.
         h.guards[0].ended_at = None;
         assert_eq!(check(&h)[0].invariant, "guard-late");
+        // A guard that starts past its deadline (its acquisition left less validity than the
+        // margin) reports loss from its start.
+        h.guards[0].started = 197;
+        h.guards[0].lost_at = Some(197);
+        assert!(check(&h).is_empty());
+        h.guards[0].lost_at = Some(200);
+        assert_eq!(check(&h)[0].invariant, "guard-late");
+        h.guards[0].started = 0;
         // Lost at 150: credited until then, so a lock from 160 is no second holder, and a
         // write of the guarded holder at 170 is past its credit.
         h.guards[0].lost_at = Some(150);

@@ -110,6 +110,7 @@ impl Client {
                 client: self.id,
                 task: k as u32,
             },
+            started: sim.now,
             margin: self.true_duration(margin.as_nanos() as u64),
             lost_at: None,
             loss: String::new(),
