@@ -17,6 +17,8 @@ fn usage() -> ! {
         "usage: redlock-sim --seeds N [--seed S] [--negative NAME] \
          [--faults LIST] [--clients K] [--ops N] [--episodes E] [--json] [--trace] [--no-shrink]"
     );
+    let names: Vec<&str> = Negative::ALL.iter().map(|n| n.name()).collect();
+    eprintln!("negative controls: {}", names.join(", "));
     std::process::exit(2)
 }
 
