@@ -239,3 +239,16 @@ fn clients_clocks_drift_and_one_far_too_slow_is_caught_holding_past_its_keys() {
     let (seed, v) = caught(&p, "overlap", 40);
     println!("client-clock-slow: seed {seed}: {}", v.detail);
 }
+
+/// Liveness after expiry, the bug class it exists for: a driver that never sends a failed
+/// try's release (as a native-mode unlock that did nothing on some servers once did) leaves the
+/// waiter's own keys until their ttl, and its try once the holder's keys expired still loses
+/// (`liveness-expiry`).
+#[test]
+fn a_waiter_whose_failed_tries_are_not_released_is_caught() {
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::NoRelease);
+    let (seed, v) = caught(&p, "liveness-expiry", 40);
+    println!("no-release: seed {seed}: {}", v.detail);
+}

@@ -115,6 +115,9 @@ struct Run {
     /// set the keys when it began.
     acquire_round: bool,
     alone_at_try: bool,
+    /// Whether the last round was a try's acquire round and won it (a fenced try's write-back
+    /// comes next; otherwise a script round of an acquisition is its release).
+    acquire_won: bool,
 }
 
 /// A lock a task holds.
@@ -573,15 +576,17 @@ impl Client {
             // The round of an abandoned operation: nobody waits for it.
             return;
         }
+        let round = done.round;
         let (t1, first_live) = match &mut self.tasks[k].state {
             State::Run(r) => {
                 let first = r.first_round && r.live;
                 r.first_round = false;
+                r.acquire_won =
+                    r.acquire_round && round.decision() == redlock_core::round::Decision::Won;
                 (r.t1, first)
             }
             _ => return,
         };
-        let round = done.round;
         sim.trace
             .ev(sim.now, 21, u64::from(self.id), u64::from(seq), || {
                 let votes: Vec<String> = round.reports_iter().map(short).collect();
@@ -984,6 +989,7 @@ impl Client {
             try_at: 0,
             acquire_round: false,
             alone_at_try: false,
+            acquire_won: false,
         }));
         self.advance(sim, k, Input::Start);
     }
@@ -1002,6 +1008,7 @@ impl Client {
                 events: &mut self.events,
             };
             let cfg = &self.cfg;
+            let acquisition = matches!(run.op, AnyOp::Acquire(_));
             let step = match &mut run.op {
                 AnyOp::Acquire(o) => o.step(input, cfg, &mut cx),
                 AnyOp::Extend(o) => o.step(input, cfg, &mut cx),
@@ -1032,7 +1039,19 @@ impl Client {
                         run.try_at = sim.now;
                         run.alone_at_try = sim.sole_setter(&run.res);
                     }
+                    // The negative control `no-release`: a failed try's release is never sent
+                    // (what a native-mode unlock that did nothing on some servers did): its
+                    // round is taken as failed at once.
+                    let release = acquisition
+                        && cmd.expect() == Expect::Script
+                        && !(run.acquire_won && self.cfg.fencing_key().is_some());
                     run.acquire_round = acquiring;
+                    run.acquire_won = false;
+                    if release && sim.negative == Some(super::Negative::NoRelease) {
+                        self.events.clear();
+                        input = Input::Round(Err(Error::Aborted));
+                        continue;
+                    }
                     let seq = self.seq;
                     self.seq = self.seq.wrapping_add(1);
                     let t1 = if sim.negative == Some(super::Negative::StaleTime) {

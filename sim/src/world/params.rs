@@ -185,11 +185,15 @@ pub enum Negative {
     /// Client 0's clock runs a fifth slow, far beyond the drift factor: its validity outlasts
     /// its keys on the run's clock, where the checker judges (`overlap`).
     ClientClockSlow,
+    /// The driver never sends a failed try's release (as a native-mode unlock that did nothing
+    /// on some servers once did): a waiter's own keys from its failed tries stay until their
+    /// ttl, and its try after the holder's keys expired still loses (`liveness-expiry`).
+    NoRelease,
 }
 
 impl Negative {
     /// Every negative control.
-    pub const ALL: [Negative; 8] = [
+    pub const ALL: [Negative; 9] = [
         Negative::RestartWithoutDelay,
         Negative::ClockJump,
         Negative::WaiterGivesUp,
@@ -198,6 +202,7 @@ impl Negative {
         Negative::GuardLateLoss,
         Negative::StaleTime,
         Negative::ClientClockSlow,
+        Negative::NoRelease,
     ];
 
     /// The name used on the command line.
@@ -211,6 +216,7 @@ impl Negative {
             Negative::GuardLateLoss => "guard-late-loss",
             Negative::StaleTime => "stale-time",
             Negative::ClientClockSlow => "client-clock-slow",
+            Negative::NoRelease => "no-release",
         }
     }
 
