@@ -11,10 +11,18 @@
 //!   the later one's token is not greater;
 //! - `store-order`: a fenced store accepted a write of a holder after that of a later holder;
 //! - `op-bound`, `op-unfinished`, `op-twice`: an operation ended after its bound, never, or twice;
-//! - whatever the runner noted itself (`misattributed`, `round-twice`, `panic`, `liveness`).
+//! - `guard-late`: a guarded lock's guard neither reported loss nor was let go by its loss
+//!   deadline (the end of its validity, as confirmed extensions left it, less its margin);
+//! - `guard-write`: a guarded holder wrote after its credited window ended;
+//! - whatever the runner noted itself (`misattributed`, `round-twice`, `panic`, `liveness`,
+//!   and liveness after expiry: `liveness-expiry`, `waiter-gave-up`, `retry-gap`; with no
+//!   fault, a guard that lost its lock for any reason but its policy's limit: `guard-lost`;
+//!   replies owed per connection: `owed-bound`, `owed-stale`).
 //!
 //! A window runs from when the acquisition (or extension) completed to the end of the validity
-//! the core reported, cut short by the release being sent (or an extension's cap).
+//! the core reported, cut short by the release being sent (or an extension's cap). A guarded
+//! lock's windows are credited only until its guard reported the loss: the overlap, token and
+//! store checks judge them so.
 
 /// Who acts: a client and one of its tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -75,7 +83,8 @@ pub struct OpRecord {
     pub abandoned: bool,
 }
 
-/// One interval in which a lock's holder was entitled to its resources.
+/// One interval in which a lock's holder was entitled to its resources. A guarded lock's
+/// windows are credited only until its guard reported the loss (see [`Guard`]).
 #[derive(Debug, Clone)]
 pub struct Window {
     /// The lock (unique in the history); a lock extended has one window per extension.
@@ -88,8 +97,32 @@ pub struct Window {
     pub from: u64,
     /// Until when.
     pub until: u64,
+    /// The end of the validity the core reported (capped by an extension that began after),
+    /// whether or not the window was cut short before it.
+    pub valid: u64,
     /// Its fencing token, if fenced.
     pub token: Option<u64>,
+}
+
+/// A guarded lock (a lock kept alive in the background, as `LockGuard` and `BlockingGuard`
+/// keep it): when its guard reported the loss, and when it was let go.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    /// The lock (its windows are the lock's).
+    pub lock: u64,
+    /// Who held it.
+    pub holder: Holder,
+    /// When the guard started (its lock acquired).
+    pub started: u64,
+    /// How long before the end of its validity the guard must report loss at the latest (the
+    /// core's `loss_margin` of its ttl, on the run's clock).
+    pub margin: u64,
+    /// When the guard first reported the lock lost (or said so by the clock), if it did.
+    pub lost_at: Option<u64>,
+    /// Why.
+    pub loss: String,
+    /// When the guard was released (or dropped), if it was.
+    pub ended_at: Option<u64>,
 }
 
 /// A write to a fenced store.
@@ -127,6 +160,8 @@ pub struct History {
     pub windows: Vec<Window>,
     /// Every write to the fenced store.
     pub writes: Vec<Write>,
+    /// Every guarded lock.
+    pub guards: Vec<Guard>,
     /// What the runner saw break as it happened.
     pub noted: Vec<Violation>,
 }
@@ -157,6 +192,8 @@ impl History {
                 resources: vec![resource],
                 from,
                 until,
+                // (Only guards read it, and such a history has none.)
+                valid: until,
                 token,
             })
             .collect();
@@ -187,18 +224,103 @@ fn ms(t: u64) -> f64 {
 /// Every violation in `h`, in order of time.
 pub fn check(h: &History) -> Vec<Violation> {
     let mut out = h.noted.clone();
-    overlaps(h, &mut out);
-    token_order(h, &mut out);
-    store_order(h, &mut out);
+    let credited = credited(h);
+    let windows = credited.as_deref().unwrap_or(&h.windows);
+    overlaps(windows, &mut out);
+    token_order(windows, &mut out);
+    store_order(windows, &h.writes, &mut out);
+    guards(h, &mut out);
     ops(h, &mut out);
     out.sort_by_key(|v| v.at);
     out
 }
 
+/// The windows as credited, when some lock was guarded: a guarded lock's windows end at the
+/// earliest of their own end and the loss its guard reported. `None`: as recorded.
+fn credited(h: &History) -> Option<Vec<Window>> {
+    if h.guards.iter().all(|g| g.lost_at.is_none()) {
+        return None;
+    }
+    let mut lost: Vec<(u64, u64)> = h
+        .guards
+        .iter()
+        .filter_map(|g| g.lost_at.map(|t| (g.lock, t)))
+        .collect();
+    lost.sort_unstable();
+    let mut out = h.windows.clone();
+    for w in &mut out {
+        if let Ok(i) = lost.binary_search_by_key(&w.lock, |(l, _)| *l) {
+            w.until = w.until.min(lost[i].1);
+        }
+    }
+    Some(out)
+}
+
+/// A guard reports loss no later than its loss deadline: the end of its lock's validity (as
+/// confirmed extensions left it) less its margin, unless it was let go before; a guard whose
+/// acquisition left less validity than the margin is lost from its start (`guard-late`).
+/// Its holder's writes come no later than its credited window's end (`guard-write`).
+fn guards(h: &History, out: &mut Vec<Violation>) {
+    if h.guards.is_empty() {
+        return;
+    }
+    for g in &h.guards {
+        let valid = h
+            .windows
+            .iter()
+            .filter(|w| w.lock == g.lock)
+            .map(|w| w.valid)
+            .max();
+        let Some(valid) = valid else { continue };
+        let deadline = valid.saturating_sub(g.margin).max(g.started);
+        let end = match (g.lost_at, g.ended_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        // Two nanoseconds of rounding between the holder's clock and the run's.
+        if end.is_none_or(|t| t > deadline + 2) {
+            out.push(Violation {
+                invariant: "guard-late",
+                at: deadline,
+                detail: format!(
+                    "{}'s guarded lock {}, valid until {:.3} ms, loss deadline {:.3} ms: {}",
+                    g.holder,
+                    g.lock,
+                    ms(valid),
+                    ms(deadline),
+                    match (g.lost_at, g.ended_at) {
+                        (Some(t), _) if Some(t) == end =>
+                            format!("loss reported at {:.3} ms ({})", ms(t), g.loss),
+                        (_, Some(t)) => format!("released at {:.3} ms, no loss reported", ms(t)),
+                        _ => "neither lost nor released".into(),
+                    }
+                ),
+            });
+        }
+        let credit = g.lost_at.unwrap_or(u64::MAX).min(valid);
+        for w in h
+            .writes
+            .iter()
+            .filter(|w| w.lock == g.lock && w.at > credit)
+        {
+            out.push(Violation {
+                invariant: "guard-write",
+                at: w.at,
+                detail: format!(
+                    "{}'s guarded lock {} wrote at {:.3} ms, its credit ending at {:.3} ms",
+                    g.holder,
+                    g.lock,
+                    ms(w.at),
+                    ms(credit)
+                ),
+            });
+        }
+    }
+}
+
 /// The windows of each resource, in order of their start.
-fn by_resource(h: &History) -> Vec<(u32, Vec<&Window>)> {
-    let mut pairs: Vec<(u32, &Window)> = h
-        .windows
+fn by_resource(windows: &[Window]) -> Vec<(u32, Vec<&Window>)> {
+    let mut pairs: Vec<(u32, &Window)> = windows
         .iter()
         .filter(|w| w.until > w.from)
         .flat_map(|w| w.resources.iter().map(move |r| (*r, w)))
@@ -214,8 +336,8 @@ fn by_resource(h: &History) -> Vec<(u32, Vec<&Window>)> {
     out
 }
 
-fn overlaps(h: &History, out: &mut Vec<Violation>) {
-    for (r, group) in by_resource(h) {
+fn overlaps(windows: &[Window], out: &mut Vec<Violation>) {
+    for (r, group) in by_resource(windows) {
         // Sweep: the window reaching furthest so far; a later one starting before its end
         // overlaps it, unless it is the same lock's.
         let mut reach: Option<&Window> = None;
@@ -249,8 +371,8 @@ struct Span {
     token: u64,
 }
 
-fn token_order(h: &History, out: &mut Vec<Violation>) {
-    for (r, group) in by_resource(h) {
+fn token_order(windows: &[Window], out: &mut Vec<Violation>) {
+    for (r, group) in by_resource(windows) {
         let mut spans: Vec<Span> = Vec::new();
         for w in group {
             let Some(token) = w.token else { continue };
@@ -296,12 +418,12 @@ fn token_order(h: &History, out: &mut Vec<Violation>) {
     }
 }
 
-fn store_order(h: &History, out: &mut Vec<Violation>) {
+fn store_order(windows: &[Window], writes: &[Write], out: &mut Vec<Violation>) {
     // Each fenced lock's span per resource: a write accepted from a lock whose span ended
     // before the span of a lock whose write the store had already accepted is a stale write
     // taken after a newer one.
     let span = |lock: u64| -> Option<(u64, u64)> {
-        let mut it = h.windows.iter().filter(|w| w.lock == lock);
+        let mut it = windows.iter().filter(|w| w.lock == lock);
         let first = it.next()?;
         let (mut from, mut until) = (first.from, first.until);
         for w in it {
@@ -310,8 +432,7 @@ fn store_order(h: &History, out: &mut Vec<Violation>) {
         }
         Some((from, until))
     };
-    let mut writes: Vec<&Write> = h
-        .writes
+    let mut writes: Vec<&Write> = writes
         .iter()
         .filter(|w| w.accepted && w.token.is_some())
         .collect();
@@ -361,7 +482,7 @@ pub fn stale_writes_taken(h: &History) -> usize {
         ..History::default()
     };
     let mut out = Vec::new();
-    store_order(&copy, &mut out);
+    store_order(&copy.windows, &copy.writes, &mut out);
     out.len()
 }
 
@@ -417,6 +538,7 @@ mod tests {
             resources: res.to_vec(),
             from,
             until,
+            valid: until,
             token,
         }
     }
@@ -464,6 +586,65 @@ mod tests {
         assert_eq!(stale_writes_taken(&h), 1);
         h.writes[1].accepted = false;
         assert!(check(&h).is_empty());
+    }
+
+    fn guard(lock: u64, margin: u64, lost_at: Option<u64>, ended_at: Option<u64>) -> Guard {
+        Guard {
+            lock,
+            holder: Holder { client: 0, task: 0 },
+            started: 0,
+            margin,
+            lost_at,
+            loss: "test".into(),
+            ended_at,
+        }
+    }
+
+    #[test]
+    fn a_guard_reports_loss_by_its_deadline_and_is_credited_until_then() {
+        let mut h = History::default();
+        // Lock 1, guarded, valid until 100 and extended to 200; its deadline is 190.
+        h.windows.push(win(1, 0, &[0], 0, 100, None));
+        h.windows.push(win(1, 0, &[0], 80, 200, None));
+        h.guards.push(guard(1, 10, Some(190), Some(195)));
+        assert!(check(&h).is_empty(), "{:?}", check(&h));
+        // Reported late (past the two nanoseconds of rounding), and released late.
+        h.guards[0].lost_at = Some(195);
+        h.guards[0].ended_at = Some(199);
+        let v = check(&h);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].invariant, "guard-late");
+        // Released in time with no loss: fine.
+        h.guards[0].lost_at = None;
+        h.guards[0].ended_at = Some(150);
+        assert!(check(&h).is_empty());
+        // Neither lost nor released.
+        h.guards[0].ended_at = None;
+        assert_eq!(check(&h)[0].invariant, "guard-late");
+        // A guard that starts past its deadline (its acquisition left less validity than the
+        // margin) reports loss from its start.
+        h.guards[0].started = 197;
+        h.guards[0].lost_at = Some(197);
+        assert!(check(&h).is_empty());
+        h.guards[0].lost_at = Some(200);
+        assert_eq!(check(&h)[0].invariant, "guard-late");
+        h.guards[0].started = 0;
+        // Lost at 150: credited until then, so a lock from 160 is no second holder, and a
+        // write of the guarded holder at 170 is past its credit.
+        h.guards[0].lost_at = Some(150);
+        h.windows.push(win(2, 1, &[0], 160, 300, None));
+        h.writes.push(Write {
+            at: 170,
+            lock: 1,
+            resource: 0,
+            token: None,
+            accepted: true,
+        });
+        let names: Vec<_> = check(&h).iter().map(|v| v.invariant).collect();
+        assert_eq!(names, ["guard-write"]);
+        // Without the loss, the windows meet.
+        h.guards.clear();
+        assert_eq!(check(&h)[0].invariant, "overlap");
     }
 
     #[test]

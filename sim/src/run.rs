@@ -25,6 +25,14 @@ pub struct SeedResult {
     pub events: u64,
     /// Fault episodes, bytes lost, hostile replies.
     pub faults: (u64, u64, u64),
+    /// Tries the liveness check after expiry judged.
+    pub expiry_judged: u64,
+    /// Guarded locks, and those whose guard reported loss.
+    pub guards: (u64, u64),
+    /// The most replies one connection owed.
+    pub owed_max: u64,
+    /// Connections dropped out of step, and stale.
+    pub replaced: (u64, u64),
 }
 
 /// Runs one world (a panic is a violation).
@@ -46,6 +54,10 @@ pub fn run_one(params: &Params) -> SeedResult {
                 trace: o.trace,
                 events: o.events,
                 faults: (o.episodes, o.byte_losses, o.hostile_replies),
+                expiry_judged: o.expiry_judged,
+                guards: o.guards,
+                owed_max: o.owed_max,
+                replaced: o.replaced,
             }
         }
         Err(e) => {
@@ -67,6 +79,10 @@ pub fn run_one(params: &Params) -> SeedResult {
                 trace: Vec::new(),
                 events: 0,
                 faults: (0, 0, 0),
+                expiry_judged: 0,
+                guards: (0, 0),
+                owed_max: 0,
+                replaced: (0, 0),
             }
         }
     }
@@ -157,6 +173,14 @@ pub struct Report {
     pub events: u64,
     /// Fault episodes, bytes lost, hostile replies.
     pub faults: (u64, u64, u64),
+    /// Tries the liveness check after expiry judged.
+    pub expiry_judged: u64,
+    /// Guarded locks, and those whose guard reported loss.
+    pub guards: (u64, u64),
+    /// The most replies one connection owed, in any seed.
+    pub owed_max: u64,
+    /// Connections dropped out of step, and stale.
+    pub replaced: (u64, u64),
     /// Seconds of wall time the seeds took (not the shrinking).
     pub seconds: f64,
 }
@@ -198,6 +222,12 @@ pub fn run_seeds(base: &Params, seeds: u64, shrinking: bool) -> Report {
         report.faults.0 += r.faults.0;
         report.faults.1 += r.faults.1;
         report.faults.2 += r.faults.2;
+        report.expiry_judged += r.expiry_judged;
+        report.guards.0 += r.guards.0;
+        report.guards.1 += r.guards.1;
+        report.owed_max = report.owed_max.max(r.owed_max);
+        report.replaced.0 += r.replaced.0;
+        report.replaced.1 += r.replaced.1;
         hash.u64(r.trace_hash);
         if !r.violations.is_empty() {
             report.failing_seeds += 1;
@@ -280,7 +310,7 @@ impl Report {
             0.0
         };
         format!(
-            "{{\"seeds\":{},\"first_seed\":{},\"faults\":{},\"negative\":{},\"operations\":{},\"acquisitions\":{},\"violations\":{},\"failing_seeds\":{},\"first_violation\":{},\"trace_hash\":\"{:016x}\",\"events\":{},\"fault_episodes\":{},\"bytes_lost\":{},\"hostile_replies\":{},\"seconds\":{:.3},\"operations_per_second\":{:.0}}}",
+            "{{\"seeds\":{},\"first_seed\":{},\"faults\":{},\"negative\":{},\"operations\":{},\"acquisitions\":{},\"violations\":{},\"failing_seeds\":{},\"first_violation\":{},\"trace_hash\":\"{:016x}\",\"events\":{},\"fault_episodes\":{},\"bytes_lost\":{},\"hostile_replies\":{},\"expiry_tries_judged\":{},\"guards\":{},\"guards_lost\":{},\"owed_max\":{},\"desynced_connections\":{},\"stale_connections\":{},\"seconds\":{:.3},\"operations_per_second\":{:.0}}}",
             self.seeds,
             base.seed,
             json_str(&base.faults.names()),
@@ -295,6 +325,12 @@ impl Report {
             self.faults.0,
             self.faults.1,
             self.faults.2,
+            self.expiry_judged,
+            self.guards.0,
+            self.guards.1,
+            self.owed_max,
+            self.replaced.0,
+            self.replaced.1,
             self.seconds,
             ops_per_s
         )
@@ -303,7 +339,7 @@ impl Report {
     /// The report in words.
     pub fn text(&self, base: &Params) -> String {
         let mut s = format!(
-            "seeds {} from {} (faults {}{})\noperations {}, acquisitions {}, events {}, fault episodes {}\nviolations {} in {} seeds\ntrace hash {:016x}\n{:.2} s, {:.0} operations/s\n",
+            "seeds {} from {} (faults {}{})\noperations {}, acquisitions {}, events {}, fault episodes {}, tries judged after expiry {}, guarded locks {} ({} lost), most replies owed {}, connections dropped out of step {} and stale {}\nviolations {} in {} seeds\ntrace hash {:016x}\n{:.2} s, {:.0} operations/s\n",
             self.seeds,
             base.seed,
             base.faults.names(),
@@ -312,6 +348,12 @@ impl Report {
             self.acquisitions,
             self.events,
             self.faults.0,
+            self.expiry_judged,
+            self.guards.0,
+            self.guards.1,
+            self.owed_max,
+            self.replaced.0,
+            self.replaced.1,
             self.violations,
             self.failing_seeds,
             self.trace_hash,

@@ -13,6 +13,8 @@ fn the_normal_mix_breaks_no_invariant() {
     let r = run_seeds(&Params::new(1), 150, false);
     assert!(r.operations > 5_000 && r.acquisitions > 1_000, "{r:?}");
     assert!(r.faults.0 > 500, "fault episodes drawn: {r:?}");
+    assert!(r.guards.0 > 100 && r.guards.1 > 20, "guarded locks: {r:?}");
+    assert!(r.owed_max > 10, "replies owed: {r:?}");
     assert_eq!(r.violations, 0, "{}", r.text(&Params::new(1)));
 }
 
@@ -23,6 +25,8 @@ fn without_faults_every_free_resource_is_taken_in_the_first_round() {
     p.faults = Faults::NONE;
     let r = run_seeds(&p, 150, false);
     assert!(r.acquisitions > 1_000, "{r:?}");
+    assert!(r.expiry_judged > 200, "tries judged after expiry: {r:?}");
+    assert!(r.guards.0 > 100, "guarded locks: {r:?}");
     assert_eq!(r.violations, 0, "{}", r.text(&p));
 }
 
@@ -110,7 +114,9 @@ fn the_fencing_debate_corrupts_an_unfenced_store_and_not_a_fenced_one() {
 
 /// Byte loss (not a real network's fault, off in the safety counts): bytes dropped from live
 /// streams. The clients must notice and never take a reply for another command's: every
-/// node that granted a lock holds its token (`misattributed` otherwise). Over these seeds
+/// node that granted a lock holds its token (`misattributed` otherwise); connections that lost
+/// bytes are dropped (out of step) or their rounds end at their deadlines, and none takes a
+/// command while it owes a reply past the stale limit (`owed-stale`). Over these seeds
 /// they do; the documented gap (a shifted reply that fits its new command) shows in about
 /// one seed in 400, replayed by `tests/findings.rs`.
 #[test]
@@ -119,6 +125,8 @@ fn byte_loss_never_gets_a_reply_taken_for_another_commands() {
     p.faults = Faults::NONE.with(Fault::ByteLoss);
     let r = run_seeds(&p, 60, false);
     assert!(r.faults.1 > 100, "bytes were lost: {r:?}");
+    // Connections out of step were dropped, and none owed more than a few replies.
+    assert!(r.replaced.0 > 20 && r.owed_max < 100, "{r:?}");
     assert_eq!(r.violations, 0, "{}", r.text(&p));
 }
 
@@ -147,4 +155,100 @@ fn a_failing_seed_is_shrunk_and_replayable() {
         .replay_command()
         .contains(&format!("--seed {seed}")));
     assert!(r.json(&p).contains("\"first_violation\":{\"seed\":"));
+}
+
+/// The first seed from `p.seed` on whose run finds `invariant`, with that violation.
+fn caught(p: &Params, invariant: &str, max: u64) -> (u64, check::Violation) {
+    let found = first_finding(p, invariant, max);
+    found.unwrap_or_else(|| panic!("{invariant} not found in {max} seeds of {p:?}"))
+}
+
+/// Liveness after expiry, the waiter's patience: a driver that runs `lock` and `lock_within`
+/// with a single try (a waiter that never tries again) is caught failing with tries or time
+/// left (`waiter-gave-up`).
+#[test]
+fn a_waiter_that_never_tries_again_is_caught() {
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::WaiterGivesUp);
+    let (seed, v) = caught(&p, "waiter-gave-up", 20);
+    println!("waiter-gives-up: seed {seed}: {}", v.detail);
+}
+
+/// Liveness after expiry, the spacing of tries: a driver that sleeps four times what the
+/// operation asks between tries is caught (`retry-gap`).
+#[test]
+fn a_waiter_that_sleeps_too_long_between_tries_is_caught() {
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::SlowRetry);
+    let (seed, v) = caught(&p, "retry-gap", 20);
+    println!("slow-retry: seed {seed}: {}", v.detail);
+}
+
+/// Liveness after expiry, a try once the keys are gone: masters whose clocks run a quarter
+/// slow keep keys past their ttl and the drift allowance, and a waiter's try after that
+/// still finds the resource held (`liveness-expiry`). The check judges only what it can tell:
+/// it is quiet in the normal mix (the tests above) and speaks here.
+#[test]
+fn keys_that_outlive_their_ttl_and_the_drift_are_caught_by_a_waiter() {
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::SlowMasters);
+    let (seed, v) = caught(&p, "liveness-expiry", 50);
+    println!("slow-masters: seed {seed}: {}", v.detail);
+}
+
+/// The keep-alive: a guard that reports loss at the end of the validity rather than by its
+/// loss deadline (a margin of zero) leaves the work no time to stop while the lock holds, and
+/// is caught (`guard-late`).
+#[test]
+fn a_guard_that_reports_loss_late_is_caught() {
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::GuardLateLoss);
+    let (seed, v) = caught(&p, "guard-late", 60);
+    println!("guard-late-loss: seed {seed}: {}", v.detail);
+}
+
+/// Owed replies stay bounded: a driver that hands the engine the time its operation started
+/// with every round (not the time of the round) defeats the engine's stale check, and commands
+/// are queued on connections owing replies long past it; the check reads the holder's own
+/// clock and catches it (`owed-stale`).
+#[test]
+fn commands_queued_on_a_connection_owing_a_stale_reply_are_caught() {
+    let mut p = Params::new(1);
+    p.negative = Some(Negative::StaleTime);
+    let (seed, v) = caught(&p, "owed-stale", 20);
+    println!("stale-time: seed {seed}: {}", v.detail);
+}
+
+/// Clients' clocks drift too, within the drift factor (shared with the masters'), and the
+/// checker judges on the run's clock: over seeds of drift alone nothing breaks; a client whose
+/// clock runs a fifth slow, far beyond the factor, holds its lock past its keys on the run's
+/// clock, and a second holder shows (`overlap`), where its own clock would show none.
+#[test]
+fn clients_clocks_drift_and_one_far_too_slow_is_caught_holding_past_its_keys() {
+    let mut p = Params::new(20_000);
+    p.faults = Faults::NONE.with(Fault::Drift);
+    let r = run_seeds(&p, 60, false);
+    assert_eq!(r.violations, 0, "{}", r.text(&p));
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::ClientClockSlow);
+    let (seed, v) = caught(&p, "overlap", 40);
+    println!("client-clock-slow: seed {seed}: {}", v.detail);
+}
+
+/// Liveness after expiry, the bug class it exists for: a driver that never sends a failed
+/// try's release (as a native-mode unlock that did nothing on some servers once did) leaves the
+/// waiter's own keys until their ttl, and its try once the holder's keys expired still loses
+/// (`liveness-expiry`).
+#[test]
+fn a_waiter_whose_failed_tries_are_not_released_is_caught() {
+    let mut p = Params::new(1);
+    p.faults = Faults::NONE;
+    p.negative = Some(Negative::NoRelease);
+    let (seed, v) = caught(&p, "liveness-expiry", 40);
+    println!("no-release: seed {seed}: {}", v.detail);
 }

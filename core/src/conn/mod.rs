@@ -653,6 +653,16 @@ impl<T> Conn<T> {
             .is_some_and(|at| now.saturating_duration_since(at) > limit)
     }
 
+    /// How many replies the connection owes (to commands queued, written or not, login and
+    /// sentinels included), and when the oldest still owed to a command was queued.
+    pub fn owed(&self) -> (usize, Option<Instant>) {
+        let oldest = self.owed.iter().find_map(|o| match o {
+            Owner::Op(_, at, ..) => Some(*at),
+            _ => None,
+        });
+        (self.owed.len(), oldest)
+    }
+
     /// Whether work is still owed on this connection that matters beyond its round: bytes not
     /// yet written, or an `EVALSHA` whose reply has not come (a `NOSCRIPT` still to be
     /// answered with the `EVAL` form, so that a release or extension reaches this node).

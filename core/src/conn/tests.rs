@@ -530,3 +530,21 @@ fn partial_writes_advance() {
     c.wrote(100);
     assert!(c.out.is_empty());
 }
+
+#[test]
+fn owed_counts_every_reply_and_dates_the_oldest_commands() {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    let t = Instant::now();
+    assert_eq!(c.owed(), (0, None));
+    c.queue(1, t, |b| b.put_slice(b"+a\r\n"), How::Plain)
+        .unwrap();
+    c.queue(2, t + OVERDUE, |b| b.put_slice(b"+b\r\n"), How::Plain)
+        .unwrap();
+    assert_eq!(c.owed(), (2, Some(t)));
+    c.received(b"+OK\r\n");
+    assert_eq!(
+        c.next_reply().unwrap(),
+        Some((1, Frame::Simple("OK".into())))
+    );
+    assert_eq!(c.owed(), (1, Some(t + OVERDUE)));
+}

@@ -236,6 +236,18 @@ impl<U> Engine<U> {
         self.live
     }
 
+    /// How many replies node `i`'s connection owes (at most [`MAX_OWED`] and the sentinel
+    /// queued ahead of the command that reached it), and when the oldest still owed to a
+    /// command was queued: for a driver's or a test's view of the connection (the simulator
+    /// checks that no command is queued on a connection owing a reply past
+    /// [`stale_after`](crate::conn::stale_after)). `(0, None)` without a connection.
+    pub fn owed(&self, i: usize) -> (usize, Option<Instant>) {
+        match self.nodes.get(i) {
+            Some(node) if node.link != Link::Closed => node.conn.owed(),
+            _ => (0, None),
+        }
+    }
+
     /// Starts a round of `cmd` on every node. `t1` is the instant read before anything of it
     /// is written; its deadline is `t1` plus the node timeout. Nodes that cannot be asked (in
     /// their reconnect backoff, or failing as the command is queued) vote at once; a round

@@ -14,9 +14,11 @@ use redlock_sim::world::{Faults, Negative, Params};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: redlock-sim --seeds N [--seed S] [--negative restart-without-delay|clock-jump] \
+        "usage: redlock-sim --seeds N [--seed S] [--negative NAME] \
          [--faults LIST] [--clients K] [--ops N] [--episodes E] [--json] [--trace] [--no-shrink]"
     );
+    let names: Vec<&str> = Negative::ALL.iter().map(|n| n.name()).collect();
+    eprintln!("negative controls: {}", names.join(", "));
     std::process::exit(2)
 }
 

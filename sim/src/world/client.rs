@@ -8,16 +8,19 @@
 
 use std::time::{Duration, Instant};
 
-use redlock_core::engine::{Completed, Engine, IoEvent, Wake};
+use redlock_core::command::Expect;
+use redlock_core::engine::{Completed, Engine, IoEvent, Wake, MAX_OWED};
 use redlock_core::event::Events;
 use redlock_core::lock::Names;
 use redlock_core::op::{self, Cx, Input, Operation, Retry, Step};
 use redlock_core::random::Seeded;
-use redlock_core::{Config, Lock, NodeOutcome};
+use redlock_core::{Config, Error, Lock, NodeOutcome};
 
 use super::{Sim, NEVER};
 use crate::check::{Holder, OpKind, OpRecord, Window, Write};
 use crate::rng::Rng;
+
+mod guard;
 
 /// What a task does next when it follows a plan (a scenario) instead of drawing at random.
 #[derive(Debug, Clone)]
@@ -42,10 +45,15 @@ pub(crate) struct Spec {
     pub ops: u32,
     /// Whether the liveness check applies to its acquisitions.
     pub live: bool,
+    /// Whether the liveness check after expiry applies to its acquisitions.
+    pub expiry_live: bool,
     /// Plans for its tasks (a scenario), if any.
     pub plans: Vec<Vec<Action>>,
     /// How it sends scripts (its configuration's, which the core does not show).
     pub scripts: redlock_core::Scripts,
+    /// How fast its clock runs, in parts per million (within the drift factor, with the
+    /// masters', unless a negative control says otherwise).
+    pub ppm: i64,
 }
 
 /// An operation in progress.
@@ -54,6 +62,15 @@ enum AnyOp {
     Extend(op::Extend<Lock>),
     Release(op::Release<Lock>),
     Inspect(op::Inspect),
+}
+
+/// A waiter's policy, as its caller chose it: what the patience check holds it to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waiter {
+    /// `lock`: this many tries, unless one wins.
+    Tries(u32),
+    /// `lock_within`: tries until this time (on the run's clock), unless one wins.
+    Until(u64),
 }
 
 /// What a task waits for.
@@ -84,6 +101,23 @@ struct Run {
     abandon_at: u64,
     /// An extension's lock: its id, current window and resources.
     meta: Option<(u64, Vec<usize>, Vec<u32>)>,
+    /// A guarded acquisition's guard, started once it succeeds.
+    guarded: Option<guard::Spec>,
+    /// Whether it may set keys (an acquisition or an extension), and with which ttl.
+    sets_keys: bool,
+    ttl: u64,
+    /// A waiter's policy (an acquisition with retries or a deadline).
+    waiter: Option<Waiter>,
+    /// Tries begun (acquire rounds submitted), and when the last one began.
+    tries: u32,
+    try_at: u64,
+    /// Whether the round in flight is a try's acquire round, and whether nobody else could
+    /// set the keys when it began.
+    acquire_round: bool,
+    alone_at_try: bool,
+    /// Whether the last round was a try's acquire round and won it (a fenced try's write-back
+    /// comes next; otherwise a script round of an acquisition is its release).
+    acquire_won: bool,
 }
 
 /// A lock a task holds.
@@ -110,6 +144,33 @@ struct Task {
     state: State,
     held: Option<Held>,
     plan: Option<std::collections::VecDeque<Action>>,
+    role: Role,
+    /// The guard of the lock it holds, if guarded.
+    guard: Option<Box<guard::Guard>>,
+}
+
+/// What a task is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A caller: it runs operations and works with its locks.
+    Worker,
+    /// The keeper of task `.0`'s guarded lock.
+    Keeper(usize),
+}
+
+impl Task {
+    /// A keeper task, not yet keeping anything.
+    fn keeper() -> Task {
+        Task {
+            ops_left: 0,
+            timer: NEVER,
+            state: State::Done,
+            held: None,
+            plan: None,
+            role: Role::Keeper(0),
+            guard: None,
+        }
+    }
 }
 
 /// One simulated client.
@@ -136,6 +197,84 @@ pub(crate) struct Client {
     spec: Spec,
     /// An extension's lock, handed to the operation being started.
     meta: Option<(u64, Vec<usize>, Vec<u32>)>,
+    /// The most two tries of one acquisition may be apart, start to start: the try's rounds
+    /// (acquire, the fenced write-back, the release), a waiter's read, the longest retry delay
+    /// and the wake-up jitter, on a clock that may run slow by the drift factor.
+    gap: u64,
+    /// Whether it takes guarded locks, and the draws that guard them (a stream of their own,
+    /// so that a client without guards behaves as it did before they were modelled).
+    guards: bool,
+    gbeh: Rng,
+    /// A guarded acquisition's guard, handed to the operation being started.
+    pending_guard: Option<guard::Spec>,
+    /// Per node, the replies its connection owed after the last pump.
+    owed: Vec<usize>,
+    /// Its clock.
+    clock: Clock,
+    /// How long a reply may be owed before the connection is replaced.
+    stale: Duration,
+}
+
+/// A client's clock: it runs `ppm` parts per million fast (or slow) from the start of the run.
+/// The core is handed its readings; the checker judges on the run's time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    ppm: i64,
+}
+
+impl Clock {
+    /// What it reads at the run's time `t`, in nanoseconds from the base.
+    fn local_ns(self, t: u64) -> u64 {
+        if self.ppm == 0 {
+            return t;
+        }
+        let t = i128::from(t);
+        let x = t + t * i128::from(self.ppm) / 1_000_000;
+        x.clamp(0, i128::from(NEVER - 1)) as u64
+    }
+
+    /// What it reads at the run's time `t` (the core's `Instant`).
+    fn local_at(self, sim: &Sim, t: u64) -> Instant {
+        sim.instant_of(self.local_ns(t))
+    }
+
+    /// What it reads now.
+    fn local(self, sim: &Sim) -> Instant {
+        self.local_at(sim, sim.now)
+    }
+
+    /// The run's time (nanoseconds) at which it first reads `t` or later: a window ends where
+    /// the holder's clock says its validity ends.
+    fn true_of(self, sim: &Sim, t: Instant) -> u64 {
+        let l = sim.ns(t);
+        if self.ppm == 0 || l >= NEVER - 1 {
+            return l;
+        }
+        let rate = 1_000_000 + i128::from(self.ppm);
+        let mut g = (i128::from(l) * 1_000_000 / rate).clamp(0, i128::from(NEVER - 2)) as u64;
+        // The division's rounding, corrected (a step or two).
+        for _ in 0..8 {
+            if self.local_ns(g) < l {
+                g += 1;
+            } else if g > 0 && self.local_ns(g - 1) >= l {
+                g -= 1;
+            } else {
+                break;
+            }
+        }
+        g
+    }
+
+    /// A duration of `d` nanoseconds on it, in the run's time (rounded down).
+    fn true_duration(self, d: u64) -> u64 {
+        let rate = 1_000_000 + i128::from(self.ppm);
+        (i128::from(d) * 1_000_000 / rate).clamp(0, i128::from(NEVER - 1)) as u64
+    }
+
+    /// The run's time at which a wait of `d` nanoseconds on it, begun now, ends.
+    fn after(self, sim: &Sim, d: u64) -> u64 {
+        self.true_of(sim, self.local(sim) + Duration::from_nanos(d))
+    }
 }
 
 /// The most passes one pump makes (each pass takes every input; a pass that changes nothing
@@ -156,10 +295,22 @@ impl Client {
                     .plans
                     .get(idx as usize)
                     .map(|p| p.iter().cloned().collect()),
+                role: Role::Worker,
+                guard: None,
             })
             .collect();
+        let mut gbeh = Rng::new(seed, 0x200 + u64::from(id));
+        let guards = spec.plans.is_empty() && gbeh.chance(400);
+        let nt = cfg.node_timeout().as_nanos() as u64;
+        let rounds = 3 + u64::from(cfg.fencing_key().is_some());
+        let gap =
+            rounds * nt + cfg.retry_delay().as_nanos() as u64 + op::WAKE_JITTER.as_nanos() as u64;
+        let gap = gap + (gap as f64 * cfg.drift_factor()).ceil() as u64 + 1_000;
+        let stale = redlock_core::conn::stale_after(cfg.node_timeout());
+        let clock = Clock { ppm: spec.ppm };
         Client {
             id,
+            gap,
             engine: Engine::new(&cfg),
             cfg,
             rng: Seeded::new(seed ^ (0x5eed_0000 + u64::from(id)).wrapping_mul(0x9e37_79b9)),
@@ -175,12 +326,49 @@ impl Client {
             events: Events::new(),
             spec,
             meta: None,
+            guards,
+            gbeh,
+            pending_guard: None,
+            owed: vec![0; n],
+            stale,
+            clock,
         }
+    }
+
+    /// Its clock now.
+    fn local(&self, sim: &Sim) -> Instant {
+        self.clock.local(sim)
+    }
+
+    /// The run's time at which its clock first reads `t` or later.
+    fn true_of(&self, sim: &Sim, t: Instant) -> u64 {
+        self.clock.true_of(sim, t)
+    }
+
+    /// A duration of `d` nanoseconds on its clock, in the run's time (rounded down).
+    fn true_duration(&self, d: u64) -> u64 {
+        self.clock.true_duration(d)
+    }
+
+    /// The run's time at which a wait of `d` nanoseconds on its clock, begun now, ends.
+    fn after(&self, sim: &Sim, d: u64) -> u64 {
+        self.clock.after(sim, d)
     }
 
     /// Whether every task is done and no round is in flight.
     pub(crate) fn finished(&self) -> bool {
         self.outstanding.is_empty() && self.tasks.iter().all(|t| matches!(t.state, State::Done))
+    }
+
+    /// Connections its engine dropped because a reply did not fit its command or a sentinel
+    /// came back wrong (a stream out of step), and because a reply was owed past every
+    /// deadline.
+    pub(crate) fn replaced(&self) -> (u64, u64) {
+        let stats = self.engine.stats();
+        stats
+            .nodes
+            .iter()
+            .fold((0, 0), |(d, s), n| (d + n.desyncs, s + n.stale_replaced))
     }
 
     /// The configuration.
@@ -201,7 +389,7 @@ impl Client {
 
     /// Bytes read from node `node`.
     pub(crate) fn input(&mut self, sim: &mut Sim, node: usize, bytes: &[u8]) {
-        self.engine.handle_input(node, bytes, sim.instant());
+        self.engine.handle_input(node, bytes, self.local(sim));
         self.pump(sim);
     }
 
@@ -211,7 +399,7 @@ impl Client {
             sim.client_close(l);
         }
         self.engine
-            .handle_closed(node, NodeOutcome::Io(kind), sim.instant());
+            .handle_closed(node, NodeOutcome::Io(kind), self.local(sim));
         self.pump(sim);
     }
 
@@ -220,7 +408,7 @@ impl Client {
         let now = sim.now;
         for _ in 0..MAX_PASSES {
             let mut progress = false;
-            self.engine.handle_timeout(sim.instant());
+            self.engine.handle_timeout(self.local(sim));
             while let Some(ev) = self.engine.poll_io() {
                 progress = true;
                 match ev {
@@ -279,7 +467,7 @@ impl Client {
         let mut next = self
             .engine
             .poll_timeout()
-            .map_or(NEVER, |t| sim.ns(t).max(now));
+            .map_or(NEVER, |t| self.true_of(sim, t).max(now));
         for t in &self.tasks {
             next = next.min(t.timer);
             if let State::Run(run) = &t.state {
@@ -288,6 +476,42 @@ impl Client {
         }
         if next < NEVER {
             sim.wake(self, next);
+        }
+        self.check_owed(sim);
+    }
+
+    /// Replies owed per connection stay bounded: never more than the engine's limit
+    /// (`owed-bound`), and no command queued on a connection that owes a reply past
+    /// [`stale_after`](redlock_core::conn::stale_after), where the engine must replace it first
+    /// (`owed-stale`): a connection that lost a command or a reply (byte loss, a blackhole) is
+    /// dropped, or its rounds end at their deadlines, rather than owing more and more.
+    fn check_owed(&mut self, sim: &mut Sim) {
+        let now = self.local(sim);
+        for i in 0..self.owed.len() {
+            let (n, oldest) = self.engine.owed(i);
+            let last = std::mem::replace(&mut self.owed[i], n);
+            sim.owed_max = sim.owed_max.max(n as u64);
+            // The sentinel may be queued ahead of the command that reached the limit.
+            if n > MAX_OWED + 1 {
+                sim.hist.note(
+                    "owed-bound",
+                    sim.now,
+                    format!("c{}: node {i}'s connection owes {n} replies", self.id),
+                );
+            }
+            let age = oldest.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+            if n > last && age > self.stale {
+                sim.hist.note(
+                    "owed-stale",
+                    sim.now,
+                    format!(
+                        "c{}: node {i}'s connection took commands ({last} -> {n} replies owed) while owing one queued {:.3} ms ago (stale after {:.3} ms)",
+                        self.id,
+                        age.as_secs_f64() * 1e3,
+                        self.stale.as_secs_f64() * 1e3
+                    ),
+                );
+            }
         }
     }
 
@@ -352,15 +576,17 @@ impl Client {
             // The round of an abandoned operation: nobody waits for it.
             return;
         }
+        let round = done.round;
         let (t1, first_live) = match &mut self.tasks[k].state {
             State::Run(r) => {
                 let first = r.first_round && r.live;
                 r.first_round = false;
+                r.acquire_won =
+                    r.acquire_round && round.decision() == redlock_core::round::Decision::Won;
                 (r.t1, first)
             }
             _ => return,
         };
-        let round = done.round;
         sim.trace
             .ev(sim.now, 21, u64::from(self.id), u64::from(seq), || {
                 let votes: Vec<String> = round.reports_iter().map(short).collect();
@@ -387,13 +613,40 @@ impl Client {
                 }
             }
         }
-        let t1 = sim.instant_of(t1);
+        if let State::Run(r) = &self.tasks[k].state {
+            let judged = round.decision() != redlock_core::round::Decision::Won;
+            let eligible = r.acquire_round
+                && r.alone_at_try
+                && self.spec.expiry_live
+                && sim.expiry_checks
+                && sim.alone_and_expired(&r.res, r.t1)
+                && sim.clean_nodes(&self.perm, r.t1) >= self.cfg.quorum();
+            sim.expiry_judged += u64::from(eligible);
+            if judged && eligible {
+                let votes: Vec<String> = round.reports_iter().map(short).collect();
+                sim.hist.note(
+                    "liveness-expiry",
+                    sim.now,
+                    format!(
+                        "c{}.{k}: a try begun at {:.3} ms, with every key an earlier holder may have set expired and a quorum of masters up and reachable, lost its round: [{}]",
+                        self.id,
+                        r.t1 as f64 / 1e6,
+                        votes.join(" ")
+                    ),
+                );
+            }
+        }
+        let t1 = self.clock.local_at(sim, t1);
         self.advance(sim, k, Input::Round(Ok((round, t1))));
     }
 
     fn on_timer(&mut self, sim: &mut Sim, k: usize) {
         let task = &mut self.tasks[k];
+        if matches!(task.role, Role::Keeper(_)) {
+            return self.keeper_timer(sim, k);
+        }
         match &mut task.state {
+            State::Think if task.guard.is_some() => self.guard_work(sim, k),
             State::Think => self.next_action(sim, k),
             State::Using => {
                 self.use_lock(sim, k);
@@ -425,8 +678,9 @@ impl Client {
                 }
                 Some(Action::Lock(r, ttl)) => {
                     let names = sim.names(&[r]);
-                    let retry = Retry::new(&self.cfg);
-                    self.start_acquire(sim, k, names, vec![r], ttl, retry, 3);
+                    let retry = self.retry(sim, Retry::new(&self.cfg));
+                    let tries = self.cfg.tries();
+                    self.start_acquire(sim, k, names, vec![r], ttl, retry, tries);
                 }
                 Some(Action::Use(pause)) => {
                     self.tasks[k].state = State::Using;
@@ -482,6 +736,7 @@ impl Client {
                     bound,
                     Vec::new(),
                     false,
+                    (0, None),
                 );
             }
             _ => self.random_acquire(sim, k),
@@ -511,20 +766,34 @@ impl Client {
             .collect();
         let names = sim.names_of(&res, self.spec.fenced);
         let ttl = Duration::from_nanos(self.beh.range(self.spec.ttl_min, self.spec.ttl_max));
-        let ttl = Duration::from_millis(ttl.as_millis() as u64);
+        let mut ttl = Duration::from_millis(ttl.as_millis() as u64);
         let kind = self.beh.pick(&[(50, 'l'), (25, 't'), (25, 'w')]);
+        if kind == 'l' && count == 1 {
+            self.pending_guard = self.draw_guard(&mut ttl);
+        }
         let tries = self.cfg.tries();
         let (retry, tries) = match kind {
             't' => (Retry::once(), 1),
             'w' => {
                 let max_wait = Duration::from_nanos(self.beh.range(0, self.spec.ttl_max * 2));
-                let retry = Retry::within(&self.cfg, max_wait, sim.instant());
+                let now = self.local(sim);
+                let retry = self.retry(sim, Retry::within(&self.cfg, max_wait, now));
                 self.start_acquire_within(sim, k, names, ids, ttl, retry, max_wait);
                 return;
             }
-            _ => (Retry::new(&self.cfg), tries),
+            _ => (self.retry(sim, Retry::new(&self.cfg)), tries),
         };
         self.start_acquire(sim, k, names, ids, ttl, retry, tries);
+    }
+
+    /// The retry policy the driver runs a waiter with: the caller's, or (the negative control
+    /// `waiter-gives-up`) a single try.
+    fn retry(&self, sim: &Sim, retry: Retry) -> Retry {
+        if sim.negative == Some(super::Negative::WaiterGivesUp) {
+            Retry::once()
+        } else {
+            retry
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -541,7 +810,8 @@ impl Client {
         let nt = self.nt();
         let gap = nt + self.cfg.retry_delay().as_nanos() as u64 + op::WAKE_JITTER.as_nanos() as u64;
         let bound = u64::from(tries) * 3 * nt + u64::from(tries.saturating_sub(1)) * gap;
-        self.begin_acquire(sim, k, names, ids, ttl, retry, bound);
+        let waiter = (tries > 1).then_some(Waiter::Tries(tries));
+        self.begin_acquire(sim, k, names, ids, ttl, retry, bound, waiter);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -556,7 +826,8 @@ impl Client {
         max_wait: Duration,
     ) {
         let bound = max_wait.as_nanos() as u64 + 4 * self.nt() + op::WAKE_JITTER.as_nanos() as u64;
-        self.begin_acquire(sim, k, names, ids, ttl, retry, bound);
+        let waiter = Waiter::Until(self.after(sim, max_wait.as_nanos() as u64));
+        self.begin_acquire(sim, k, names, ids, ttl, retry, bound, Some(waiter));
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -569,8 +840,10 @@ impl Client {
         ttl: Duration,
         retry: Retry,
         bound: u64,
+        waiter: Option<Waiter>,
     ) {
         let live = self.spec.live && sim.is_free(&ids);
+        let ttl_ns = ttl.as_nanos() as u64;
         let op = op::Acquire::new(names, ttl, retry);
         self.start(
             sim,
@@ -580,6 +853,7 @@ impl Client {
             bound,
             ids,
             live,
+            (ttl_ns, waiter),
         );
     }
 
@@ -592,8 +866,8 @@ impl Client {
         // The cap the extension puts on the validity before its round goes out, read from the
         // core's own rule on a copy: the window ends there unless the extension succeeds.
         let mut copy = held.lock.clone();
-        if op::begin_extend(&self.cfg, &mut copy, ttl, sim.instant()).is_ok() {
-            let cap = sim.ns(copy.valid_until());
+        if op::begin_extend(&self.cfg, &mut copy, ttl, self.local(sim)).is_ok() {
+            let cap = self.true_of(sim, copy.valid_until());
             for &i in &held.wins {
                 let w = &mut sim.hist.windows[i];
                 w.until = w.until.min(cap);
@@ -608,7 +882,17 @@ impl Client {
         let op = op::Extend::new(lock, ttl);
         let bound = self.nt();
         self.meta = Some((id, wins, res.clone()));
-        self.start(sim, k, AnyOp::Extend(op), OpKind::Extend, bound, res, false);
+        let ttl_ns = ttl.as_nanos() as u64;
+        self.start(
+            sim,
+            k,
+            AnyOp::Extend(op),
+            OpKind::Extend,
+            bound,
+            res,
+            false,
+            (ttl_ns, None),
+        );
     }
 
     fn start_release(&mut self, sim: &mut Sim, k: usize) {
@@ -630,6 +914,7 @@ impl Client {
             bound,
             held.res,
             false,
+            (0, None),
         );
     }
 
@@ -643,6 +928,7 @@ impl Client {
         bound: u64,
         res: Vec<u32>,
         live: bool,
+        (ttl, waiter): (u64, Option<Waiter>),
     ) {
         let holder = Holder {
             client: self.id,
@@ -652,7 +938,9 @@ impl Client {
             holder,
             kind,
             start: sim.now,
-            bound: sim.now + bound,
+            // On its clock; a microsecond more for the rounding of its readings, a nanosecond
+            // per round, to the run's time.
+            bound: self.after(sim, bound) + 1_000,
             end: None,
             ends: 0,
             abandoned: false,
@@ -673,6 +961,10 @@ impl Client {
             },
         );
         sim.touch(&res, self.id, k as u32, 1);
+        let sets_keys = matches!(kind, OpKind::Acquire | OpKind::Extend);
+        if sets_keys {
+            sim.setting(&res, true, ttl);
+        }
         let abandon_at = if kind == OpKind::Acquire && self.beh.chance(20) {
             sim.now + self.beh.range(0, 3 * self.nt())
         } else {
@@ -689,6 +981,15 @@ impl Client {
             res,
             abandon_at,
             meta: self.meta.take(),
+            guarded: self.pending_guard.take(),
+            sets_keys,
+            ttl,
+            waiter,
+            tries: 0,
+            try_at: 0,
+            acquire_round: false,
+            alone_at_try: false,
+            acquire_won: false,
         }));
         self.advance(sim, k, Input::Start);
     }
@@ -699,13 +1000,15 @@ impl Client {
             let State::Run(run) = &mut self.tasks[k].state else {
                 return;
             };
-            let now = sim.instant();
+            let clock = self.clock;
+            let now = clock.local(sim);
             let mut cx = Cx {
                 now,
                 rng: &mut self.rng,
                 events: &mut self.events,
             };
             let cfg = &self.cfg;
+            let acquisition = matches!(run.op, AnyOp::Acquire(_));
             let step = match &mut run.op {
                 AnyOp::Acquire(o) => o.step(input, cfg, &mut cx),
                 AnyOp::Extend(o) => o.step(input, cfg, &mut cx),
@@ -714,9 +1017,50 @@ impl Client {
             };
             let next = match step {
                 Step::Round(cmd, until) => {
+                    let acquiring = matches!(
+                        cmd.expect(),
+                        Expect::Set | Expect::Acquired | Expect::Fenced
+                    );
+                    if acquiring {
+                        if run.tries > 0 && sim.now > run.try_at + self.gap {
+                            sim.hist.note(
+                                "retry-gap",
+                                sim.now,
+                                format!(
+                                    "c{}.{k}: a try began {:.3} ms after the one before (at {:.3} ms); the most is {:.3} ms",
+                                    self.id,
+                                    (sim.now - run.try_at) as f64 / 1e6,
+                                    run.try_at as f64 / 1e6,
+                                    self.gap as f64 / 1e6
+                                ),
+                            );
+                        }
+                        run.tries += 1;
+                        run.try_at = sim.now;
+                        run.alone_at_try = sim.sole_setter(&run.res);
+                    }
+                    // The negative control `no-release`: a failed try's release is never sent
+                    // (what a native-mode unlock that did nothing on some servers did): its
+                    // round is taken as failed at once.
+                    let release = acquisition
+                        && cmd.expect() == Expect::Script
+                        && !(run.acquire_won && self.cfg.fencing_key().is_some());
+                    run.acquire_round = acquiring;
+                    run.acquire_won = false;
+                    if release && sim.negative == Some(super::Negative::NoRelease) {
+                        self.events.clear();
+                        input = Input::Round(Err(Error::Aborted));
+                        continue;
+                    }
                     let seq = self.seq;
                     self.seq = self.seq.wrapping_add(1);
-                    self.engine.submit(&cmd, until, now, seq);
+                    let t1 = if sim.negative == Some(super::Negative::StaleTime) {
+                        // The negative control: the time the operation started, not now.
+                        clock.local_at(sim, sim.hist.ops[run.rec].start)
+                    } else {
+                        now
+                    };
+                    self.engine.submit(&cmd, until, t1, seq);
                     self.engine.note_batch(1);
                     self.outstanding.push((seq, k as u32));
                     run.t1 = sim.now;
@@ -725,7 +1069,7 @@ impl Client {
                 }
                 Step::Sleep(d) | Step::Jitter(d) => {
                     run.wait = Wait::Timer;
-                    self.tasks[k].timer = sim.now + d.as_nanos() as u64;
+                    self.tasks[k].timer = clock.after(sim, stretch(sim, d.as_nanos() as u64));
                     None
                 }
                 Step::Watch(key) => {
@@ -744,7 +1088,9 @@ impl Client {
                             Some(Input::Woken(Some(why)))
                         } else {
                             run.wait = Wait::Await(id);
-                            self.tasks[k].timer = sim.ns(deadline).max(sim.now);
+                            let wait = deadline.saturating_duration_since(now);
+                            let wait = stretch(sim, wait.as_nanos() as u64);
+                            self.tasks[k].timer = clock.after(sim, wait);
                             None
                         }
                     }
@@ -780,15 +1126,21 @@ impl Client {
             self.engine.unwatch(id);
         }
         sim.touch(&run.res, self.id, k as u32, -1);
+        if run.sets_keys {
+            sim.setting(&run.res, false, run.ttl);
+        }
         let holder = Holder {
             client: self.id,
             task: k as u32,
         };
+        let keeper = matches!(self.tasks[k].role, Role::Keeper(_));
+        let mut guarded = None;
         let outcome: String = match run.op {
+            AnyOp::Extend(o) if keeper => self.keeper_extended(sim, k, o),
             AnyOp::Acquire(o) => match o.finish() {
                 Ok(lock) => {
                     let id = sim.next_lock();
-                    let until = sim.ns(lock.valid_until());
+                    let until = self.true_of(sim, lock.valid_until());
                     let res: Vec<u32> = lock
                         .resources()
                         .map(|name| sim.resource_id_of(name))
@@ -800,6 +1152,7 @@ impl Client {
                         resources: res.clone(),
                         from: sim.now,
                         until,
+                        valid: until,
                         token: lock.fencing_token(),
                     });
                     let wins = vec![sim.hist.windows.len() - 1];
@@ -819,14 +1172,18 @@ impl Client {
                         wins,
                         res,
                     });
+                    guarded = run.guarded;
                     "ok".into()
                 }
-                Err(e) => format!("{e}"),
+                Err(e) => {
+                    self.patience(sim, k, run.waiter, run.tries, &e);
+                    format!("{e}")
+                }
             },
             AnyOp::Extend(o) => {
                 let (result, lock) = o.into_parts();
                 if let Some((id, mut wins, res)) = run.meta {
-                    let until = sim.ns(lock.valid_until());
+                    let until = self.true_of(sim, lock.valid_until());
                     match &result {
                         Ok(()) => {
                             sim.hist.windows.push(Window {
@@ -835,6 +1192,7 @@ impl Client {
                                 resources: res.clone(),
                                 from: sim.now,
                                 until,
+                                valid: until,
                                 token: lock.fencing_token(),
                             });
                             wins.push(sim.hist.windows.len() - 1);
@@ -876,7 +1234,39 @@ impl Client {
         sim.trace.ev(sim.now, 3, run.rec as u64, code, || {
             format!("c{}.{k} ends #{}: {outcome}", self.id, run.rec)
         });
-        self.end_of_op(sim, k);
+        if keeper {
+            return;
+        }
+        match guarded {
+            Some(spec) => self.start_guard(sim, k, spec),
+            None => self.end_of_op(sim, k),
+        }
+    }
+
+    /// A waiter that failed with an error worth another try (the resource held, no quorum, the
+    /// validity spent) must have used its whole policy: all its tries, or its time.
+    fn patience(&self, sim: &mut Sim, k: usize, waiter: Option<Waiter>, tries: u32, e: &Error) {
+        let retriable = matches!(
+            e,
+            Error::Conflict { .. } | Error::NoQuorum { .. } | Error::ValiditySpent { .. }
+        );
+        let gave_up = match waiter {
+            _ if !retriable => None,
+            Some(Waiter::Tries(n)) if tries < n => Some(format!("after {tries} of its {n} tries")),
+            Some(Waiter::Until(t)) if sim.now < t => Some(format!(
+                "{:.3} ms before its deadline, after {} tries",
+                (t - sim.now) as f64 / 1e6,
+                tries
+            )),
+            _ => None,
+        };
+        if let Some(when) = gave_up {
+            sim.hist.note(
+                "waiter-gave-up",
+                sim.now,
+                format!("c{}.{k}: a waiter failed {when}: {e}", self.id),
+            );
+        }
     }
 
     /// After an operation (or a step that is not one): think, then the next.
@@ -900,7 +1290,7 @@ impl Client {
         let fired = match &run.op {
             AnyOp::Acquire(o) => match o.abandon() {
                 Some(cmd) => {
-                    self.engine.fire(&cmd, sim.instant());
+                    self.engine.fire(&cmd, self.local(sim));
                     true
                 }
                 None => false,
@@ -911,6 +1301,9 @@ impl Client {
             self.engine.unwatch(id);
         }
         sim.touch(&run.res, self.id, k as u32, -1);
+        if run.sets_keys {
+            sim.setting(&run.res, false, run.ttl);
+        }
         sim.taint(&run.res);
         let rec = &mut sim.hist.ops[run.rec];
         rec.ends += 1;
@@ -952,6 +1345,16 @@ impl Client {
                 )
             });
         }
+    }
+}
+
+/// A wait of `d` as the driver sleeps it: as asked, or (the negative control `slow-retry`) four
+/// times longer.
+fn stretch(sim: &Sim, d: u64) -> u64 {
+    if sim.negative == Some(super::Negative::SlowRetry) {
+        d.saturating_mul(4)
+    } else {
+        d
     }
 }
 

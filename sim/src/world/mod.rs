@@ -11,6 +11,7 @@
 //! | `net.rs` | links that behave as TCP does: delay, splits, holds, FIN and RST |
 //! | `client.rs` | simulated clients: a real engine each, the core's operations run as a driver does |
 //! | `params.rs` | what a run is made of: the seed, faults, negative controls, sizes |
+//! | `liveness.rs` | what the liveness checks know: keys that may still live, masters free of trouble |
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -26,6 +27,7 @@ use crate::rng::Rng;
 use crate::trace::Trace;
 
 mod client;
+mod liveness;
 mod net;
 mod params;
 
@@ -114,6 +116,11 @@ struct ResState {
     busy: i32,
     last_start: (u64, u32, u32),
     tainted_until: u64,
+    /// Operations in flight that may set its keys (acquisitions and extensions).
+    setters: i32,
+    /// When every key of it that an operation which ended may have set is gone, at the latest
+    /// ([`Sim::keys_bound`]).
+    keys_gone: u64,
 }
 
 /// Everything but the clients.
@@ -145,6 +152,27 @@ pub(crate) struct Sim {
     pub byte_losses: u64,
     pub hostile_replies: u64,
     events: u64,
+    /// Per master, its troubles: (from, until) of every fault that touched it or a link to it
+    /// (`NEVER`: not over yet).
+    trouble: Vec<Vec<(u64, u64)>>,
+    /// Per fault episode, the troubles it began: (master, index).
+    ep_trouble: Vec<Vec<(u32, u32)>>,
+    /// The drift factor the world's clients are configured with.
+    drift: f64,
+    /// The longest one-way delay of a link with no fault.
+    delay_max: u64,
+    /// The longest ttl any client asks for.
+    ttl_max: u64,
+    /// Whether the liveness checks after expiry apply (no byte loss, no negative control that
+    /// breaks the masters).
+    pub expiry_checks: bool,
+    /// Tries the liveness check after expiry judged (a quorum clean, the keys expired, nobody
+    /// else trying).
+    pub expiry_judged: u64,
+    /// The negative control of the run, if any.
+    pub negative: Option<Negative>,
+    /// The most replies one connection owed.
+    pub owed_max: u64,
 }
 
 /// What a run came to.
@@ -172,6 +200,15 @@ pub struct Outcome {
     pub byte_losses: u64,
     /// Hostile replies sent.
     pub hostile_replies: u64,
+    /// Tries the liveness check after expiry judged.
+    pub expiry_judged: u64,
+    /// Guarded locks, and those whose guard reported loss.
+    pub guards: (u64, u64),
+    /// The most replies one connection owed.
+    pub owed_max: u64,
+    /// Connections the clients' engines dropped: out of step (a reply that did not fit, a
+    /// wrong sentinel), and owing a reply past every deadline.
+    pub replaced: (u64, u64),
 }
 
 /// A world: masters, links and clients, ready to run.
@@ -228,17 +265,21 @@ impl Sim {
             byte_losses: 0,
             hostile_replies: 0,
             events: 0,
+            trouble: Vec::new(),
+            ep_trouble: Vec::new(),
+            drift: 0.01,
+            delay_max: 750_000,
+            ttl_max: 1_000_000_000,
+            expiry_checks: false,
+            expiry_judged: 0,
+            negative: None,
+            owed_max: 0,
         }
     }
 
     pub(crate) fn push(&mut self, t: u64, ev: Ev) {
         self.seq += 1;
         self.queue.push(Reverse((t, self.seq, ev)));
-    }
-
-    /// The instant of now.
-    pub(crate) fn instant(&self) -> Instant {
-        client::at(self.base, self.now)
     }
 
     /// The instant `t` nanoseconds into the run.
@@ -408,6 +449,13 @@ impl World {
         sim.resources = rng.pick(&[(50, 1), (30, 2), (20, 3)]);
         sim.db = if rng.chance(200) { 2 } else { 0 };
         let acl = params.faults.has(Fault::Hostile) && rng.chance(150);
+        // Clients' clocks drift too in half the worlds with drift (drawn from a stream of
+        // their own, so that the other half runs as it did before): then the masters' and the
+        // clients' rates share the drift factor, each within 45% of it, so that a client and a
+        // master differ by at most 90% of it, as masters alone do in the other worlds.
+        let mut clocks = Rng::new(seed, 4);
+        let client_drift = params.faults.has(Fault::Drift) && clocks.chance(500);
+        let share = if client_drift { 0.45 } else { 0.9 };
         for i in 0..n {
             let server = rng.pick(&[
                 (25, Server::Redis62),
@@ -425,8 +473,10 @@ impl World {
                 ]);
                 profile = profile.with_user(User::new("limited", "pw", denied));
             }
-            let ppm = if params.faults.has(Fault::Drift) {
-                let bound = (drift * 0.9 * 1e6) as u64;
+            let ppm = if params.negative == Some(Negative::SlowMasters) {
+                -250_000
+            } else if params.faults.has(Fault::Drift) {
+                let bound = (drift * share * 1e6) as u64;
                 rng.range(0, 2 * bound) as i64 - bound as i64
             } else {
                 0
@@ -459,7 +509,18 @@ impl World {
             .masters
             .iter()
             .all(|m| m.m.profile().server.has_functions());
-        let live_world = params.faults.is_empty() && params.negative.is_none() && !acl;
+        let episode_negative = params.negative.filter(|n| n.is_episode());
+        let live_world = params.faults.is_empty() && episode_negative.is_none() && !acl;
+        sim.trouble = vec![Vec::new(); n];
+        sim.drift = drift;
+        sim.delay_max = sim.lat_hi + sim.lat_hi / 2 + 1;
+        sim.ttl_max = ttl_max;
+        sim.expiry_checks = !params.faults.has(Fault::ByteLoss) && episode_negative.is_none();
+        sim.negative = params.negative;
+        let all_native = sim
+            .masters
+            .iter()
+            .all(|m| m.m.profile().server.has_set_ifeq());
         let mut cl = Vec::new();
         for id in 0..clients {
             let fenced = rng.chance(350);
@@ -506,6 +567,14 @@ impl World {
             o.wakeups = rng.chance(700);
             let cfg = o.validate().expect("the simulator draws valid options");
             let ttl_min = (cfg.min_ttl().as_nanos() as u64).max(10_000_000);
+            let ppm = if params.negative == Some(Negative::ClientClockSlow) && id == 0 {
+                -200_000
+            } else if client_drift {
+                let bound = (drift * share * 1e6) as u64;
+                clocks.range(0, 2 * bound) as i64 - bound as i64
+            } else {
+                0
+            };
             let spec = Spec {
                 fenced,
                 ttl_min,
@@ -513,8 +582,14 @@ impl World {
                 tasks: rng.range(1, 3) as u32,
                 ops,
                 live: live_world,
+                // A user denied scripts cannot take every lock, and under `Scripts::Native` a
+                // server without native commands is sent no release (a failed try's keys stay
+                // until their ttl): neither is held to liveness after expiry.
+                expiry_live: !user.starts_with("limited")
+                    && (scripts != Scripts::Native || all_native),
                 plans: Vec::new(),
                 scripts,
+                ppm,
             };
             cl.push(Client::new(id, cfg, seed, perm, spec));
         }
@@ -536,11 +611,11 @@ impl World {
             .collect();
         let count = match params.episodes {
             Some(e) => e,
-            None if episodic.is_empty() && params.negative.is_none() => 0,
+            None if episodic.is_empty() && episode_negative.is_none() => 0,
             None => drawn.2,
         };
         for _ in 0..count {
-            let kind = match params.negative {
+            let kind = match episode_negative {
                 Some(neg) if episodic.is_empty() || rng.chance(600) => EpisodeKind::Negative(neg),
                 _ if episodic.is_empty() => continue,
                 _ => EpisodeKind::Fault(episodic[rng.below(episodic.len() as u64) as usize]),
@@ -567,6 +642,7 @@ impl World {
                 b: jump.min(u64::from(u32::MAX)) as u32,
             });
         }
+        sim.ep_trouble = vec![Vec::new(); sim.episodes.len()];
         // A fenced world keeps its masters' data: the counter must outlive every lock.
         for e in 0..sim.episodes.len() {
             let t = sim.episodes[e].start;
@@ -627,14 +703,17 @@ impl World {
                 tasks: 1,
                 ops: 0,
                 live: false,
+                expiry_live: false,
                 plans: vec![plan],
                 scripts: Scripts::Auto,
+                ppm: 0,
             };
             clients.push(Client::new(id as u32, cfg, 7, vec![0, 1, 2], spec));
         }
         sim.cut = vec![0; clients.len()];
         sim.store = vec![0; 2];
         sim.res = vec![ResState::default(); 2];
+        sim.trouble = vec![Vec::new(); 3];
         let finished = vec![false; clients.len()];
         World {
             sim,
@@ -688,6 +767,10 @@ impl World {
             );
         }
         let violations = check::check(&sim.hist);
+        let replaced = self.clients.iter().fold((0, 0), |(d, s), c| {
+            let (cd, cs) = c.replaced();
+            (d + cd, s + cs)
+        });
         let outcome = Outcome {
             operations: sim.hist.ops.len() as u64,
             acquisitions: sim.hist.acquisitions() as u64,
@@ -700,6 +783,17 @@ impl World {
             sizes: self.sizes,
             byte_losses: sim.byte_losses,
             hostile_replies: sim.hostile_replies,
+            expiry_judged: sim.expiry_judged,
+            guards: (
+                sim.hist.guards.len() as u64,
+                sim.hist
+                    .guards
+                    .iter()
+                    .filter(|g| g.lost_at.is_some())
+                    .count() as u64,
+            ),
+            owed_max: sim.owed_max,
+            replaced,
         };
         (outcome, std::mem::take(&mut sim.hist))
     }
@@ -773,6 +867,7 @@ impl World {
                     .unwrap_or(1);
                 sim.masters[m].slow_until = sim.now + ep.len;
                 sim.masters[m].slow_extra = sim.fault_rng.range(nt / 4, 3 * nt);
+                sim.trouble_begin(m, sim.now + ep.len);
                 end = None;
                 format!(
                     "master {m}'s links slowed by {:.3} ms",
@@ -781,6 +876,7 @@ impl World {
             }
             EpisodeKind::Fault(Fault::Refuse) => {
                 sim.masters[m].refusing = true;
+                sim.trouble_for(e, m);
                 format!("master {m} refuses connections")
             }
             EpisodeKind::Fault(Fault::Reset) => {
@@ -788,6 +884,8 @@ impl World {
                 match sim.some_live_link(None) {
                     Some(l) => {
                         sim.reset(l);
+                        let lm = sim.links[l as usize].master as usize;
+                        sim.trouble_begin(lm, sim.now);
                         format!("link {l} reset")
                     }
                     None => "no link to reset".into(),
@@ -798,6 +896,8 @@ impl World {
                 match sim.some_live_link(None) {
                     Some(l) => {
                         sim.half_close(l);
+                        let lm = sim.links[l as usize].master as usize;
+                        sim.trouble_begin(lm, sim.now);
                         format!("link {l} half-closed by the master")
                     }
                     None => "no link to half-close".into(),
@@ -807,6 +907,8 @@ impl World {
                 Some(l) => {
                     sim.links[l as usize].blackhole = true;
                     sim.episodes[e as usize].b = l;
+                    let lm = sim.links[l as usize].master as usize;
+                    sim.trouble_for(e, lm);
                     format!("link {l} blackholed")
                 }
                 None => {
@@ -819,12 +921,18 @@ impl World {
                 let n = sim.masters.len() as u64;
                 let mask = (sim.fault_rng.below((1u64 << n) - 1) + 1) & ((1u64 << n) - 1);
                 sim.cut[c] |= mask;
+                for cut in 0..n as usize {
+                    if mask & (1 << cut) != 0 {
+                        sim.trouble_for(e, cut);
+                    }
+                }
                 sim.episodes[e as usize].a = c as u32;
                 sim.episodes[e as usize].b = mask as u32;
                 format!("client {c} cut off from masters {mask:#b}")
             }
             EpisodeKind::Fault(Fault::Pause) => {
                 sim.masters[m].paused = true;
+                sim.trouble_for(e, m);
                 format!("master {m} paused")
             }
             EpisodeKind::Fault(Fault::Crash) => {
@@ -833,6 +941,7 @@ impl World {
                     format!("master {m} already down")
                 } else {
                     sim.crash_master(m, true);
+                    sim.trouble_for(e, m);
                     format!("master {m} crashed (data kept)")
                 }
             }
@@ -846,9 +955,11 @@ impl World {
                 } else if fenced && !negative {
                     // The counter must outlive every lock: fenced masters keep their data.
                     sim.crash_master(m, true);
+                    sim.trouble_for(e, m);
                     format!("master {m} crashed (data kept: fenced clients)")
                 } else {
                     sim.crash_master(m, false);
+                    sim.trouble_for(e, m);
                     sim.masters[m].lost_data_at = Some(sim.now);
                     if negative {
                         sim.keys_void = true;
@@ -861,18 +972,20 @@ impl World {
             }
             EpisodeKind::Fault(Fault::Hostile) => {
                 sim.masters[m].hostile = true;
+                sim.trouble_for(e, m);
                 format!("master {m} sends hostile replies")
             }
             EpisodeKind::Negative(Negative::ClockJump) => {
                 end = None;
                 sim.masters[m].jump += u64::from(ep.b) * 1_000;
+                sim.trouble_begin(m, NEVER);
                 sim.keys_void = true;
                 format!(
                     "master {m}'s clock jumps {:.3} ms ahead",
                     f64::from(ep.b) / 1e3
                 )
             }
-            EpisodeKind::Fault(_) => {
+            EpisodeKind::Fault(_) | EpisodeKind::Negative(_) => {
                 end = None;
                 String::new()
             }
@@ -887,6 +1000,9 @@ impl World {
     fn fault_end(&mut self, e: u32) {
         let ep = self.sim.episodes[e as usize];
         let sim = &mut self.sim;
+        for (m, i) in std::mem::take(&mut sim.ep_trouble[e as usize]) {
+            sim.trouble_end(m as usize, i);
+        }
         let m = ep.a as usize;
         let words = match ep.kind {
             EpisodeKind::Fault(Fault::Refuse) => {

@@ -157,32 +157,85 @@ impl Faults {
     }
 }
 
-/// A rule broken on purpose, for the checker to catch (a negative control).
+/// A rule broken on purpose, for the checker to catch (a negative control). The first two
+/// break the masters (drawn as fault episodes); the others break a client's driver or a
+/// clock, in every world of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Negative {
     /// Masters restart without their data at once, not after the longest ttl.
     RestartWithoutDelay,
     /// A master's clock jumps ahead by more than the drift factor allows.
     ClockJump,
+    /// Waiters never try again: the driver runs `lock` and `lock_within` with a policy of one
+    /// try (`waiter-gave-up`).
+    WaiterGivesUp,
+    /// Waiters sleep four times what the operation asks between tries (`retry-gap`).
+    SlowRetry,
+    /// Every master's clock runs a quarter slow, beyond any drift factor: keys outlive their
+    /// ttl and the drift allowance, and a waiter's try after them still finds the resource
+    /// held (`liveness-expiry`).
+    SlowMasters,
+    /// Guards report loss at the end of the validity rather than by their loss deadline (a
+    /// loss margin of zero) (`guard-late`).
+    GuardLateLoss,
+    /// The driver hands the engine the time its operation started with every round, not the
+    /// time of the round: the engine's stale check reads an old clock, and commands are
+    /// queued on connections owing replies long past it (`owed-stale`).
+    StaleTime,
+    /// Client 0's clock runs a fifth slow, far beyond the drift factor: its validity outlasts
+    /// its keys on the run's clock, where the checker judges (`overlap`).
+    ClientClockSlow,
+    /// The driver never sends a failed try's release (as a native-mode unlock that did nothing
+    /// on some servers once did): a waiter's own keys from its failed tries stay until their
+    /// ttl, and its try after the holder's keys expired still loses (`liveness-expiry`).
+    NoRelease,
 }
 
 impl Negative {
+    /// Every negative control.
+    pub const ALL: [Negative; 9] = [
+        Negative::RestartWithoutDelay,
+        Negative::ClockJump,
+        Negative::WaiterGivesUp,
+        Negative::SlowRetry,
+        Negative::SlowMasters,
+        Negative::GuardLateLoss,
+        Negative::StaleTime,
+        Negative::ClientClockSlow,
+        Negative::NoRelease,
+    ];
+
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Negative::RestartWithoutDelay => "restart-without-delay",
             Negative::ClockJump => "clock-jump",
+            Negative::WaiterGivesUp => "waiter-gives-up",
+            Negative::SlowRetry => "slow-retry",
+            Negative::SlowMasters => "slow-masters",
+            Negative::GuardLateLoss => "guard-late-loss",
+            Negative::StaleTime => "stale-time",
+            Negative::ClientClockSlow => "client-clock-slow",
+            Negative::NoRelease => "no-release",
         }
+    }
+
+    /// Whether it is drawn as fault episodes on the masters (and voids what their keys
+    /// promise), rather than applied to every world of the run.
+    pub fn is_episode(self) -> bool {
+        matches!(self, Negative::RestartWithoutDelay | Negative::ClockJump)
     }
 
     /// The negative control called `name`.
     pub fn parse(name: &str) -> Result<Negative, String> {
-        [Negative::RestartWithoutDelay, Negative::ClockJump]
+        Negative::ALL
             .into_iter()
             .find(|n| n.name() == name)
             .ok_or_else(|| {
+                let names: Vec<&str> = Negative::ALL.iter().map(|n| n.name()).collect();
                 format!(
-                    "unknown negative control {name:?} (known: restart-without-delay, clock-jump)"
+                    "unknown negative control {name:?} (known: {})",
+                    names.join(", ")
                 )
             })
     }
