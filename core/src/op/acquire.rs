@@ -53,14 +53,27 @@ enum Phase {
 }
 
 impl Acquisition {
-    /// An acquisition of `names` for `ttl` with a fresh token, its arguments checked: the ttl,
-    /// and that no resource is the fencing counter.
+    /// An acquisition of `names` for `ttl` with a fresh token, its arguments checked: at
+    /// least one resource and at most [`MAX_RESOURCES`](crate::MAX_RESOURCES), the ttl, and
+    /// that no resource is the fencing counter.
+    ///
+    /// (An empty list would be granted: every node answers the acquire script over no key
+    /// with 0. The client's own checks refuse one before any try; this one makes a try that
+    /// somehow got none, its names lost between tries, fail rather than report a lock over
+    /// nothing.)
     pub fn new(
         cfg: &Config,
         names: Names,
         ttl: Duration,
         rng: &mut dyn Randomness,
     ) -> Result<Acquisition, Error> {
+        if names.is_empty() || names.len() > crate::MAX_RESOURCES {
+            return Err(ConfigError::Resources {
+                count: names.len(),
+                max: crate::MAX_RESOURCES,
+            }
+            .into());
+        }
         let (ttl_ms, ttl) = ttl_ms(cfg, ttl)?;
         if let Some(key) = cfg.fencing.as_deref() {
             if names.iter().any(|n| n.as_bytes() == key) {

@@ -314,3 +314,116 @@ fn the_timer_is_when_a_quorum_of_keys_will_be_gone() {
     let r = read(&[Some(5000), Some(5000), Some(5000), None, None]);
     assert_eq!(Retry::timer(&cfg, &r, wait), wait);
 }
+
+/// The names of an [`Acquire`] as each try sends them: the resources of its acquisition round.
+fn round_names(step: &Step<'_>) -> Vec<String> {
+    match step {
+        Step::Round(cmd, _) => cmd
+            .resources
+            .iter()
+            .map(|n| n.as_str().to_string())
+            .collect(),
+        other => panic!("expected a round, got {other:?}"),
+    }
+}
+
+#[test]
+fn every_try_of_an_acquisition_and_its_abandon_name_the_same_resources() {
+    // Wake-ups off: a lost round is released, then the client sleeps and tries again.
+    let cfg = crate::Options {
+        wakeups: false,
+        tries: 10,
+        ..crate::Options::with_nodes((1..=5).map(|p| format!("127.0.0.1:{p}")))
+    }
+    .validate()
+    .unwrap();
+    let set = ["a", "b", "c"];
+    let mut op = Acquire::new(names(&set), TTL, Retry::new(&cfg));
+    let mut rng = Seeded::new(7);
+    let mut events = crate::event::Events::new();
+    let now = Instant::now();
+    let mut cx = Cx {
+        now,
+        rng: &mut rng,
+        events: &mut events,
+    };
+    let held = (NodeOutcome::Held, Extra::HeldKey(1));
+    let yes = (NodeOutcome::Ok, Extra::Counter(0));
+    for attempt in 0..3 {
+        // The acquisition round, and its abandon, name the whole set.
+        let step = op.step(
+            if attempt == 0 {
+                Input::Start
+            } else {
+                Input::Slept
+            },
+            &cfg,
+            &mut cx,
+        );
+        assert_eq!(round_names(&step), set);
+        let abandon = op
+            .abandon()
+            .expect("a try in flight releases when abandoned");
+        let abandoned: Vec<&str> = abandon.resources.iter().map(Name::as_str).collect();
+        assert_eq!(abandoned, set);
+        // Lost: two grants, three held. Its release names the set too.
+        let lost = round(&[
+            yes.clone(),
+            yes.clone(),
+            held.clone(),
+            held.clone(),
+            held.clone(),
+        ]);
+        let step = op.step(Input::Round(Ok((lost, now))), &cfg, &mut cx);
+        assert_eq!(round_names(&step), set);
+        let released = round(&[
+            yes.clone(),
+            yes.clone(),
+            yes.clone(),
+            yes.clone(),
+            yes.clone(),
+        ]);
+        match op.step(Input::Round(Ok((released, now))), &cfg, &mut cx) {
+            Step::Sleep(_) => {}
+            other => panic!("try {attempt}: expected the retry's sleep, got {other:?}"),
+        }
+        assert!(op.abandon().is_none(), "nothing in flight while it sleeps");
+    }
+}
+
+#[test]
+fn an_acquisition_of_no_resource_or_too_many_is_refused_not_granted() {
+    // The names reach a try through the operation (taken at its start, given back when it
+    // fails): a try that found none would run the acquire script over no key, which every
+    // node answers 0, a grant of nothing reported as a lock. It is refused instead, as the
+    // client's own checks refuse such a list; so is a list longer than the script's answers
+    // can name (`-i` for i up to MAX_RESOURCES).
+    let cfg = cfg(false);
+    for n in [0, crate::MAX_RESOURCES + 1] {
+        let list: Names = (0..n).map(|i| Name::new(&format!("k{i}"))).collect();
+        assert!(
+            matches!(
+                Acquisition::new(&cfg, list.clone(), TTL, &mut Seeded::new(1)),
+                Err(Error::Config(ConfigError::Resources { count, .. })) if count == n
+            ),
+            "{n} resources"
+        );
+        let mut op = Acquire::new(list, TTL, Retry::once());
+        let mut rng = Seeded::new(1);
+        let mut events = crate::event::Events::new();
+        let mut cx = Cx {
+            now: Instant::now(),
+            rng: &mut rng,
+            events: &mut events,
+        };
+        assert!(matches!(op.step(Input::Start, &cfg, &mut cx), Step::Done));
+        assert!(matches!(
+            op.finish(),
+            Err(Error::Config(ConfigError::Resources { .. }))
+        ));
+    }
+    let full: Names = (0..crate::MAX_RESOURCES)
+        .map(|i| Name::new(&format!("k{i}")))
+        .collect();
+    assert!(Acquisition::new(&cfg, full, TTL, &mut Seeded::new(1)).is_ok());
+}
