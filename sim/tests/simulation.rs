@@ -32,6 +32,19 @@ fn without_faults_every_free_resource_is_taken_in_the_first_round() {
 
 /// The same seed gives the same trace, event for event (the hash of the trace), and a batch
 /// the same combined hash; another seed another.
+/// The liveness claims hold a round to its node timeout only where that timeout leaves time
+/// for a fresh connection on the slowest link (SYN, its answer, the command, its reply): seed
+/// 100768 of `--faults none` draws a client with a 2.3 ms node timeout on links of up to
+/// 0.5 ms, whose first round timed out while its connections were still opening, and was
+/// once reported as a liveness failure (by both checks) where nothing was wrong.
+#[test]
+fn a_node_timeout_shorter_than_a_fresh_connection_is_not_held_to_liveness() {
+    let mut p = Params::new(100_768);
+    p.faults = Faults::NONE;
+    let r = run_one(&p);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+}
+
 #[test]
 fn the_same_seed_gives_the_same_trace_hash() {
     let p = Params::new(77);

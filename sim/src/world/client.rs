@@ -620,7 +620,8 @@ impl Client {
                 && self.spec.expiry_live
                 && sim.expiry_checks
                 && sim.alone_and_expired(&r.res, r.t1)
-                && sim.clean_nodes(&self.perm, r.t1) >= self.cfg.quorum();
+                && sim.clean_nodes(&self.perm, r.t1) >= self.cfg.quorum()
+                && sim.connects_within(self.cfg.node_timeout());
             sim.expiry_judged += u64::from(eligible);
             if judged && eligible {
                 let votes: Vec<String> = round.reports_iter().map(short).collect();
@@ -842,7 +843,8 @@ impl Client {
         bound: u64,
         waiter: Option<Waiter>,
     ) {
-        let live = self.spec.live && sim.is_free(&ids);
+        let live =
+            self.spec.live && sim.is_free(&ids) && sim.connects_within(self.cfg().node_timeout());
         let ttl_ns = ttl.as_nanos() as u64;
         let op = op::Acquire::new(names, ttl, retry);
         self.start(

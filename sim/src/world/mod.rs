@@ -346,6 +346,15 @@ impl Sim {
     }
 
     /// Whether every resource of `ids` is free: no key on any master, nobody working on it.
+    /// Whether a node timeout of `t` leaves time for a fresh connection's first round on the
+    /// slowest link with no fault: the SYN, its answer, the command and its reply, four
+    /// one-way delays of at most one and a half times the highest latency. (With a shorter
+    /// one, a first round may time out on a link that is merely slow: no claim is made.)
+    pub(crate) fn connects_within(&self, t: Duration) -> bool {
+        let one_way = self.lat_hi + self.lat_hi / 2 + 1;
+        t.as_nanos() > u128::from(4 * one_way + 100_000)
+    }
+
     pub(crate) fn is_free(&self, ids: &[u32]) -> bool {
         ids.iter().all(|&id| {
             let r = &self.res[id as usize];
