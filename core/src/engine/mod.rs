@@ -57,7 +57,8 @@ use crate::round::{Decision, Round, Until};
 use crate::stats::{NodeStats, Stats};
 
 /// Replies one connection may owe before its node counts as stuck and is reconnected: room
-/// for thousands of concurrent operations on a healthy node.
+/// for thousands of concurrent operations on a healthy node. (The stream check's sentinel
+/// `PING` may owe one more: the simulator's `owed-bound` allows `MAX_OWED + 1`.)
 pub const MAX_OWED: usize = 16 * 1024;
 
 /// Events an engine keeps for its driver to take: a driver takes them after every pass, so
