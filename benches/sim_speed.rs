@@ -5,23 +5,17 @@
 //!
 //!   cargo run --release --manifest-path benches/Cargo.toml --bin sim_speed [-- --batches 20 --seeds 100]
 
+mod common;
+
+use common::arg;
 use redlock_sim::run::run_seeds;
 use redlock_sim::world::{Faults, Params};
 
 const TARGET: f64 = 100_000.0;
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
-    let batches = arg("--batches", 20).max(1);
-    let seeds = arg("--seeds", 100).max(1);
+    let batches: u64 = arg("--batches", 20u64).max(1);
+    let seeds: u64 = arg("--seeds", 100u64).max(1);
     println!("| mix | seeds | operations | events per operation | ops/s median | ops/s p99 (slow end) | median / target |");
     println!("|---|---|---|---|---|---|---|");
     for (name, faults) in [("default", Faults::real()), ("no fault", Faults::NONE)] {
