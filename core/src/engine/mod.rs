@@ -241,7 +241,7 @@ impl<U> Engine<U> {
     /// queued ahead of the command that reached it), and when the oldest still owed to a
     /// command was queued: for a driver's or a test's view of the connection (the simulator
     /// checks that no command is queued on a connection owing a reply past
-    /// [`stale_after`](crate::conn::stale_after)). `(0, None)` without a connection.
+    /// [`stale_after`]). `(0, None)` without a connection.
     pub fn owed(&self, i: usize) -> (usize, Option<Instant>) {
         match self.nodes.get(i) {
             Some(node) if node.link != Link::Closed => node.conn.owed(),
