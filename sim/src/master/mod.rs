@@ -168,13 +168,15 @@ impl Master {
             // The shape clients send (an array of bulk strings), read in one pass; anything
             // else, or a frame the decoder has begun, goes through the decoder (and its errors).
             if !conn.decoding {
-                match multibulk(&conn.inb) {
-                    Multibulk::Whole { end, spans } => {
+                match multibulk(&conn.inb, None) {
+                    Multibulk::Whole { end, count } => {
                         let frame = conn.inb.split_to(end).freeze();
-                        if spans.is_empty() {
+                        if count == 0 {
                             continue;
                         }
-                        return Some(spans.into_iter().map(|(a, b)| frame.slice(a..b)).collect());
+                        let mut args = Vec::with_capacity(count);
+                        multibulk(&frame, Some((&frame, &mut args)));
+                        return Some(args);
                     }
                     Multibulk::Partial if conn.inb.len() <= MAX_QUERY => return None,
                     Multibulk::Partial | Multibulk::Other => {}
@@ -253,12 +255,9 @@ impl Master {
 
 /// What the front of a connection's input holds.
 enum Multibulk {
-    /// A whole array of bulk strings, `end` bytes long, each argument's span in it (none: an
-    /// empty array, which Redis skips).
-    Whole {
-        end: usize,
-        spans: Vec<(usize, usize)>,
-    },
+    /// A whole array of `count` bulk strings, `end` bytes long (none: an empty array, which
+    /// Redis skips).
+    Whole { end: usize, count: usize },
     /// The start of one, so far well formed.
     Partial,
     /// Anything else (another type, a malformed or over-limit frame): for the decoder.
@@ -266,8 +265,10 @@ enum Multibulk {
 }
 
 /// Reads an array of bulk strings (`*n`, then `n` times `$len`, the bytes, CRLF) from the
-/// front of `b`, within the request limits.
-fn multibulk(b: &[u8]) -> Multibulk {
+/// front of `b`, within the request limits; with `args` (the frame `b` is, and where to put
+/// them), each argument too, a slice of the frame (a second pass over a frame the first found
+/// whole: nothing is allocated while a frame is still arriving).
+fn multibulk(b: &[u8], mut args: Option<(&Bytes, &mut Vec<Bytes>)>) -> Multibulk {
     // A decimal count ending in CRLF at `at`: the number and where the next line starts.
     fn number(b: &[u8], at: usize) -> Result<(usize, usize), Multibulk> {
         let mut n: usize = 0;
@@ -288,7 +289,7 @@ fn multibulk(b: &[u8]) -> Multibulk {
             i += 1;
         }
     }
-    let parse = || -> Result<Multibulk, Multibulk> {
+    let mut parse = || -> Result<Multibulk, Multibulk> {
         match b.first() {
             None => return Err(Multibulk::Partial),
             Some(b'*') => {}
@@ -298,7 +299,6 @@ fn multibulk(b: &[u8]) -> Multibulk {
         if n > conn::MAX_ARGS {
             return Err(Multibulk::Other);
         }
-        let mut spans = Vec::with_capacity(n);
         for _ in 0..n {
             match b.get(at) {
                 None => return Err(Multibulk::Partial),
@@ -315,10 +315,12 @@ fn multibulk(b: &[u8]) -> Multibulk {
                 (None, _) | (Some(b'\r'), None) => return Err(Multibulk::Partial),
                 _ => return Err(Multibulk::Other),
             }
-            spans.push((start, end));
+            if let Some((frame, args)) = args.as_mut() {
+                args.push(frame.slice(start..end));
+            }
             at = end + 2;
         }
-        Ok(Multibulk::Whole { end: at, spans })
+        Ok(Multibulk::Whole { end: at, count: n })
     };
     parse().unwrap_or_else(|m| m)
 }

@@ -30,7 +30,10 @@ enum Stop {
 }
 
 /// The keys and arguments of `EVAL`/`EVALSHA`/`FCALL` (`args[2]` is the key count).
-fn keys_and_args(args: &[Bytes], bad_count: &str) -> Result<(Vec<Bytes>, Vec<Bytes>), Reply> {
+fn keys_and_args<'a>(
+    args: &'a [Bytes],
+    bad_count: &str,
+) -> Result<(&'a [Bytes], &'a [Bytes]), Reply> {
     let n = parse_i64(&args[2]).ok_or_else(|| Reply::err(bad_count))?;
     let rest = &args[3..];
     if n > i64::try_from(rest.len()).unwrap_or(i64::MAX) {
@@ -39,7 +42,7 @@ fn keys_and_args(args: &[Bytes], bad_count: &str) -> Result<(Vec<Bytes>, Vec<Byt
         ));
     }
     let n = usize::try_from(n).map_err(|_| Reply::err("ERR Number of keys can't be negative"))?;
-    Ok((rest[..n].to_vec(), rest[n..].to_vec()))
+    Ok(rest.split_at(n))
 }
 
 pub(crate) fn eval(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
@@ -50,7 +53,7 @@ pub(crate) fn eval(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
     let sha = digest(&args[1]);
     let script = by_digest(&sha);
     m.scripts.insert(sha.clone(), script);
-    run(m, ex, script, ScriptName::Eval(&sha), &keys, &argv)
+    run(m, ex, script, ScriptName::Eval(&sha), keys, argv)
 }
 
 pub(crate) fn evalsha(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
@@ -62,7 +65,7 @@ pub(crate) fn evalsha(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
     match m.scripts.get(&sha) {
         Some(script) => {
             let script = *script;
-            run(m, ex, script, ScriptName::Eval(&sha), &keys, &argv)
+            run(m, ex, script, ScriptName::Eval(&sha), keys, argv)
         }
         None => Reply::err(m.profile.server.noscript()),
     }
@@ -88,8 +91,8 @@ pub(crate) fn fcall(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
         ex,
         Some(script),
         ScriptName::Function(&fname),
-        &keys,
-        &argv,
+        keys,
+        argv,
     )
 }
 
