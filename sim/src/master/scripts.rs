@@ -61,11 +61,25 @@ pub(crate) fn evalsha(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
         Ok(ka) => ka,
         Err(r) => return r,
     };
-    let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-    match m.scripts.get(&sha) {
+    // A digest is looked up as written in lowercase, without a copy when it has a digest's
+    // length (the usual case).
+    let mut buf = [0u8; 40];
+    let lowered;
+    let sha: &str = match <[u8; 40]>::try_from(&args[1][..]) {
+        Ok(raw) => {
+            buf = raw;
+            buf.make_ascii_lowercase();
+            std::str::from_utf8(&buf).unwrap_or("")
+        }
+        Err(_) => {
+            lowered = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+            &lowered
+        }
+    };
+    match m.scripts.get(sha) {
         Some(script) => {
             let script = *script;
-            run(m, ex, script, ScriptName::Eval(&sha), keys, argv)
+            run(m, ex, script, ScriptName::Eval(sha), keys, argv)
         }
         None => Reply::err(m.profile.server.noscript()),
     }
