@@ -63,7 +63,7 @@ pub(crate) fn evalsha(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
     };
     // A digest is looked up as written in lowercase, without a copy when it has a digest's
     // length (the usual case).
-    let mut buf = [0u8; 40];
+    let mut buf: [u8; 40];
     let lowered;
     let sha: &str = match <[u8; 40]>::try_from(&args[1][..]) {
         Ok(raw) => {
