@@ -106,7 +106,16 @@ impl Master {
     pub fn take_output(&mut self, conn: ConnId) -> Bytes {
         self.conns
             .get_mut(&conn)
-            .map(|c| c.out.split().freeze())
+            .map(|c| {
+                // Copied out, so that the buffer keeps its capacity for the next replies
+                // (nothing when there is no output: the common case on an idle connection).
+                if c.out.is_empty() {
+                    return Bytes::new();
+                }
+                let out = Bytes::copy_from_slice(&c.out);
+                c.out.clear();
+                out
+            })
             .unwrap_or_default()
     }
 
