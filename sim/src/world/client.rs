@@ -209,6 +209,9 @@ pub(crate) struct Client {
     pending_guard: Option<guard::Spec>,
     /// Per node, the replies its connection owed after the last pump.
     owed: Vec<usize>,
+    /// When the oldest reply each connection owed at the last look was queued: a change
+    /// means a reply came in since (the connection made progress).
+    owed_oldest: Vec<Option<Instant>>,
     /// Its clock.
     clock: Clock,
     /// How long a reply may be owed before the connection is replaced.
@@ -330,6 +333,7 @@ impl Client {
             gbeh,
             pending_guard: None,
             owed: vec![0; n],
+            owed_oldest: vec![None; n],
             stale,
             clock,
         }
@@ -490,6 +494,7 @@ impl Client {
         for i in 0..self.owed.len() {
             let (n, oldest) = self.engine.owed(i);
             let last = std::mem::replace(&mut self.owed[i], n);
+            let oldest_before = std::mem::replace(&mut self.owed_oldest[i], oldest);
             sim.owed_max = sim.owed_max.max(n as u64);
             // The sentinel may be queued ahead of the command that reached the limit.
             if n > MAX_OWED + 1 {
@@ -500,7 +505,13 @@ impl Client {
                 );
             }
             let age = oldest.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-            if n > last && age > self.stale {
+            // A connection that answered since the last look is draining a backlog (a master
+            // that was paused answers in order): a command it sends again in another form
+            // then queues behind replies that are old but on their way, and the engine rightly
+            // keeps the connection. Only a connection that answered nothing since may not take
+            // commands while it owes a reply past the limit.
+            let progressed = oldest_before.is_some() && oldest_before != oldest;
+            if n > last && age > self.stale && !progressed {
                 sim.hist.note(
                     "owed-stale",
                     sim.now,
