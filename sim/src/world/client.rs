@@ -209,9 +209,9 @@ pub(crate) struct Client {
     pending_guard: Option<guard::Spec>,
     /// Per node, the replies its connection owed after the last pump.
     owed: Vec<usize>,
-    /// When the oldest reply each connection owed at the last look was queued: a change
-    /// means a reply came in since (the connection made progress).
-    owed_oldest: Vec<Option<Instant>>,
+    /// Whether a round was submitted since the last look at the owed replies (the engine's
+    /// rule applies to what it queues for a round: it replaces a stale connection first).
+    submitted: bool,
     /// Its clock.
     clock: Clock,
     /// How long a reply may be owed before the connection is replaced.
@@ -333,7 +333,7 @@ impl Client {
             gbeh,
             pending_guard: None,
             owed: vec![0; n],
-            owed_oldest: vec![None; n],
+            submitted: false,
             stale,
             clock,
         }
@@ -491,10 +491,10 @@ impl Client {
     /// dropped, or its rounds end at their deadlines, rather than owing more and more.
     fn check_owed(&mut self, sim: &mut Sim) {
         let now = self.local(sim);
+        let submitted = std::mem::replace(&mut self.submitted, false);
         for i in 0..self.owed.len() {
             let (n, oldest) = self.engine.owed(i);
             let last = std::mem::replace(&mut self.owed[i], n);
-            let oldest_before = std::mem::replace(&mut self.owed_oldest[i], oldest);
             sim.owed_max = sim.owed_max.max(n as u64);
             // The sentinel may be queued ahead of the command that reached the limit.
             if n > MAX_OWED + 1 {
@@ -505,13 +505,11 @@ impl Client {
                 );
             }
             let age = oldest.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-            // A connection that answered since the last look is draining a backlog (a master
-            // that was paused answers in order): a command it sends again in another form
-            // then queues behind replies that are old but on their way, and the engine rightly
-            // keeps the connection. Only a connection that answered nothing since may not take
-            // commands while it owes a reply past the limit.
-            let progressed = oldest_before.is_some() && oldest_before != oldest;
-            if n > last && age > self.stale && !progressed {
+            // The rule is the engine's for the rounds it queues (it replaces a stale connection
+            // first). A command a connection sends again in another form after a refusal (a
+            // master that was paused answering its backlog) goes behind replies that are old
+            // but on their way, keeps its first command's time, and rightly stays.
+            if submitted && n > last && age > self.stale {
                 sim.hist.note(
                     "owed-stale",
                     sim.now,
@@ -1074,6 +1072,7 @@ impl Client {
                         now
                     };
                     self.engine.submit(&cmd, until, t1, seq);
+                    self.submitted = true;
                     self.engine.note_batch(1);
                     self.outstanding.push((seq, k as u32));
                     run.t1 = sim.now;
