@@ -195,6 +195,25 @@ impl<C> Builder<C> {
         self
     }
 
+    /// Whether every reply is checked against the byte stream before it counts (default
+    /// off).
+    ///
+    /// Replies are matched to commands by their order on each connection, which rests on a
+    /// stream that loses no byte: TCP, TLS (whose records are authenticated) and Unix sockets
+    /// guarantee that. A middlebox that drops bytes from a live stream breaks it, and a reply
+    /// whose shape fits could then be taken for the command before it (two pipelined
+    /// commands fused into one by a lost run of bytes answer once). On: each write pass to a
+    /// node ends with a `PING` carrying a nonce, and the replies to the commands before it
+    /// count only once that nonce comes back in its place; anything else drops the
+    /// connection and every reply it held (the nodes vote as failed). It costs one `PING`
+    /// per node per write pass (about one command more per command when rounds do not
+    /// overlap) and no round trip. Where `PING` is denied (an ACL), the connection keeps
+    /// only the checks it has without this. See docs/redlock.md, "The transport".
+    pub fn verify_stream(mut self, on: bool) -> Self {
+        self.opts.verify_stream = on;
+        self
+    }
+
     /// TLS (feature `tls`): trust the CA certificates in this PEM file for `rediss://` nodes,
     /// instead of the system's roots.
     #[cfg(feature = "tls")]

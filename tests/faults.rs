@@ -209,6 +209,94 @@ fn lost_bytes_are_noticed_and_the_node_recovers_async() {
     lost_bytes::<AsyncMulti>();
 }
 
+/// The gap the transport assumption leaves, closed by `Builder::verify_stream`: node 4's
+/// `SET` for one round vanishes (`Fault::LoseBytes`) and the round is decided without it;
+/// well within the node timeout (so no reply is overdue and no sentinel is due), two more
+/// rounds go out, the first for a resource node 4 holds for another client, the second for a
+/// free one. By position alone node 4's `nil` for the first lands on the vanished command and
+/// its `+OK` for the second on the first, which nodes 0 and 1 also grant: three yes of five,
+/// and a lock granted by a node that holds another client's token. With every write pass
+/// ending in a sentinel, the sentinel behind the vanished command went with it: the next one
+/// arrives in its place, and node 4's replies never count.
+fn lost_command_within_its_deadline<F: Flavor>(
+    verify: bool,
+) -> Result<redlock_mux::Lock, redlock_mux::Error>
+where
+    F::Client: Sync,
+{
+    let c = cluster(5);
+    let proxy = Proxy::start(c.servers()[4].addr());
+    let mut addrs = c.addrs();
+    addrs[4] = proxy.addr();
+    // A node timeout far beyond every step below: no reply is ever overdue.
+    let client = F::build(
+        redlock_mux::Redlock::builder()
+            .nodes(&addrs)
+            .node_timeout(Duration::from_secs(5))
+            .retry(1, Duration::ZERO)
+            .verify_stream(verify),
+    )
+    .unwrap();
+    let warm = client.try_lock(&resource("warm"), TTL).unwrap();
+    client.unlock(&warm).unwrap();
+    // Every node's reply to the release in (a round decided early leaves some on the way).
+    std::thread::sleep(Duration::from_millis(200));
+    let (held, free) = (resource("held"), resource("free"));
+    for a in &c.addrs()[2..5] {
+        redis(a, &["SET", &held, "foreign", "PX", "60000"]);
+    }
+    proxy.set(Fault::LoseBytes);
+    let lost = client
+        .try_lock(&resource("lost"), TTL)
+        .expect("won on nodes 0-3 while node 4's SET is lost");
+    proxy.set(Fault::Pass);
+    let first = std::thread::scope(|s| {
+        let a = s.spawn(|| client.try_lock(&held, TTL));
+        // The held resource's command goes first on node 4's connection: its round waits
+        // for node 4 (two yes, two no), so the free one's is written while it waits.
+        std::thread::sleep(Duration::from_millis(100));
+        let b = s.spawn(|| client.try_lock(&free, TTL));
+        if let Ok(l) = b.join().unwrap() {
+            let _ = client.unlock(&l);
+        }
+        a.join().unwrap()
+    });
+    let _ = client.unlock(&lost);
+    if verify {
+        assert!(
+            client.stats().nodes[4].desyncs >= 1,
+            "the stream out of step was noticed: {:?}",
+            client.stats().nodes[4]
+        );
+    }
+    first
+}
+
+/// On the async client, whose tasks' rounds overlap on the connections (the blocking client
+/// carries the second caller in the next round, after the first one's, so the sequence
+/// cannot arise there in this form; both run the same connection code, and the simulator
+/// runs it under byte loss).
+#[test]
+fn verify_stream_closes_the_lost_command_gap() {
+    let r = lost_command_within_its_deadline::<AsyncMulti>(true);
+    assert!(
+        r.is_err(),
+        "granted with node 4's vote taken from another command's reply: {r:?}"
+    );
+}
+
+/// The same sequence without the check: the gap is real (the reason for the option). Run by
+/// hand (`--ignored`), as it demonstrates a failure mode rather than a promise.
+#[test]
+#[ignore]
+fn without_verify_stream_a_lost_command_shifts_a_reply_onto_another() {
+    let r = lost_command_within_its_deadline::<AsyncMulti>(false);
+    assert!(
+        r.is_ok(),
+        "expected the shifted grant the option prevents: {r:?}"
+    );
+}
+
 /// A user whose ACL denies `PING`: the sentinel a late reply calls for is refused in its
 /// place, which shows the stream in step, so the connection is kept (and no sentinel is sent
 /// on it again). Counted against a user allowed `PING`, with the same late node.

@@ -79,6 +79,8 @@ pub struct Config {
     pub(crate) scripts: Scripts,
     /// Whether waiters are woken by the servers' invalidation pushes (RESP3 tracking).
     pub(crate) wakeups: bool,
+    /// Whether every write pass ends with a sentinel that the replies before it wait for.
+    pub(crate) verify_stream: bool,
     /// Test only: acquire fenced locks without the second phase (the negative control).
     #[cfg(feature = "fault-injection")]
     pub(crate) skip_fence_writeback: bool,
@@ -141,6 +143,12 @@ impl Config {
     /// `Builder::wakeups`).
     pub fn wakeups(&self) -> bool {
         self.wakeups
+    }
+
+    /// Whether every reply is checked against the stream before it counts (see
+    /// `Builder::verify_stream`).
+    pub fn verify_stream(&self) -> bool {
+        self.verify_stream
     }
 
     /// When the rounds of lock, unlock and extend end, by the fail-fast option.

@@ -11,7 +11,8 @@ use crate::error::ConfigError;
 ///
 /// The defaults follow the reference implementations: node timeout 50 ms, 3 tries with a
 /// random delay in [100 ms, 200 ms] between them, drift factor 0.01, fail-fast on, quorum
-/// N/2 + 1, unfenced, [`Scripts::Auto`], wake-ups on.
+/// N/2 + 1, unfenced, [`Scripts::Auto`], wake-ups on, replies not checked against a sentinel
+/// (the stream is trusted to lose nothing, as TCP and TLS guarantee).
 #[derive(Debug, Clone)]
 pub struct Options {
     /// The masters: `redis://` URLs or `host:port` strings.
@@ -36,6 +37,9 @@ pub struct Options {
     pub scripts: Scripts,
     /// Whether waiters are woken by the servers' invalidation pushes.
     pub wakeups: bool,
+    /// Whether each write pass ends with a sentinel `PING` and the replies before it count
+    /// only once it has come back in its place (a stream that may lose bytes).
+    pub verify_stream: bool,
     /// Test only (feature `fault-injection`): fenced acquisitions skip their second phase.
     #[cfg(feature = "fault-injection")]
     pub skip_fence_writeback: bool,
@@ -55,6 +59,7 @@ impl Default for Options {
             fencing_key: DEFAULT_FENCING_KEY.to_string(),
             scripts: Scripts::Auto,
             wakeups: true,
+            verify_stream: false,
             #[cfg(feature = "fault-injection")]
             skip_fence_writeback: false,
         }
@@ -133,6 +138,7 @@ impl Options {
             fencing: self.fencing.then(|| self.fencing_key.as_bytes().into()),
             scripts: self.scripts,
             wakeups: self.wakeups,
+            verify_stream: self.verify_stream,
             #[cfg(feature = "fault-injection")]
             skip_fence_writeback: self.skip_fence_writeback,
         })

@@ -232,6 +232,16 @@ pub struct Conn<T> {
     /// The server refused the sentinel (`PING` denied by an ACL, or renamed away): none is
     /// sent on this connection again; the shape checks and the stale limit remain.
     sync_refused: bool,
+    /// Whether every write pass ends with a sentinel and replies wait for it (see
+    /// [`verifying`](Conn::verifying)).
+    verify: bool,
+    /// A command was queued since the last sentinel that closed a pass.
+    unsealed: bool,
+    /// Replies to the driver's commands decoded but not yet handed over: with `verify`, a
+    /// reply counts only once the sentinel behind it has come back in its place.
+    held: VecDeque<Reply<T>>,
+    /// How many of `held`, from the front, the sentinel behind them has confirmed.
+    confirmed: usize,
     /// When the socket last took bytes (or `out` last went from empty to not), as far as
     /// the last `queue` knows: with `wrote_since`, what tells a slow node from a stuck one.
     progress_at: Option<Instant>,
@@ -287,6 +297,10 @@ impl<T> Conn<T> {
             overdue_after,
             syncs: 0,
             sync_refused: false,
+            verify: false,
+            unsealed: false,
+            held: VecDeque::new(),
+            confirmed: 0,
             progress_at: None,
             wrote_since: false,
             check_eviction: false,
@@ -300,6 +314,30 @@ impl<T> Conn<T> {
     pub fn checking_eviction(mut self, check: bool) -> Self {
         self.check_eviction = check;
         self
+    }
+
+    /// The same connection, checking every reply against the stream when `on`: each write
+    /// pass ([`seal`](Conn::seal)) ends with a sentinel, and the replies to the commands
+    /// before it are handed over only once its nonce has come back in its place. A stream
+    /// that lost or gained bytes (a broken middlebox; TCP and TLS never do this) then
+    /// cannot give a command another command's reply: whatever shifted the replies also
+    /// moves the nonce, and the connection is dropped with the replies it held. Costs one
+    /// `PING` per connection per write pass. A server that refuses `PING` leaves the
+    /// connection with the checks it has without this.
+    pub fn verifying(mut self, on: bool) -> Self {
+        self.verify = on;
+        self
+    }
+
+    /// Ends a write pass: with [`verifying`](Conn::verifying) on and a command queued since
+    /// the last sentinel, queues one behind it.
+    pub fn seal(&mut self) {
+        if self.unsealed {
+            self.unsealed = false;
+            if self.verify && !self.sync_refused {
+                self.queue_sync();
+            }
+        }
     }
 
     /// The server's eviction policy, if it said on this connection that it may evict the
@@ -329,6 +367,9 @@ impl<T> Conn<T> {
         self.progress_at = None;
         self.wrote_since = false;
         self.sync_refused = false;
+        self.unsealed = false;
+        self.held.clear();
+        self.confirmed = 0;
         self.out.clear();
         self.inb.clear();
         self.owed.clear();
@@ -404,6 +445,7 @@ impl<T> Conn<T> {
         }
         let before = self.out.len();
         write(&mut self.out);
+        self.unsealed = true;
         let How::Script(native) = how else {
             self.owed.push_back(Owner::Op(tag, now, 0, Sent::Plain, 0));
             return Ok(Sent::Plain);
@@ -465,6 +507,9 @@ impl<T> Conn<T> {
     /// consumed here. `Ok(None)` when no whole reply has arrived.
     pub fn take_reply(&mut self) -> Result<Option<Reply<T>>, ConnError> {
         loop {
+            if self.confirmed > 0 {
+                return Ok(self.release_held());
+            }
             // Every read ends by asking once more; with nothing buffered there is nothing to
             // decode (a decoder keeps no bytes of its own, and one that failed has had its
             // connection failed, which resets it).
@@ -489,12 +534,14 @@ impl<T> Conn<T> {
             match owner {
                 Owner::Sync(n) => {
                     if sync_answered(n, &frame) {
+                        self.confirmed = self.held.len();
                         continue;
                     }
                     if is_ping_refusal(&frame) {
                         // In its place, but refused: the stream is in step, and the server
                         // will refuse every sentinel.
                         self.sync_refused = true;
+                        self.confirmed = self.held.len();
                         continue;
                     }
                     return Err(ConnError::Desync);
@@ -550,6 +597,15 @@ impl<T> Conn<T> {
                     continue;
                 }
                 Owner::Op(tag, at, len, sent, resends) => {
+                    // A sentinel's nonce answers no command of ours (`GET` of a lock key
+                    // reads a token): it arrived in a command's place, so a reply or a
+                    // command was lost before it.
+                    if matches!(frame.without_attributes(), Frame::Bulk(b) if sync::is_sync_reply(b))
+                    {
+                        // Still owed: the failure hands its tag back with the others.
+                        self.owed.push_front(Owner::Op(tag, at, len, sent, resends));
+                        return Err(ConnError::Desync);
+                    }
                     // A healthy exchange: the next failure starts the backoff from the bottom.
                     self.backoff = Duration::ZERO;
                     let len = len.min(self.scripted.len());
@@ -589,24 +645,56 @@ impl<T> Conn<T> {
                         // the release of this very acquisition when its caller went away).
                         let behind = self.owed.iter().any(|o| matches!(o, Owner::Op(..)));
                         let again = (!behind).then(|| Box::new(again));
-                        return Ok(Some(Reply {
+                        let reply = Reply {
                             tag,
                             frame,
                             native,
                             again,
-                        }));
+                        };
+                        match self.hold(reply) {
+                            Some(reply) => return Ok(Some(reply)),
+                            None => continue,
+                        }
                     }
                     bytes::Buf::advance(&mut self.scripted, len);
                     let again = None;
-                    return Ok(Some(Reply {
+                    let reply = Reply {
                         tag,
                         frame,
                         native,
                         again,
-                    }));
+                    };
+                    match self.hold(reply) {
+                        Some(reply) => return Ok(Some(reply)),
+                        None => continue,
+                    }
                 }
             }
         }
+    }
+
+    /// With [`verifying`](Conn::verifying) on (and sentinels answered), keeps `reply` until
+    /// the sentinel behind it comes back; otherwise hands it back to be returned now.
+    fn hold(&mut self, reply: Reply<T>) -> Option<Reply<T>> {
+        if !self.verify || self.sync_refused {
+            return Some(reply);
+        }
+        self.held.push_back(reply);
+        None
+    }
+
+    /// The oldest confirmed reply. An acquisition offered to be sent again (`Reply::again`)
+    /// is offered only if nothing has been queued behind it since it was decoded: no
+    /// command owed, and no other reply held after it.
+    fn release_held(&mut self) -> Option<Reply<T>> {
+        let mut reply = self.held.pop_front()?;
+        self.confirmed -= 1;
+        if reply.again.is_some()
+            && (!self.held.is_empty() || self.owed.iter().any(|o| matches!(o, Owner::Op(..))))
+        {
+            reply.again = None;
+        }
+        Some(reply)
     }
 
     /// The next reply to an operation's command, without its form (tests).
@@ -631,10 +719,14 @@ impl<T> Conn<T> {
         self.invalidated.clear();
         self.retry_at = Some(crate::time::later(now, self.backoff));
         self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
-        self.owed.drain(..).filter_map(|o| match o {
+        self.unsealed = false;
+        self.confirmed = 0;
+        // Replies held for a sentinel that will not come are as lost as those never read.
+        let held = self.held.drain(..).map(|r| r.tag);
+        held.chain(self.owed.drain(..).filter_map(|o| match o {
             Owner::Op(tag, ..) => Some(tag),
             _ => None,
-        })
+        }))
     }
 
     /// Whether the oldest reply still owed to a command is older than `limit` at `now`.

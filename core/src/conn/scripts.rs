@@ -66,6 +66,7 @@ impl<T> Conn<T> {
         let written = forms::write_as(&copy, form, &mut self.out);
         debug_assert!(written, "a form chosen for a command it has");
         self.scripted.extend_from_slice(&copy);
+        self.unsealed = true;
         self.owed.push_back(Owner::Op(
             tag,
             at,

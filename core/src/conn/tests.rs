@@ -548,3 +548,176 @@ fn owed_counts_every_reply_and_dates_the_oldest_commands() {
     );
     assert_eq!(c.owed(), (1, Some(t + OVERDUE)));
 }
+
+/// A verifying connection: opened with no login, its preloads answered.
+fn verifying() -> Conn<u64> {
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE).verifying(true);
+    open(&mut c);
+    c.out.clear();
+    c
+}
+
+fn nonce(n: u32) -> Vec<u8> {
+    let text = format!("redlock-sync:{n}");
+    format!("${}\r\n{text}\r\n", text.len()).into_bytes()
+}
+
+#[test]
+fn a_verifying_connection_ends_each_write_pass_with_one_sentinel() {
+    let mut c = verifying();
+    let t = Instant::now();
+    c.queue(1, t, |b| b.put_slice(b"A;"), How::Plain).unwrap();
+    c.queue(2, t, |b| b.put_slice(b"B;"), How::Plain).unwrap();
+    c.seal();
+    c.seal();
+    let out = String::from_utf8_lossy(&c.out).into_owned();
+    assert!(out.starts_with("A;B;*2\r\n$4\r\nPING\r\n"), "{out}");
+    assert_eq!(out.matches("PING").count(), 1, "{out}");
+    // Nothing queued since: no sentinel.
+    c.out.clear();
+    c.seal();
+    assert!(c.out.is_empty());
+    // Off: a pass ends with nothing.
+    let mut plain: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    open(&mut plain);
+    plain.out.clear();
+    plain
+        .queue(1, t, |b| b.put_slice(b"A;"), How::Plain)
+        .unwrap();
+    plain.seal();
+    assert_eq!(&plain.out[..], b"A;");
+}
+
+#[test]
+fn a_verifying_connection_hands_replies_over_only_once_their_sentinel_is_back() {
+    let mut c = verifying();
+    let t = Instant::now();
+    c.queue(1, t, |b| b.put_slice(b"A;"), How::Plain).unwrap();
+    c.queue(2, t, |b| b.put_slice(b"B;"), How::Plain).unwrap();
+    c.seal();
+    feed(&mut c, b"+OK\r\n:1\r\n");
+    assert_eq!(c.next_reply().unwrap(), None, "held until the nonce");
+    feed(&mut c, &nonce(1));
+    assert_eq!(
+        c.next_reply().unwrap(),
+        Some((1, Frame::Simple("OK".into())))
+    );
+    assert_eq!(c.next_reply().unwrap(), Some((2, Frame::Integer(1))));
+    assert_eq!(c.next_reply().unwrap(), None);
+}
+
+/// Two pipelined `SET NX`, fused into one by a run of bytes lost from the middle of the
+/// stream (the first one's tail and the second one's head): the server answers once. That
+/// `+OK` is the second command's, and without the sentinel it would be taken for the
+/// first's. With it, the nonce arrives in the second command's place: the connection is
+/// dropped, and neither command is answered.
+#[test]
+fn commands_fused_by_lost_bytes_are_never_answered_by_each_other() {
+    let t = Instant::now();
+    let fused = |c: &mut Conn<u64>| {
+        c.queue(1, t, |b| b.put_slice(b"SET r0 ..."), How::Plain)
+            .unwrap();
+        c.queue(2, t, |b| b.put_slice(b"SET f0 ..."), How::Plain)
+            .unwrap();
+        c.seal();
+        feed(c, b"+OK\r\n");
+    };
+    // Without the check, the fused command's `+OK` goes to command 1.
+    let mut plain: Conn<u64> = Conn::new(MAX_OWED, OVERDUE);
+    open(&mut plain);
+    fused(&mut plain);
+    assert_eq!(plain.next_reply().unwrap().map(|(t, _)| t), Some(1));
+    // With it: held, then the nonce in 2's place.
+    let mut c = verifying();
+    fused(&mut c);
+    assert_eq!(c.next_reply().unwrap(), None);
+    feed(&mut c, &nonce(1));
+    assert_eq!(c.next_reply(), Err(ConnError::Desync));
+    let lost: Vec<u64> = c.failed(t).collect();
+    assert_eq!(lost, vec![1, 2], "the held reply's command failed too");
+}
+
+/// A command mangled into lines the server reads one by one (its head lost): several
+/// errors for one command. The second lands in the sentinel's place.
+#[test]
+fn extra_replies_from_a_mangled_command_land_on_the_sentinel() {
+    let mut c = verifying();
+    let t = Instant::now();
+    c.queue(1, t, |b| b.put_slice(b"SET r0 ..."), How::Plain)
+        .unwrap();
+    c.seal();
+    feed(
+        &mut c,
+        b"-ERR unknown command\r\n-ERR unknown command\r\n+OK\r\n",
+    );
+    assert_eq!(c.next_reply(), Err(ConnError::Desync));
+    assert_eq!(c.failed(t).collect::<Vec<_>>(), vec![1]);
+}
+
+/// A whole reply lost: every later reply moves up one place, and the sentinel's nonce
+/// arrives in the last command's place.
+#[test]
+fn a_lost_reply_moves_the_nonce_into_a_commands_place() {
+    let mut c = verifying();
+    let t = Instant::now();
+    for tag in 1..=3 {
+        c.queue(tag, t, |b| b.put_slice(b"SET ..."), How::Plain)
+            .unwrap();
+    }
+    c.seal();
+    // The reply to 1 lost; 2's and 3's arrive, then the nonce.
+    feed(&mut c, b"+OK\r\n$-1\r\n");
+    feed(&mut c, &nonce(1));
+    assert_eq!(c.next_reply(), Err(ConnError::Desync));
+}
+
+/// An acquisition the server refused in the form it was sent in is offered to be sent
+/// again only if nothing was queued behind it, and that is judged when its reply is handed
+/// over: a command queued while the reply was held for its sentinel withdraws the offer.
+#[test]
+fn a_held_refusal_is_not_offered_again_once_a_command_is_queued_behind_it() {
+    let token = Token::from_random(&mut crate::random::Seeded::new(105));
+    let set = [Name::new("a"), Name::new("b")];
+    let acquire = command(OpKind::Acquire, &token, &set);
+    let t = Instant::now();
+    for queue_behind in [false, true] {
+        let mut c = verifying();
+        c.queue(
+            1,
+            t,
+            |b| acquire.encode(b, Form::Evalsha),
+            How::Script(None),
+        )
+        .unwrap();
+        c.seal();
+        feed(&mut c, b"-NOSCRIPT No matching script.\r\n");
+        assert!(c.take_reply().unwrap().is_none());
+        if queue_behind {
+            c.queue(2, t, |b| b.put_slice(b"DEL ..."), How::Plain)
+                .unwrap();
+        }
+        feed(&mut c, &nonce(1));
+        let reply = c.take_reply().unwrap().expect("handed over");
+        assert_eq!(reply.tag, 1);
+        assert_eq!(reply.again.is_some(), !queue_behind);
+    }
+}
+
+#[test]
+fn a_refused_sentinel_lets_held_replies_go_and_stops_holding() {
+    let mut c = verifying();
+    let t = Instant::now();
+    c.queue(1, t, |b| b.put_slice(b"A;"), How::Plain).unwrap();
+    c.seal();
+    feed(
+        &mut c,
+        b":1\r\n-NOPERM User app has no permissions to run the 'ping' command\r\n",
+    );
+    assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
+    c.out.clear();
+    c.queue(2, t, |b| b.put_slice(b"B;"), How::Plain).unwrap();
+    c.seal();
+    assert_eq!(&c.out[..], b"B;", "no sentinel where PING is refused");
+    feed(&mut c, b":0\r\n");
+    assert_eq!(c.next_reply().unwrap(), Some((2, Frame::Integer(0))));
+}

@@ -201,7 +201,8 @@ impl<U> Engine<U> {
                 .map(|addr| Node {
                     addr: addr.clone(),
                     conn: Conn::new(MAX_OWED, cfg.node_timeout)
-                        .checking_eviction(cfg.fencing.is_some()),
+                        .checking_eviction(cfg.fencing.is_some())
+                        .verifying(cfg.verify_stream),
                     link: Link::Closed,
                     stats: NodeStats::default(),
                 })
@@ -428,12 +429,25 @@ impl<U> Engine<U> {
         matches!(self.nodes.get(i).map(|n| n.link), Some(Link::Connecting(_)))
     }
 
-    /// The bytes to write to node `i` now (none until its socket is connected).
-    pub fn transmit(&self, i: usize) -> &[u8] {
-        match self.nodes.get(i) {
-            Some(node) if node.link == Link::Open => &node.conn.out,
+    /// The bytes to write to node `i` now (none until its socket is connected). With
+    /// `verify_stream` on, the commands queued since the last call end with a sentinel
+    /// first (one per connection per write pass: see [`Conn::verifying`]).
+    pub fn transmit(&mut self, i: usize) -> &[u8] {
+        match self.nodes.get_mut(i) {
+            Some(node) if node.link == Link::Open => {
+                node.conn.seal();
+                &node.conn.out
+            }
             _ => &[],
         }
+    }
+
+    /// Whether node `i` has bytes to write (what [`transmit`](Engine::transmit) would give,
+    /// without ending the pass).
+    pub fn has_output(&self, i: usize) -> bool {
+        self.nodes
+            .get(i)
+            .is_some_and(|n| n.link == Link::Open && !n.conn.out.is_empty())
     }
 
     /// `n` bytes of [`transmit`](Engine::transmit) were written to node `i`.

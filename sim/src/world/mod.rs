@@ -574,6 +574,11 @@ impl World {
             o.fencing = fenced;
             o.scripts = scripts;
             o.wakeups = rng.chance(700);
+            // Drawn apart from the world's stream, so that worlds without it keep their
+            // schedules: every client under byte loss (where it is what holds replies to their
+            // commands), a fifth of them elsewhere (the mode under every other fault).
+            o.verify_stream = params.faults.has(Fault::ByteLoss)
+                || Rng::new(seed, 0x300 + u64::from(id)).chance(200);
             let cfg = o.validate().expect("the simulator draws valid options");
             let ttl_min = (cfg.min_ttl().as_nanos() as u64).max(10_000_000);
             let ppm = if params.negative == Some(Negative::ClientClockSlow) && id == 0 {
@@ -740,9 +745,9 @@ impl World {
             let cfg = client.cfg();
             let words = || {
                 format!(
-                    "c{c}: masters {:?}, quorum {}, node timeout {:?}, tries {}, retry delay {:?}, drift {}, fail-fast {}, fenced {}, scripts {:?}, wake-ups {}",
+                    "c{c}: masters {:?}, quorum {}, node timeout {:?}, tries {}, retry delay {:?}, drift {}, fail-fast {}, fenced {}, scripts {:?}, wake-ups {}, verify {}",
                     client.perm, cfg.quorum(), cfg.node_timeout(), cfg.tries(), cfg.retry_delay(),
-                    cfg.drift_factor(), cfg.fail_fast(), cfg.fencing_key().is_some(), client.scripts(), cfg.wakeups()
+                    cfg.drift_factor(), cfg.fail_fast(), cfg.fencing_key().is_some(), client.scripts(), cfg.wakeups(), cfg.verify_stream()
                 )
             };
             self.sim.trace.ev(0, 40, c as u64, 0, words);

@@ -167,7 +167,7 @@ impl Driver {
         self.apply_io();
         crate::observe::engine_events(&mut self.engine);
         for i in 0..self.socks.len() {
-            if !self.engine.transmit(i).is_empty() {
+            if self.engine.has_output(i) {
                 self.flush(i);
             }
         }
@@ -307,7 +307,7 @@ impl Driver {
                     // The input may have asked for the socket to go (a protocol error), or for
                     // bytes to go out on it (the EVAL form after a NOSCRIPT).
                     self.apply_io();
-                    if !self.engine.transmit(i).is_empty() {
+                    if self.engine.has_output(i) {
                         self.flush(i);
                     }
                     // A short read emptied the socket's receive queue: bytes that arrive

@@ -328,8 +328,7 @@ impl Driver {
 
     /// Whether node `i` has anything to write: the engine's bytes, or a TLS session's.
     fn has_output(&self, i: usize) -> bool {
-        !self.engine.transmit(i).is_empty()
-            || self.socks[i].as_ref().is_some_and(Stream::wants_write)
+        self.engine.has_output(i) || self.socks[i].as_ref().is_some_and(Stream::wants_write)
     }
 
     /// Writes what the engine has for node `i` until it is all written or the socket would
