@@ -61,6 +61,11 @@ pub struct Global {
     /// being woken by the masters when the holder lets go (RESP3 client-side tracking).
     #[arg(long, env = "REDLOCK_NO_WAKEUPS", global = true)]
     pub no_wakeups: bool,
+    /// Check every reply against the stream: each write pass to a master ends with a `PING`
+    /// whose nonce must come back in its place before the replies before it count. For a
+    /// path that may lose bytes (a broken proxy); costs one command per master per pass.
+    #[arg(long, env = "REDLOCK_VERIFY_STREAM", global = true)]
+    pub verify_stream: bool,
     /// Print the library's spans and events on stderr as they happen: one line per operation
     /// (resource, outcome, elapsed, every node's answer on failure, a token's first 8
     /// characters), reconnects, script fallbacks, wake-ups, extensions and losses.
@@ -394,6 +399,7 @@ impl Global {
             .fencing(self.fencing)
             .fencing_key(self.fencing_key.clone())
             .wakeups(!self.no_wakeups)
+            .verify_stream(self.verify_stream)
             .scripts(self.scripts.into());
         #[cfg(feature = "tls")]
         let builder = {

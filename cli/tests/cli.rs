@@ -1505,3 +1505,54 @@ fn run_does_not_hand_node_passwords_to_the_command() {
         assert!(!stdout(&o).contains("S3CRET"), "{}", stdout(&o));
     }
 }
+
+/// `--verify-stream`: every write pass to a master ends with a sentinel `PING`, and `run`
+/// still takes the lock, runs the command under it and releases it. Counted on the masters
+/// (`INFO commandstats`), against the same run without the flag.
+#[test]
+fn verify_stream_sends_a_sentinel_behind_each_pass() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let key = resource("cli-verify");
+    let pings = |a: &String| -> u64 {
+        let reply = redis(a, &["INFO", "commandstats"]);
+        let info = match reply.as_bytes() {
+            Some(b) => String::from_utf8_lossy(b).into_owned(),
+            None => panic!("INFO answered {reply:?}"),
+        };
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_ping:calls="))
+            .map_or(0, |rest| {
+                rest.split(',').next().unwrap_or("0").parse().unwrap_or(0)
+            })
+    };
+    let mut counts = Vec::new();
+    for flag in [None, Some("--verify-stream")] {
+        let before: Vec<u64> = nodes.iter().map(pings).collect();
+        let mut cmd = redlock(&nodes);
+        cmd.args(flag);
+        let probe = format!("redis-cli -p {} GET {key}", c.servers()[0].port());
+        cmd.args(["run", "--resource", &key, "--", "sh", "-c", &probe]);
+        let o = output(cmd, "run");
+        assert_eq!(code(&o), 0, "{flag:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o).trim().len(), 40, "{flag:?}: ran under the lock");
+        assert_eq!(holders(&c, &key), 0, "{flag:?}: released");
+        let after: Vec<u64> = nodes.iter().map(pings).collect();
+        counts.push(
+            before
+                .iter()
+                .zip(&after)
+                .map(|(b, a)| a - b)
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert!(
+        counts[0].iter().all(|&n| n == 0),
+        "no sentinel without the flag: {counts:?}"
+    );
+    // The acquisition's pass and the release's, at least, on every master.
+    assert!(
+        counts[1].iter().all(|&n| n >= 2),
+        "a sentinel per pass: {counts:?}"
+    );
+}
