@@ -378,7 +378,16 @@ fn main() {
                 .then(|| PUSHES.load(Ordering::Relaxed));
             println!(
                 "{}",
-                report(name, n, tenures, elapsed, rounds, commands, pushes, nodes.len())
+                report(
+                    name,
+                    n,
+                    tenures,
+                    elapsed,
+                    rounds,
+                    commands,
+                    pushes,
+                    nodes.len()
+                )
             );
         }
     }

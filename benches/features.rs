@@ -1,4 +1,4 @@
-//! What fencing and locks over several resources cost, against the plain lock, in one run on
+//! What fencing, locks over several resources and `verify_stream` cost, against the plain lock, in one run on
 //! five local masters: sequential lock + unlock pairs on the blocking client, each variant in
 //! turns interleaved with the others so that the machine's swings fall on all of them alike.
 //!
@@ -292,6 +292,17 @@ fn main() {
             client: build_on(&nodes[..1], false),
             resources: vec!["bench:single".into()],
         },
+        // Last, so that the indices above stay.
+        Variant {
+            name: "plain lock, verify_stream (a sentinel per pass)",
+            client: Redlock::builder()
+                .nodes(&nodes)
+                .node_timeout(Duration::from_millis(200))
+                .verify_stream(true)
+                .build()
+                .unwrap(),
+            resources: vec!["bench:verified".into()],
+        },
     ];
     // Warm-up: connections, script caches.
     for v in &variants {
@@ -390,6 +401,17 @@ fn main() {
         first_tls,
         first_tcp,
         first_tls - first_tcp
+    );
+    println!(
+        "verify_stream vs plain: sequential pair p50 {:.1} vs {:.1} µs ({:.2}x), pairs/s {:.0} vs {:.0} ({:.2}x), servers' CPU per pair {:.2}x",
+        p50[7].1,
+        p50[0].1,
+        p50[7].1 / p50[0].1,
+        pps[7],
+        pps[0],
+        pps[7] / pps[0],
+        (samples[7].server_ticks as f64 / samples[7].pairs.max(1) as f64)
+            / (samples[0].server_ticks as f64 / samples[0].pairs.max(1) as f64)
     );
     let lock_ratio = p50[2].0 / p50[0].0;
     let pair_ratio = p50[2].1 / p50[0].1;

@@ -386,13 +386,21 @@ impl Client {
 }
 
 /// Prints (to stderr, beside the table) how many operations shared each write pass in a turn.
-fn mean_batch(client: &str, callers: usize, before: &redlock_mux::Stats, after: &redlock_mux::Stats) {
+fn mean_batch(
+    client: &str,
+    callers: usize,
+    before: &redlock_mux::Stats,
+    after: &redlock_mux::Stats,
+) {
     let (b, o) = (
         after.batches - before.batches,
         after.batched_ops - before.batched_ops,
     );
     if b > 0 {
-        eprintln!("{client} at {callers}: mean batch {:.1}", o as f64 / b as f64);
+        eprintln!(
+            "{client} at {callers}: mean batch {:.1}",
+            o as f64 / b as f64
+        );
     }
 }
 
