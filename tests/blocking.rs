@@ -22,7 +22,10 @@ testkit::for_each_case!(shared_cases, Blocking);
 fn script_digests_match_what_redis_computes() {
     let server = testkit::local::LocalServer::start().unwrap();
     let addr = server.addr().to_string();
-    for (sha, text) in redlock_mux::script::ALL {
+    for (sha, text) in redlock_mux::script::ALL
+        .iter()
+        .chain(&redlock_mux::script::FAIR)
+    {
         match redis(&addr, &["SCRIPT", "LOAD", text]) {
             redlock_mux::resp::Frame::Bulk(b) => assert_eq!(&b[..], sha.as_bytes()),
             other => panic!("SCRIPT LOAD: {other:?}"),

@@ -101,9 +101,89 @@ pub fn function_by_digest(sha: &[u8]) -> Option<&'static str> {
         .and_then(|i| FUNCTIONS.get(i).copied())
 }
 
+/// The key prefix of the queue of waiters for a resource (a sorted set of client ids by
+/// ticket), in fair mode: `redlock-mux:queue:<resource>`.
+pub const QUEUE_PREFIX: &str = "redlock-mux:queue:";
+
+/// The value a hand-off leaves in a resource's key for the waiter it rang, for the claim
+/// lease: `redlock-mux:reserved:<client id>`. No token has this form (tokens are 40 hex
+/// digits), so no release or extension ever matches it, and a plain `SET NX` finds the key
+/// taken: nobody passes the waiter it was rung for.
+pub const RESERVED_PREFIX: &str = "redlock-mux:reserved:";
+
+/// The channel a client's door bell rings on: `redlock-mux:bell:<client id>`, one per
+/// client, subscribed on every connection of a client in fair mode; the message is the
+/// resource.
+pub const BELL_PREFIX: &str = "redlock-mux:bell:";
+
+/// The hand-off every fair script shares: pops the queue's head until one is a live
+/// client (the caller itself, or one whose bell reaches a subscriber: `PUBLISH` counts the
+/// receivers, and a client whose process is gone has none), and reserves the resource for
+/// it for the claim lease. Written at the head of each fair script.
+pub const RING: &str = include_str!("scripts/ring.lua");
+
+/// Fair mode, a waiter joins the queues of its resources (`KEYS[1..=n]` the resources,
+/// `KEYS[n+1..=2n]` their queues; `ARGV`: client id, claim lease in ms, `n`, the queues'
+/// ttl in ms). A client already queued keeps its ticket (all its waiters share one place). A
+/// free resource is handed to the head of its line at once. Returns `-3` when every
+/// resource is now reserved for the caller (claim at once), else the longest `PTTL` of the
+/// others (`-2` none, `-1` one without a ttl).
+pub const WAIT: &str = concat!(
+    include_str!("scripts/ring.lua"),
+    include_str!("scripts/wait.lua")
+);
+
+/// SHA-1 of [`WAIT`].
+pub const WAIT_SHA1: &str = "6fc728dea5ab0197c36b5411211cb49a5b4c8471";
+
+/// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
+/// once the head of its line has been rung (which may be the caller), all or nothing, and
+/// leaves the queues; fenced, `INCR`s the counter (`KEYS[2n+1]`). `KEYS` as [`WAIT`]'s;
+/// `ARGV`: token, ttl in ms, `n`, client id, claim lease in ms. Answers as [`ACQUIRE`]:
+/// `0` or the counter, `-i` when resource `i` is held or reserved for another.
+pub const CLAIM: &str = concat!(
+    include_str!("scripts/ring.lua"),
+    include_str!("scripts/claim.lua")
+);
+
+/// SHA-1 of [`CLAIM`].
+pub const CLAIM_SHA1: &str = "f9c5360b174bdc5a1fe369448b1e3472dcb216ad";
+
+/// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
+/// to the head of its line. `KEYS`: the resources, then their queues; `ARGV`: token, claim
+/// lease in ms. Answers as [`RELEASE`].
+pub const HANDOFF: &str = concat!(
+    include_str!("scripts/ring.lua"),
+    include_str!("scripts/handoff.lua")
+);
+
+/// SHA-1 of [`HANDOFF`].
+pub const HANDOFF_SHA1: &str = "c031ef4c900ec28bae9507466a07d7e7337efb23";
+
+/// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
+/// resource it no longer waits for), and passes on a reservation it holds. `KEYS`: the
+/// resources, then their queues; `ARGV`: client id, claim lease in ms. Answers how many
+/// reservations it passed on.
+pub const LEAVE: &str = concat!(
+    include_str!("scripts/ring.lua"),
+    include_str!("scripts/leave.lua")
+);
+
+/// SHA-1 of [`LEAVE`].
+pub const LEAVE_SHA1: &str = "9df23341dd4e8418627fcad84e55dbeb8acfe68d";
+
+/// The fair scripts with their digests: wait, claim, hand-off, leave.
+pub const FAIR: [(&str, &str); 4] = [
+    (WAIT_SHA1, WAIT),
+    (CLAIM_SHA1, CLAIM),
+    (HANDOFF_SHA1, HANDOFF),
+    (LEAVE_SHA1, LEAVE),
+];
+
 /// The script a digest names, if it is one of ours.
 pub fn by_digest(sha: &[u8]) -> Option<&'static str> {
     ALL.iter()
+        .chain(FAIR.iter())
         .find(|(digest, _)| digest.as_bytes() == sha)
         .map(|(_, body)| *body)
 }

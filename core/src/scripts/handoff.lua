@@ -1,0 +1,15 @@
+local n = #KEYS / 2
+local held, gone = false, false
+for i = 1, n do
+  local v = redis.call("GET", KEYS[i])
+  if v == ARGV[1] then
+    redis.call("DEL", KEYS[i])
+    ring(KEYS[i], KEYS[n + i], ARGV[2], false)
+  elseif v == false then
+    gone = true
+    ring(KEYS[i], KEYS[n + i], ARGV[2], false)
+  else held = true end
+end
+if held then return 0 end
+if gone then return -1 end
+return 1

@@ -1,0 +1,305 @@
+//! The fair hand-off's scripts on a real server, driven by hand over raw RESP3 connections:
+//! the line is first come, first served; a release rings only the head; a waiter whose
+//! process is gone is skipped at once (`PUBLISH` reaches nobody); a reservation keeps a
+//! plain `SET NX` and every other waiter out for the claim lease, and once it lapses the
+//! next try hands the resource on; leaving passes a reservation on; a client's waiters share
+//! one place. (What the client does with them is tested through the library elsewhere.)
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use redlock_mux::resp::{encode_command, Decoder, Frame};
+use redlock_mux::script::{self, BELL_PREFIX, QUEUE_PREFIX, RESERVED_PREFIX};
+use testkit::local::LocalServer;
+use testkit::{redis, resource, wait_until};
+
+/// A raw RESP3 connection subscribed to a client's bell.
+struct Client {
+    id: String,
+    s: TcpStream,
+    dec: Decoder,
+    buf: BytesMut,
+}
+
+impl Client {
+    fn new(addr: &str, id: &str) -> Client {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut c = Client {
+            id: id.to_string(),
+            s,
+            dec: Decoder::default(),
+            buf: BytesMut::new(),
+        };
+        c.send(&["HELLO", "3"]);
+        assert!(matches!(c.reply(), Frame::Map(_)));
+        let bell = format!("{BELL_PREFIX}{id}");
+        c.send(&["SUBSCRIBE", &bell]);
+        // RESP3: the confirmation is a push.
+        let (pushes, _) = c.until_ping();
+        assert_eq!(pushes.len(), 1, "{pushes:?}");
+        c
+    }
+
+    fn send(&mut self, args: &[&str]) {
+        let mut out = BytesMut::new();
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        encode_command(&mut out, &args);
+        self.s.write_all(&out).unwrap();
+    }
+
+    fn frame(&mut self) -> Frame {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(f) = self.dec.decode(&mut self.buf).expect("RESP") {
+                return f;
+            }
+            let n = self.s.read(&mut chunk).expect("a frame within 10 s");
+            assert!(n > 0, "closed");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// The next reply that is not a push.
+    fn reply(&mut self) -> Frame {
+        loop {
+            match self.frame() {
+                Frame::Push(_) => continue,
+                f => return f,
+            }
+        }
+    }
+
+    /// Sends `PING` and reads up to its answer: the pushes that came before it (the server
+    /// writes in order, so a bell published before the `PING` ran is among them).
+    fn until_ping(&mut self) -> (Vec<Frame>, Frame) {
+        self.send(&["PING", "mark"]);
+        let mut pushes = Vec::new();
+        loop {
+            match self.frame() {
+                p @ Frame::Push(_) => pushes.push(p),
+                Frame::Bulk(b) if &b[..] == b"mark" => return (pushes, Frame::Bulk(b)),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    /// The resources this client's bell rang for since the last look.
+    fn bells(&mut self) -> Vec<String> {
+        self.until_ping()
+            .0
+            .into_iter()
+            .filter_map(|p| match p {
+                Frame::Push(items) if items.len() == 3 => items[2]
+                    .as_bytes()
+                    .map(|b| String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn eval(&mut self, body: &str, keys: &[&str], args: &[&str]) -> Frame {
+        let n = keys.len().to_string();
+        let mut all = vec!["EVAL", body, &n];
+        all.extend_from_slice(keys);
+        all.extend_from_slice(args);
+        self.send(&all);
+        self.reply()
+    }
+
+    fn wait(&mut self, r: &str, claim_ms: u64) -> i64 {
+        let q = format!("{QUEUE_PREFIX}{r}");
+        let id = self.id.clone();
+        match self.eval(
+            script::WAIT,
+            &[r, &q],
+            &[&id, &claim_ms.to_string(), "1", "600000"],
+        ) {
+            Frame::Integer(n) => n,
+            other => panic!("wait: {other:?}"),
+        }
+    }
+
+    fn claim(&mut self, r: &str, token: &str) -> i64 {
+        let q = format!("{QUEUE_PREFIX}{r}");
+        let id = self.id.clone();
+        match self.eval(
+            script::CLAIM,
+            &[r, &q],
+            &[token, "30000", "1", &id, "60000"],
+        ) {
+            Frame::Integer(n) => n,
+            other => panic!("claim: {other:?}"),
+        }
+    }
+
+    fn handoff(&mut self, r: &str, token: &str, claim_ms: u64) -> i64 {
+        let q = format!("{QUEUE_PREFIX}{r}");
+        match self.eval(script::HANDOFF, &[r, &q], &[token, &claim_ms.to_string()]) {
+            Frame::Integer(n) => n,
+            other => panic!("handoff: {other:?}"),
+        }
+    }
+}
+
+fn get(addr: &str, key: &str) -> Option<String> {
+    redis(addr, &["GET", key])
+        .as_bytes()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+fn queue(addr: &str, r: &str) -> Vec<String> {
+    match redis(addr, &["ZRANGE", &format!("{QUEUE_PREFIX}{r}"), "0", "-1"]) {
+        Frame::Array(items) => items
+            .iter()
+            .map(|f| String::from_utf8_lossy(f.as_bytes().unwrap()).into_owned())
+            .collect(),
+        other => panic!("ZRANGE: {other:?}"),
+    }
+}
+
+const TOKEN_H: &str = "1111111111111111111111111111111111111111";
+const TOKEN_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const TOKEN_X: &str = "9999999999999999999999999999999999999999";
+
+#[test]
+fn the_line_is_first_come_first_served_and_a_release_rings_only_its_head() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    let r = resource("fair-line");
+    let mut holder = Client::new(&addr, "h");
+    holder.send(&["SET", &r, TOKEN_H, "NX", "PX", "30000"]);
+    assert_eq!(holder.reply(), Frame::Simple("OK".into()));
+    let mut w: Vec<Client> = ["a", "b", "c"]
+        .iter()
+        .map(|id| Client::new(&addr, id))
+        .collect();
+    for c in &mut w {
+        let pttl = c.wait(&r, 60_000);
+        assert!(pttl > 0, "held: its ttl ({pttl})");
+    }
+    assert_eq!(queue(&addr, &r), ["a", "b", "c"]);
+    // A client's waiters share its place: waiting again changes nothing.
+    assert!(w[1].wait(&r, 60_000) > 0);
+    assert_eq!(queue(&addr, &r), ["a", "b", "c"]);
+
+    assert_eq!(holder.handoff(&r, TOKEN_H, 60_000), 1);
+    assert_eq!(w[0].bells(), [r.clone()], "the head is rung");
+    assert!(
+        w[1].bells().is_empty() && w[2].bells().is_empty(),
+        "no one else"
+    );
+    assert_eq!(get(&addr, &r).unwrap(), format!("{RESERVED_PREFIX}a"));
+    // Nobody passes the head: not a plain SET NX, not the next in line.
+    holder.send(&["SET", &r, TOKEN_X, "NX", "PX", "30000"]);
+    assert!(holder.reply().is_null());
+    assert_eq!(w[1].claim(&r, TOKEN_X), -1);
+    // The head claims it and leaves the line.
+    assert_eq!(w[0].claim(&r, TOKEN_A), 0);
+    assert_eq!(get(&addr, &r).unwrap(), TOKEN_A);
+    assert_eq!(queue(&addr, &r), ["b", "c"]);
+    // The next release rings the next.
+    assert_eq!(w[0].handoff(&r, TOKEN_A, 60_000), 1);
+    assert_eq!(w[1].bells(), [r.clone()]);
+    assert!(w[2].bells().is_empty());
+}
+
+#[test]
+fn a_waiter_whose_process_is_gone_is_skipped_at_once() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    let r = resource("fair-gone");
+    let mut holder = Client::new(&addr, "h");
+    holder.send(&["SET", &r, TOKEN_H, "NX", "PX", "30000"]);
+    holder.reply();
+    let mut a = Client::new(&addr, "a");
+    let mut b = Client::new(&addr, "b");
+    a.wait(&r, 60_000);
+    b.wait(&r, 60_000);
+    drop(a);
+    // The server notices the closed connection: its bell then reaches nobody.
+    wait_until(
+        Duration::from_secs(10),
+        "the server drops the closed subscriber",
+        || {
+            matches!(redis(&addr, &["PUBSUB", "NUMSUB", &format!("{BELL_PREFIX}a")]),
+            Frame::Array(ref v) if v.get(1) == Some(&Frame::Integer(0)))
+        },
+    );
+    assert_eq!(holder.handoff(&r, TOKEN_H, 60_000), 1);
+    assert_eq!(b.bells(), [r.clone()], "the dead head is skipped");
+    assert_eq!(get(&addr, &r).unwrap(), format!("{RESERVED_PREFIX}b"));
+    assert!(queue(&addr, &r).is_empty());
+}
+
+#[test]
+fn a_lapsed_reservation_is_handed_on_by_the_next_try_and_leaving_passes_one_on() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    let r = resource("fair-lapse");
+    let mut holder = Client::new(&addr, "h");
+    holder.send(&["SET", &r, TOKEN_H, "NX", "PX", "30000"]);
+    holder.reply();
+    let mut a = Client::new(&addr, "a");
+    let mut b = Client::new(&addr, "b");
+    let mut c = Client::new(&addr, "c");
+    for w in [&mut a, &mut b, &mut c] {
+        w.wait(&r, 60_000);
+    }
+    // `a` is rung with a short claim lease and never claims (a paused process).
+    assert_eq!(holder.handoff(&r, TOKEN_H, 50), 1);
+    assert_eq!(a.bells(), [r.clone()]);
+    wait_until(Duration::from_secs(10), "the reservation lapses", || {
+        get(&addr, &r).is_none()
+    });
+    // `b`'s next try (its timer) finds the resource free: the line goes on, and `b` is at
+    // its head, so the try takes it; `a` has lost its place.
+    assert_eq!(b.claim(&r, TOKEN_X), 0);
+    assert_eq!(queue(&addr, &r), ["c"]);
+    assert_eq!(b.handoff(&r, TOKEN_X, 60_000), 1);
+    assert_eq!(c.bells(), [r.clone()]);
+    // `c` gives up: leaving passes its reservation on (nobody is left: the key is free).
+    let q = format!("{QUEUE_PREFIX}{r}");
+    assert_eq!(
+        c.eval(script::LEAVE, &[&r, &q], &["c", "60000"]),
+        Frame::Integer(1)
+    );
+    assert_eq!(get(&addr, &r), None);
+    // With the line empty, a waiter finds a free resource reserved for itself at once.
+    assert_eq!(a.wait(&r, 60_000), -3);
+    assert_eq!(a.claim(&r, TOKEN_A), 0);
+}
+
+#[test]
+fn a_fenced_claim_counts_and_a_claim_over_a_set_is_all_or_nothing() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    let (r1, r2) = (resource("fair-set-1"), resource("fair-set-2"));
+    let (q1, q2) = (format!("{QUEUE_PREFIX}{r1}"), format!("{QUEUE_PREFIX}{r2}"));
+    let counter = resource("fair-counter");
+    let mut a = Client::new(&addr, "a");
+    redis(&addr, &["SET", &r2, TOKEN_X, "PX", "30000"]);
+    // r2 is held: nothing is taken.
+    assert_eq!(
+        a.eval(
+            script::CLAIM,
+            &[&r1, &r2, &q1, &q2],
+            &[TOKEN_A, "30000", "2", "a", "60000"]
+        ),
+        Frame::Integer(-2)
+    );
+    assert_eq!(get(&addr, &r1), None);
+    redis(&addr, &["DEL", &r2]);
+    assert_eq!(
+        a.eval(
+            script::CLAIM,
+            &[&r1, &r2, &q1, &q2, &counter],
+            &[TOKEN_A, "30000", "2", "a", "60000"]
+        ),
+        Frame::Integer(1)
+    );
+    assert_eq!(get(&addr, &r1).unwrap(), TOKEN_A);
+    assert_eq!(get(&addr, &r2).unwrap(), TOKEN_A);
+}
