@@ -51,6 +51,10 @@ pub struct Master {
     libraries: BTreeMap<String, Library>,
     tracked: Tracked,
     next_id: u64,
+    /// The arguments of the command being run, and where they lie in its frame (kept between
+    /// commands, so that reading one allocates nothing).
+    args: Vec<Bytes>,
+    ranges: Vec<(usize, usize)>,
 }
 
 impl Master {
@@ -64,6 +68,8 @@ impl Master {
             libraries: BTreeMap::new(),
             tracked: Tracked::new(),
             next_id: 1,
+            args: Vec::new(),
+            ranges: Vec::new(),
         }
     }
 
@@ -95,9 +101,13 @@ impl Master {
             Some(c) if !c.closed => c.inb.extend_from_slice(bytes),
             _ => return false,
         }
-        while let Some(args) = self.next_command(conn) {
+        // One vector for every command's arguments, kept between calls.
+        let mut args = std::mem::take(&mut self.args);
+        while self.next_command(conn, &mut args) {
             self.execute(conn, &args, now_ms);
+            args.clear();
         }
+        self.args = args;
         true
     }
 
@@ -166,28 +176,29 @@ impl Master {
         self.conns.len()
     }
 
-    /// The next whole command on `conn`, if one has arrived; closes the connection on bytes
-    /// that are not a command.
-    fn next_command(&mut self, id: ConnId) -> Option<Vec<Bytes>> {
-        let conn = self.conns.get_mut(&id)?;
+    /// The next whole command on `conn`, if one has arrived, its arguments put in `args`
+    /// (empty); closes the connection on bytes that are not a command.
+    fn next_command(&mut self, id: ConnId, args: &mut Vec<Bytes>) -> bool {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return false;
+        };
         loop {
             if conn.closed {
-                return None;
+                return false;
             }
             // The shape clients send (an array of bulk strings), read in one pass; anything
             // else, or a frame the decoder has begun, goes through the decoder (and its errors).
             if !conn.decoding {
-                match multibulk(&conn.inb, None) {
+                match multibulk(&conn.inb, &mut self.ranges) {
                     Multibulk::Whole { end, count } => {
                         let frame = conn.inb.split_to(end).freeze();
                         if count == 0 {
                             continue;
                         }
-                        let mut args = Vec::with_capacity(count);
-                        multibulk(&frame, Some((&frame, &mut args)));
-                        return Some(args);
+                        args.extend(self.ranges.iter().map(|&(s, e)| frame.slice(s..e)));
+                        return true;
                     }
-                    Multibulk::Partial if conn.inb.len() <= MAX_QUERY => return None,
+                    Multibulk::Partial if conn.inb.len() <= MAX_QUERY => return false,
                     Multibulk::Partial | Multibulk::Other => {}
                 }
             }
@@ -201,30 +212,30 @@ impl Master {
                     if conn.inb.len() > MAX_QUERY {
                         conn.close_with(None);
                     }
-                    return None;
+                    return false;
                 }
                 Err(e) => {
                     let msg = format!("ERR Protocol error: {}", e.kind());
                     conn.close_with(Some(&Reply::Error(msg)));
-                    return None;
+                    return false;
                 }
             };
             match frame {
                 // Redis skips an empty or null multibulk.
                 Frame::NullArray => continue,
                 Frame::Array(items) if items.is_empty() => continue,
-                Frame::Array(items) => match bulk_args(items) {
-                    Ok(args) => return Some(args),
+                Frame::Array(items) => match bulk_args(items, args) {
+                    Ok(()) => return true,
                     Err(got) => {
                         let msg = format!("ERR Protocol error: expected '$', got '{got}'");
                         conn.close_with(Some(&Reply::Error(msg)));
-                        return None;
+                        return false;
                     }
                 },
                 _ => {
                     let msg = "ERR Protocol error: inline commands are not simulated";
                     conn.close_with(Some(&Reply::err(msg)));
-                    return None;
+                    return false;
                 }
             }
         }
@@ -274,30 +285,33 @@ enum Multibulk {
 }
 
 /// Reads an array of bulk strings (`*n`, then `n` times `$len`, the bytes, CRLF) from the
-/// front of `b`, within the request limits; with `args` (the frame `b` is, and where to put
-/// them), each argument too, a slice of the frame (a second pass over a frame the first found
-/// whole: nothing is allocated while a frame is still arriving).
-fn multibulk(b: &[u8], mut args: Option<(&Bytes, &mut Vec<Bytes>)>) -> Multibulk {
+/// front of `b`, within the request limits, in one pass: where each argument lies goes to
+/// `ranges` (cleared first; nothing is allocated once it has grown to a command's size).
+fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
     // A decimal count ending in CRLF at `at`: the number and where the next line starts.
+    #[inline]
     fn number(b: &[u8], at: usize) -> Result<(usize, usize), Multibulk> {
         let mut n: usize = 0;
         let mut i = at;
         loop {
-            match b.get(i) {
-                None => return Err(Multibulk::Partial),
-                Some(d @ b'0'..=b'9') if i - at < 10 => n = n * 10 + usize::from(d - b'0'),
-                Some(b'\r') if i > at => {
+            let Some(&d) = b.get(i) else {
+                return Err(Multibulk::Partial);
+            };
+            match d {
+                b'0'..=b'9' if i - at < 10 => n = n * 10 + usize::from(d - b'0'),
+                b'\r' if i > at => {
                     return match b.get(i + 1) {
                         None => Err(Multibulk::Partial),
                         Some(b'\n') => Ok((n, i + 2)),
                         Some(_) => Err(Multibulk::Other),
                     };
                 }
-                Some(_) => return Err(Multibulk::Other),
+                _ => return Err(Multibulk::Other),
             }
             i += 1;
         }
     }
+    ranges.clear();
     let mut parse = || -> Result<Multibulk, Multibulk> {
         match b.first() {
             None => return Err(Multibulk::Partial),
@@ -324,9 +338,7 @@ fn multibulk(b: &[u8], mut args: Option<(&Bytes, &mut Vec<Bytes>)>) -> Multibulk
                 (None, _) | (Some(b'\r'), None) => return Err(Multibulk::Partial),
                 _ => return Err(Multibulk::Other),
             }
-            if let Some((frame, args)) = args.as_mut() {
-                args.push(frame.slice(start..end));
-            }
+            ranges.push((start, end));
             at = end + 2;
         }
         Ok(Multibulk::Whole { end: at, count: n })
@@ -334,15 +346,19 @@ fn multibulk(b: &[u8], mut args: Option<(&Bytes, &mut Vec<Bytes>)>) -> Multibulk
     parse().unwrap_or_else(|m| m)
 }
 
-/// A command's arguments, or the type byte of the first that is not a bulk string.
-fn bulk_args(items: Vec<Frame>) -> Result<Vec<Bytes>, char> {
-    items
-        .into_iter()
-        .map(|f| match f {
-            Frame::Bulk(b) => Ok(b),
-            other => Err(type_byte(&other)),
-        })
-        .collect()
+/// A command's arguments put in `args`, or the type byte of the first that is not a bulk
+/// string.
+fn bulk_args(items: Vec<Frame>, args: &mut Vec<Bytes>) -> Result<(), char> {
+    for f in items {
+        match f {
+            Frame::Bulk(b) => args.push(b),
+            other => {
+                args.clear();
+                return Err(type_byte(&other));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The RESP type byte a frame starts with.
