@@ -231,6 +231,14 @@ impl Clock {
         if self.ppm == 0 {
             return t;
         }
+        // In 64 bits when nothing overflows, else in 128: the same quotient either way.
+        if let Some(x) = i64::try_from(t).ok().and_then(|t| {
+            t.checked_mul(self.ppm)
+                .and_then(|p| t.checked_add(p / 1_000_000))
+        }) {
+            // Below `NEVER - 1` already.
+            return x.max(0) as u64;
+        }
         let t = i128::from(t);
         let x = t + t * i128::from(self.ppm) / 1_000_000;
         x.clamp(0, i128::from(NEVER - 1)) as u64
@@ -254,7 +262,16 @@ impl Clock {
             return l;
         }
         let rate = 1_000_000 + i128::from(self.ppm);
-        let mut g = (i128::from(l) * 1_000_000 / rate).clamp(0, i128::from(NEVER - 2)) as u64;
+        // In 64 bits when the product fits (the rate is positive), else in 128.
+        let narrow = i64::try_from(l)
+            .ok()
+            .and_then(|l| l.checked_mul(1_000_000))
+            .zip(i64::try_from(rate).ok().filter(|r| *r > 0))
+            .map(|(x, r)| (x / r) as u64);
+        let mut g = narrow.map_or_else(
+            || (i128::from(l) * 1_000_000 / rate).clamp(0, i128::from(NEVER - 2)) as u64,
+            |g| g.min(NEVER - 2),
+        );
         // The division's rounding, corrected (a step or two).
         for _ in 0..8 {
             if self.local_ns(g) < l {
@@ -490,7 +507,7 @@ impl Client {
     /// (`owed-stale`): a connection that lost a command or a reply (byte loss, a blackhole) is
     /// dropped, or its rounds end at their deadlines, rather than owing more and more.
     fn check_owed(&mut self, sim: &mut Sim) {
-        let now = self.local(sim);
+        let clock = self.clock;
         let submitted = std::mem::replace(&mut self.submitted, false);
         for i in 0..self.owed.len() {
             let (n, oldest) = self.engine.owed(i);
@@ -504,12 +521,17 @@ impl Client {
                     format!("c{}: node {i}'s connection owes {n} replies", self.id),
                 );
             }
-            let age = oldest.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
             // The rule is the engine's for the rounds it queues (it replaces a stale connection
             // first). A command a connection sends again in another form after a refusal (a
             // master that was paused answering its backlog) goes behind replies that are old
             // but on their way, keeps its first command's time, and rightly stays.
-            if submitted && n > last && age > self.stale {
+            let age = || {
+                oldest.map_or(Duration::ZERO, |t| {
+                    clock.local(sim).saturating_duration_since(t)
+                })
+            };
+            if submitted && n > last && age() > self.stale {
+                let age = age();
                 sim.hist.note(
                     "owed-stale",
                     sim.now,

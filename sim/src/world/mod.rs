@@ -87,6 +87,17 @@ pub(crate) struct MasterSim {
 impl MasterSim {
     /// Its clock at `t`, in milliseconds.
     pub fn ms(&self, t: u64) -> u64 {
+        // In 64 bits when nothing overflows (always, within a run's hour), else in 128: the
+        // same quotients either way.
+        let narrow = i64::try_from(t).ok().and_then(|t| {
+            let x = t
+                .checked_add(t.checked_mul(self.ppm)? / 1_000_000)?
+                .checked_add(i64::try_from(self.jump).ok()?)?;
+            Some(self.wall0 + (x.max(0) / 1_000_000) as u64)
+        });
+        if let Some(ms) = narrow {
+            return ms;
+        }
         let t = i128::from(t);
         let x = t + t * i128::from(self.ppm) / 1_000_000 + i128::from(self.jump);
         self.wall0 + (x.max(0) / 1_000_000) as u64
