@@ -129,6 +129,20 @@ impl Master {
             .unwrap_or_default()
     }
 
+    /// Appends the bytes the master has written on `conn` since the last look to `out` (as
+    /// [`take_output`](Master::take_output) does, into a buffer the caller keeps); returns
+    /// whether the master has closed `conn` (as [`is_closed`](Master::is_closed)).
+    pub fn drain_output(&mut self, conn: ConnId, out: &mut Vec<u8>) -> bool {
+        match self.conns.get_mut(&conn) {
+            Some(c) => {
+                out.extend_from_slice(&c.out);
+                c.out.clear();
+                c.closed
+            }
+            None => true,
+        }
+    }
+
     /// Whether the master has closed `conn` (or never had it, or crashed since): once its
     /// output is taken, the client sees the connection end.
     pub fn is_closed(&self, conn: ConnId) -> bool {

@@ -184,6 +184,10 @@ pub(crate) struct Sim {
     pub negative: Option<Negative>,
     /// The most replies one connection owed.
     pub owed_max: u64,
+    /// Buffers kept between uses: a master's output on its way to a link, and a segment
+    /// with a piece lost.
+    out: Vec<u8>,
+    lost: Vec<u8>,
 }
 
 /// What a run came to.
@@ -231,6 +235,8 @@ pub struct World {
     done: usize,
     /// Clients, operations per task and fault episodes, as drawn or given.
     sizes: (u32, u32, u32),
+    /// The bytes of the segment being handed to a client (kept between deliveries).
+    bytes: Vec<u8>,
 }
 
 impl std::fmt::Debug for World {
@@ -285,6 +291,8 @@ impl Sim {
             expiry_judged: 0,
             negative: None,
             owed_max: 0,
+            out: Vec::new(),
+            lost: Vec::new(),
         }
     }
 
@@ -674,6 +682,7 @@ impl World {
             clients: cl,
             finished,
             done: 0,
+            bytes: Vec::new(),
             sizes: (clients, ops, count),
         }
     }
@@ -740,6 +749,7 @@ impl World {
             clients,
             finished,
             done: 0,
+            bytes: Vec::new(),
             sizes: (2, 0, 0),
         }
     }
@@ -839,10 +849,12 @@ impl World {
             Ev::Deliver(l, Dir::C2s) => self.sim.deliver_c2s(l),
             Ev::Deliver(l, Dir::S2c) => {
                 let mut first = true;
-                while let Some(what) = self.sim.pop_s2c(l, first) {
+                let mut bytes = std::mem::take(&mut self.bytes);
+                while let Some(what) = self.sim.pop_s2c(l, first, &mut bytes) {
                     first = false;
-                    self.hand_to_client(l, what);
+                    self.hand_to_client(l, what, &bytes);
                 }
+                self.bytes = bytes;
             }
             Ev::Syn(l) => self.sim.on_syn(l),
             Ev::Established(l) => {
@@ -859,14 +871,14 @@ impl World {
         }
     }
 
-    fn hand_to_client(&mut self, l: u32, what: ToClient) {
+    fn hand_to_client(&mut self, l: u32, what: ToClient, bytes: &[u8]) {
         let link = &self.sim.links[l as usize];
         let (c, node) = (link.client as usize, link.node as usize);
         if self.clients[c].links[node] != Some(l) {
             return;
         }
         match what {
-            ToClient::Bytes(b) => self.clients[c].input(&mut self.sim, node, &b),
+            ToClient::Bytes => self.clients[c].input(&mut self.sim, node, bytes),
             ToClient::Closed(kind) => self.clients[c].closed(&mut self.sim, node, kind),
         }
         self.note_finished(c);
