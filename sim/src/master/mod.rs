@@ -305,25 +305,22 @@ fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
     // A decimal count ending in CRLF at `at`: the number and where the next line starts.
     #[inline]
     fn number(b: &[u8], at: usize) -> Result<(usize, usize), Multibulk> {
+        let rest = b.get(at..).unwrap_or_default();
         let mut n: usize = 0;
-        let mut i = at;
-        loop {
-            let Some(&d) = b.get(i) else {
-                return Err(Multibulk::Partial);
-            };
+        for (j, &d) in rest.iter().enumerate() {
             match d {
-                b'0'..=b'9' if i - at < 10 => n = n * 10 + usize::from(d - b'0'),
-                b'\r' if i > at => {
-                    return match b.get(i + 1) {
+                b'0'..=b'9' if j < 10 => n = n * 10 + usize::from(d - b'0'),
+                b'\r' if j > 0 => {
+                    return match rest.get(j + 1) {
                         None => Err(Multibulk::Partial),
-                        Some(b'\n') => Ok((n, i + 2)),
+                        Some(b'\n') => Ok((n, at + j + 2)),
                         Some(_) => Err(Multibulk::Other),
                     };
                 }
                 _ => return Err(Multibulk::Other),
             }
-            i += 1;
         }
+        Err(Multibulk::Partial)
     }
     ranges.clear();
     let mut parse = || -> Result<Multibulk, Multibulk> {
