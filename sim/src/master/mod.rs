@@ -203,8 +203,13 @@ impl Master {
             // The shape clients send (an array of bulk strings), read in one pass; anything
             // else, or a frame the decoder has begun, goes through the decoder (and its errors).
             if !conn.decoding {
+                // A frame known to be short of its end is not read again until more is here.
+                if conn.inb.len() < conn.need && conn.inb.len() <= MAX_QUERY {
+                    return false;
+                }
                 match multibulk(&conn.inb, &mut self.ranges) {
                     Multibulk::Whole { end, count } => {
+                        conn.need = 0;
                         let frame = conn.inb.split_to(end).freeze();
                         if count == 0 {
                             continue;
@@ -212,8 +217,11 @@ impl Master {
                         args.extend(self.ranges.iter().map(|&(s, e)| frame.slice(s..e)));
                         return true;
                     }
-                    Multibulk::Partial if conn.inb.len() <= MAX_QUERY => return false,
-                    Multibulk::Partial | Multibulk::Other => {}
+                    Multibulk::Partial(need) if conn.inb.len() <= MAX_QUERY => {
+                        conn.need = need;
+                        return false;
+                    }
+                    Multibulk::Partial(_) | Multibulk::Other => conn.need = 0,
                 }
             }
             let frame = match conn.decoder.decode(&mut conn.inb) {
@@ -292,8 +300,9 @@ enum Multibulk {
     /// A whole array of `count` bulk strings, `end` bytes long (none: an empty array, which
     /// Redis skips).
     Whole { end: usize, count: usize },
-    /// The start of one, so far well formed.
-    Partial,
+    /// The start of one, so far well formed, which reads the same until the input is `.0`
+    /// bytes long (the next byte the reading looks at, past an argument's bytes).
+    Partial(usize),
     /// Anything else (another type, a malformed or over-limit frame): for the decoder.
     Other,
 }
@@ -312,7 +321,7 @@ fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
                 b'0'..=b'9' if j < 10 => n = n * 10 + usize::from(d - b'0'),
                 b'\r' if j > 0 => {
                     return match rest.get(j + 1) {
-                        None => Err(Multibulk::Partial),
+                        None => Err(Multibulk::Partial(b.len() + 1)),
                         Some(b'\n') => Ok((n, at + j + 2)),
                         Some(_) => Err(Multibulk::Other),
                     };
@@ -320,12 +329,12 @@ fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
                 _ => return Err(Multibulk::Other),
             }
         }
-        Err(Multibulk::Partial)
+        Err(Multibulk::Partial(b.len() + 1))
     }
     ranges.clear();
     let mut parse = || -> Result<Multibulk, Multibulk> {
         match b.first() {
-            None => return Err(Multibulk::Partial),
+            None => return Err(Multibulk::Partial(b.len() + 1)),
             Some(b'*') => {}
             Some(_) => return Err(Multibulk::Other),
         }
@@ -335,7 +344,7 @@ fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
         }
         for _ in 0..n {
             match b.get(at) {
-                None => return Err(Multibulk::Partial),
+                None => return Err(Multibulk::Partial(b.len() + 1)),
                 Some(b'$') => {}
                 Some(_) => return Err(Multibulk::Other),
             }
@@ -346,7 +355,9 @@ fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
             let end = start + len;
             match (b.get(end), b.get(end + 1)) {
                 (Some(b'\r'), Some(b'\n')) => {}
-                (None, _) | (Some(b'\r'), None) => return Err(Multibulk::Partial),
+                // The argument's own bytes are not looked at: its end decides.
+                (None, _) => return Err(Multibulk::Partial(end + 1)),
+                (Some(b'\r'), None) => return Err(Multibulk::Partial(b.len() + 1)),
                 _ => return Err(Multibulk::Other),
             }
             ranges.push((start, end));
