@@ -54,6 +54,9 @@ pub(crate) struct Conn {
     pub(crate) decoder: Decoder,
     /// Whether the decoder holds the start of a frame (then it reads on, not the fast path).
     pub(crate) decoding: bool,
+    /// The fast path found a command short of its end: it reads it again once `inb` is this
+    /// long (0: at once).
+    pub(crate) need: usize,
     /// Bytes to send, in order.
     pub(crate) out: BytesMut,
     /// The connection speaks RESP3 (`HELLO 3`).
@@ -77,6 +80,7 @@ impl Conn {
             inb: BytesMut::new(),
             decoder: Decoder::new(request_limits()),
             decoding: false,
+            need: 0,
             out: BytesMut::new(),
             resp3: false,
             db: 0,

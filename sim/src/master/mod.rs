@@ -51,6 +51,10 @@ pub struct Master {
     libraries: BTreeMap<String, Library>,
     tracked: Tracked,
     next_id: u64,
+    /// The arguments of the command being run, and where they lie in its frame (kept between
+    /// commands, so that reading one allocates nothing).
+    args: Vec<Bytes>,
+    ranges: Vec<(usize, usize)>,
 }
 
 impl Master {
@@ -64,6 +68,8 @@ impl Master {
             libraries: BTreeMap::new(),
             tracked: Tracked::new(),
             next_id: 1,
+            args: Vec::new(),
+            ranges: Vec::new(),
         }
     }
 
@@ -95,9 +101,13 @@ impl Master {
             Some(c) if !c.closed => c.inb.extend_from_slice(bytes),
             _ => return false,
         }
-        while let Some(args) = self.next_command(conn) {
+        // One vector for every command's arguments, kept between calls.
+        let mut args = std::mem::take(&mut self.args);
+        while self.next_command(conn, &mut args) {
             self.execute(conn, &args, now_ms);
+            args.clear();
         }
+        self.args = args;
         true
     }
 
@@ -117,6 +127,20 @@ impl Master {
                 out
             })
             .unwrap_or_default()
+    }
+
+    /// Appends the bytes the master has written on `conn` since the last look to `out` (as
+    /// [`take_output`](Master::take_output) does, into a buffer the caller keeps); returns
+    /// whether the master has closed `conn` (as [`is_closed`](Master::is_closed)).
+    pub fn drain_output(&mut self, conn: ConnId, out: &mut Vec<u8>) -> bool {
+        match self.conns.get_mut(&conn) {
+            Some(c) => {
+                out.extend_from_slice(&c.out);
+                c.out.clear();
+                c.closed
+            }
+            None => true,
+        }
     }
 
     /// Whether the master has closed `conn` (or never had it, or crashed since): once its
@@ -166,29 +190,38 @@ impl Master {
         self.conns.len()
     }
 
-    /// The next whole command on `conn`, if one has arrived; closes the connection on bytes
-    /// that are not a command.
-    fn next_command(&mut self, id: ConnId) -> Option<Vec<Bytes>> {
-        let conn = self.conns.get_mut(&id)?;
+    /// The next whole command on `conn`, if one has arrived, its arguments put in `args`
+    /// (empty); closes the connection on bytes that are not a command.
+    fn next_command(&mut self, id: ConnId, args: &mut Vec<Bytes>) -> bool {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return false;
+        };
         loop {
             if conn.closed {
-                return None;
+                return false;
             }
             // The shape clients send (an array of bulk strings), read in one pass; anything
             // else, or a frame the decoder has begun, goes through the decoder (and its errors).
             if !conn.decoding {
-                match multibulk(&conn.inb, None) {
+                // A frame known to be short of its end is not read again until more is here.
+                if conn.inb.len() < conn.need && conn.inb.len() <= MAX_QUERY {
+                    return false;
+                }
+                match multibulk(&conn.inb, &mut self.ranges) {
                     Multibulk::Whole { end, count } => {
+                        conn.need = 0;
                         let frame = conn.inb.split_to(end).freeze();
                         if count == 0 {
                             continue;
                         }
-                        let mut args = Vec::with_capacity(count);
-                        multibulk(&frame, Some((&frame, &mut args)));
-                        return Some(args);
+                        args.extend(self.ranges.iter().map(|&(s, e)| frame.slice(s..e)));
+                        return true;
                     }
-                    Multibulk::Partial if conn.inb.len() <= MAX_QUERY => return None,
-                    Multibulk::Partial | Multibulk::Other => {}
+                    Multibulk::Partial(need) if conn.inb.len() <= MAX_QUERY => {
+                        conn.need = need;
+                        return false;
+                    }
+                    Multibulk::Partial(_) | Multibulk::Other => conn.need = 0,
                 }
             }
             let frame = match conn.decoder.decode(&mut conn.inb) {
@@ -201,30 +234,30 @@ impl Master {
                     if conn.inb.len() > MAX_QUERY {
                         conn.close_with(None);
                     }
-                    return None;
+                    return false;
                 }
                 Err(e) => {
                     let msg = format!("ERR Protocol error: {}", e.kind());
                     conn.close_with(Some(&Reply::Error(msg)));
-                    return None;
+                    return false;
                 }
             };
             match frame {
                 // Redis skips an empty or null multibulk.
                 Frame::NullArray => continue,
                 Frame::Array(items) if items.is_empty() => continue,
-                Frame::Array(items) => match bulk_args(items) {
-                    Ok(args) => return Some(args),
+                Frame::Array(items) => match bulk_args(items, args) {
+                    Ok(()) => return true,
                     Err(got) => {
                         let msg = format!("ERR Protocol error: expected '$', got '{got}'");
                         conn.close_with(Some(&Reply::Error(msg)));
-                        return None;
+                        return false;
                     }
                 },
                 _ => {
                     let msg = "ERR Protocol error: inline commands are not simulated";
                     conn.close_with(Some(&Reply::err(msg)));
-                    return None;
+                    return false;
                 }
             }
         }
@@ -267,40 +300,41 @@ enum Multibulk {
     /// A whole array of `count` bulk strings, `end` bytes long (none: an empty array, which
     /// Redis skips).
     Whole { end: usize, count: usize },
-    /// The start of one, so far well formed.
-    Partial,
+    /// The start of one, so far well formed, which reads the same until the input is `.0`
+    /// bytes long (the next byte the reading looks at, past an argument's bytes).
+    Partial(usize),
     /// Anything else (another type, a malformed or over-limit frame): for the decoder.
     Other,
 }
 
 /// Reads an array of bulk strings (`*n`, then `n` times `$len`, the bytes, CRLF) from the
-/// front of `b`, within the request limits; with `args` (the frame `b` is, and where to put
-/// them), each argument too, a slice of the frame (a second pass over a frame the first found
-/// whole: nothing is allocated while a frame is still arriving).
-fn multibulk(b: &[u8], mut args: Option<(&Bytes, &mut Vec<Bytes>)>) -> Multibulk {
+/// front of `b`, within the request limits, in one pass: where each argument lies goes to
+/// `ranges` (cleared first; nothing is allocated once it has grown to a command's size).
+fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
     // A decimal count ending in CRLF at `at`: the number and where the next line starts.
+    #[inline]
     fn number(b: &[u8], at: usize) -> Result<(usize, usize), Multibulk> {
+        let rest = b.get(at..).unwrap_or_default();
         let mut n: usize = 0;
-        let mut i = at;
-        loop {
-            match b.get(i) {
-                None => return Err(Multibulk::Partial),
-                Some(d @ b'0'..=b'9') if i - at < 10 => n = n * 10 + usize::from(d - b'0'),
-                Some(b'\r') if i > at => {
-                    return match b.get(i + 1) {
-                        None => Err(Multibulk::Partial),
-                        Some(b'\n') => Ok((n, i + 2)),
+        for (j, &d) in rest.iter().enumerate() {
+            match d {
+                b'0'..=b'9' if j < 10 => n = n * 10 + usize::from(d - b'0'),
+                b'\r' if j > 0 => {
+                    return match rest.get(j + 1) {
+                        None => Err(Multibulk::Partial(b.len() + 1)),
+                        Some(b'\n') => Ok((n, at + j + 2)),
                         Some(_) => Err(Multibulk::Other),
                     };
                 }
-                Some(_) => return Err(Multibulk::Other),
+                _ => return Err(Multibulk::Other),
             }
-            i += 1;
         }
+        Err(Multibulk::Partial(b.len() + 1))
     }
+    ranges.clear();
     let mut parse = || -> Result<Multibulk, Multibulk> {
         match b.first() {
-            None => return Err(Multibulk::Partial),
+            None => return Err(Multibulk::Partial(b.len() + 1)),
             Some(b'*') => {}
             Some(_) => return Err(Multibulk::Other),
         }
@@ -310,7 +344,7 @@ fn multibulk(b: &[u8], mut args: Option<(&Bytes, &mut Vec<Bytes>)>) -> Multibulk
         }
         for _ in 0..n {
             match b.get(at) {
-                None => return Err(Multibulk::Partial),
+                None => return Err(Multibulk::Partial(b.len() + 1)),
                 Some(b'$') => {}
                 Some(_) => return Err(Multibulk::Other),
             }
@@ -321,12 +355,12 @@ fn multibulk(b: &[u8], mut args: Option<(&Bytes, &mut Vec<Bytes>)>) -> Multibulk
             let end = start + len;
             match (b.get(end), b.get(end + 1)) {
                 (Some(b'\r'), Some(b'\n')) => {}
-                (None, _) | (Some(b'\r'), None) => return Err(Multibulk::Partial),
+                // The argument's own bytes are not looked at: its end decides.
+                (None, _) => return Err(Multibulk::Partial(end + 1)),
+                (Some(b'\r'), None) => return Err(Multibulk::Partial(b.len() + 1)),
                 _ => return Err(Multibulk::Other),
             }
-            if let Some((frame, args)) = args.as_mut() {
-                args.push(frame.slice(start..end));
-            }
+            ranges.push((start, end));
             at = end + 2;
         }
         Ok(Multibulk::Whole { end: at, count: n })
@@ -334,15 +368,19 @@ fn multibulk(b: &[u8], mut args: Option<(&Bytes, &mut Vec<Bytes>)>) -> Multibulk
     parse().unwrap_or_else(|m| m)
 }
 
-/// A command's arguments, or the type byte of the first that is not a bulk string.
-fn bulk_args(items: Vec<Frame>) -> Result<Vec<Bytes>, char> {
-    items
-        .into_iter()
-        .map(|f| match f {
-            Frame::Bulk(b) => Ok(b),
-            other => Err(type_byte(&other)),
-        })
-        .collect()
+/// A command's arguments put in `args`, or the type byte of the first that is not a bulk
+/// string.
+fn bulk_args(items: Vec<Frame>, args: &mut Vec<Bytes>) -> Result<(), char> {
+    for f in items {
+        match f {
+            Frame::Bulk(b) => args.push(b),
+            other => {
+                args.clear();
+                return Err(type_byte(&other));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The RESP type byte a frame starts with.

@@ -1,7 +1,9 @@
 //! A reply, written in the protocol of the connection it goes to.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+#[cfg(test)]
 use resp::Frame;
+use resp::IntBuf;
 
 /// One reply, before it is written in RESP2 or RESP3.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +38,9 @@ impl Reply {
         Reply::Bulk(Bytes::copy_from_slice(s.as_ref()))
     }
 
-    /// The frame this reply is in the protocol `resp3` or RESP2.
+    /// The frame this reply is in the protocol `resp3` or RESP2 (what [`encode`](Reply::encode)
+    /// writes, held to it by a test).
+    #[cfg(test)]
     pub(crate) fn to_frame(&self, resp3: bool) -> Frame {
         match self {
             Reply::Simple(s) => Frame::Simple(Bytes::from_static(s.as_bytes())),
@@ -61,17 +65,74 @@ impl Reply {
         }
     }
 
-    /// Writes the reply in the protocol `resp3` or RESP2.
+    /// Writes the reply in the protocol `resp3` or RESP2: the bytes
+    /// [`to_frame`](Reply::to_frame)'s frame encodes to, written straight into `out`.
     pub(crate) fn encode(&self, resp3: bool, out: &mut BytesMut) {
-        self.to_frame(resp3).encode(out);
+        match self {
+            Reply::Simple(s) => {
+                out.put_u8(b'+');
+                out.put_slice(s.as_bytes());
+                out.put_slice(b"\r\n");
+            }
+            Reply::Error(m) => {
+                out.put_u8(b'-');
+                let m = m.as_bytes();
+                if m.iter().any(|c| matches!(c, b'\r' | b'\n')) {
+                    for &c in m {
+                        out.put_u8(if matches!(c, b'\r' | b'\n') { b' ' } else { c });
+                    }
+                } else {
+                    out.put_slice(m);
+                }
+                out.put_slice(b"\r\n");
+            }
+            Reply::Int(n) => header(out, b':', *n),
+            Reply::Bulk(b) => bulk(out, b),
+            Reply::Null if resp3 => out.put_slice(b"_\r\n"),
+            Reply::Null => out.put_slice(b"$-1\r\n"),
+            Reply::Array(items) => {
+                header(out, b'*', count(items.len()));
+                for r in items {
+                    r.encode(resp3, out);
+                }
+            }
+            Reply::Map(pairs) => {
+                if resp3 {
+                    header(out, b'%', count(pairs.len()));
+                } else {
+                    header(out, b'*', count(pairs.len()).saturating_mul(2));
+                }
+                for (k, v) in pairs {
+                    k.encode(resp3, out);
+                    v.encode(resp3, out);
+                }
+            }
+        }
     }
+}
+
+/// A count as the wire's `i64`.
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A type byte, a number and CRLF.
+fn header(out: &mut BytesMut, ty: u8, n: i64) {
+    let mut ib = IntBuf::new();
+    out.put_u8(ty);
+    out.put_slice(ib.format(n));
+    out.put_slice(b"\r\n");
+}
+
+/// A bulk string.
+fn bulk(out: &mut BytesMut, b: &[u8]) {
+    header(out, b'$', count(b.len()));
+    out.put_slice(b);
+    out.put_slice(b"\r\n");
 }
 
 /// Writes the invalidation push for `key` (`>2 invalidate [key]`), RESP3 only.
 pub(crate) fn encode_invalidation(key: &Bytes, out: &mut BytesMut) {
-    Frame::Push(vec![
-        Frame::Bulk(Bytes::from_static(b"invalidate")),
-        Frame::Array(vec![Frame::Bulk(key.clone())]),
-    ])
-    .encode(out);
+    out.put_slice(b">2\r\n$10\r\ninvalidate\r\n*1\r\n");
+    bulk(out, key);
 }

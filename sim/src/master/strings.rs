@@ -129,15 +129,24 @@ fn set_opts(m: &Master, args: &[Bytes]) -> Result<SetOpts, String> {
     let ifeq_ok = m.profile.server.has_set_ifeq();
     let mut j = 3;
     while j < args.len() {
-        let opt = args[j].to_ascii_lowercase();
+        // The option in lowercase, on the stack (no option is longer; a longer word is none).
+        let mut buf = [0u8; 8];
+        let opt: &[u8] = match buf.get_mut(..args[j].len()) {
+            Some(low) => {
+                low.copy_from_slice(&args[j]);
+                low.make_ascii_lowercase();
+                low
+            }
+            None => b"?",
+        };
         let next = args.get(j + 1);
         let conditional = o.nx || o.xx || o.ifeq.is_some();
-        match (&opt[..], next) {
+        match (opt, next) {
             (b"nx", _) if !conditional => o.nx = true,
             (b"xx", _) if !conditional => o.xx = true,
             (b"keepttl", _) if o.expire.is_none() => o.keepttl = true,
             (b"px" | b"ex", Some(v)) if o.expire.is_none() && !o.keepttl => {
-                let unit = if &opt[..] == b"px" { 1 } else { 1000 };
+                let unit = if opt == b"px" { 1 } else { 1000 };
                 o.expire = Some((unit, v.clone()));
                 j += 1;
             }

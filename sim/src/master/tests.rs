@@ -616,3 +616,47 @@ fn a_scripts_read_tracks_its_declared_keys_on_redis_7_0_and_the_read_key_on_valk
         assert_eq!(frames(&m.take_output(t)), want);
     }
 }
+
+/// A reply written straight into the output is the bytes its frame encodes to, in both
+/// protocols (errors with their line breaks as spaces, maps flat in RESP2).
+#[test]
+fn replies_encode_as_their_frames() {
+    use super::reply::{encode_invalidation, Reply};
+    let replies = [
+        Reply::OK,
+        Reply::err("ERR two\r\nlines\n"),
+        Reply::Int(0),
+        Reply::Int(i64::MIN),
+        Reply::Int(i64::MAX),
+        Reply::bulk(""),
+        Reply::bulk("a value"),
+        Reply::Null,
+        Reply::Array(vec![]),
+        Reply::Array(vec![Reply::Int(-7), Reply::Null, Reply::bulk("x")]),
+        Reply::Map(vec![
+            (Reply::bulk("proto"), Reply::Int(3)),
+            (
+                Reply::bulk("modules"),
+                Reply::Array(vec![Reply::Map(vec![])]),
+            ),
+        ]),
+    ];
+    for resp3 in [false, true] {
+        for r in &replies {
+            let mut direct = BytesMut::new();
+            r.encode(resp3, &mut direct);
+            let mut framed = BytesMut::new();
+            r.to_frame(resp3).encode(&mut framed);
+            assert_eq!(direct, framed, "{r:?} (resp3 {resp3})");
+        }
+    }
+    let mut direct = BytesMut::new();
+    encode_invalidation(&Bytes::from_static(b"r0"), &mut direct);
+    let mut framed = BytesMut::new();
+    Frame::Push(vec![
+        Frame::Bulk(Bytes::from_static(b"invalidate")),
+        Frame::Array(vec![Frame::Bulk(Bytes::from_static(b"r0"))]),
+    ])
+    .encode(&mut framed);
+    assert_eq!(direct, framed);
+}

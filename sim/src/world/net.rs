@@ -13,13 +13,56 @@ use super::{Dir, Ev, Fault, Sim, NEVER};
 use crate::master::ConnId;
 
 /// What a segment carries.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) enum Seg {
-    Data(Bytes),
+    /// The next this many bytes of its direction's [`Flow`] data.
+    Data(usize),
     /// The sender closed its side.
     Fin,
     /// The connection failed.
     Rst(ErrorKind),
+}
+
+/// One direction of a link: its segments in flight, (when delivered, what), and the bytes
+/// of their data, in order, in one buffer (no allocation per segment).
+#[derive(Debug, Default)]
+struct Flow {
+    q: VecDeque<(u64, Seg)>,
+    data: Vec<u8>,
+    /// Where the data of the first segment starts.
+    head: usize,
+}
+
+impl Flow {
+    /// Appends `bytes` to the data (which the segments queued next will carry).
+    fn push_data(&mut self, bytes: &[u8]) {
+        if self.head == self.data.len() {
+            self.data.clear();
+            self.head = 0;
+        } else if self.head >= 4096 && self.head * 2 >= self.data.len() {
+            // Mostly delivered: the rest moves to the front, so the buffer stays bounded.
+            self.data.drain(..self.head);
+            self.head = 0;
+        }
+        self.data.extend_from_slice(bytes);
+    }
+
+    /// Takes the first segment, and the range of its data in `data`.
+    fn pop(&mut self) -> Option<(Seg, std::ops::Range<usize>)> {
+        let (_, seg) = self.q.pop_front()?;
+        let start = self.head;
+        if let Seg::Data(n) = seg {
+            self.head += n;
+        }
+        Some((seg, start..self.head))
+    }
+
+    /// Drops everything in flight.
+    fn clear(&mut self) {
+        self.q.clear();
+        self.data.clear();
+        self.head = 0;
+    }
 }
 
 /// One connection between a client's node and a master.
@@ -30,8 +73,8 @@ pub(crate) struct Link {
     pub master: u32,
     /// The master's side, once the connection is accepted.
     pub conn: Option<ConnId>,
-    /// Client to server, and server to client: (when delivered, what).
-    q: [VecDeque<(u64, Seg)>; 2],
+    /// Client to server, and server to client.
+    q: [Flow; 2],
     /// The earliest delivery event pending per direction.
     armed: [u64; 2],
     /// The base one-way delay.
@@ -54,7 +97,8 @@ impl Link {
 
 /// What a delivery to a client brings.
 pub(crate) enum ToClient {
-    Bytes(Bytes),
+    /// Bytes (put where the caller asked).
+    Bytes,
     Closed(ErrorKind),
 }
 
@@ -90,7 +134,7 @@ impl Sim {
     /// Arms the delivery of what `l` holds, if anything.
     pub(crate) fn rearm(&mut self, l: u32) {
         for dir in [Dir::C2s, Dir::S2c] {
-            if let Some(&(at, _)) = self.links[l as usize].q[dir as usize].front() {
+            if let Some(&(at, _)) = self.links[l as usize].q[dir as usize].q.front() {
                 let t = at.max(self.now);
                 self.arm(l, dir, t);
             }
@@ -100,25 +144,26 @@ impl Sim {
     /// Queues `seg` on `l` in direction `dir`, after what is queued already.
     fn enqueue(&mut self, l: u32, dir: Dir, seg: Seg) {
         let d = self.delay(l);
-        let q = &mut self.links[l as usize].q[dir as usize];
+        let q = &mut self.links[l as usize].q[dir as usize].q;
         let at = q.back().map_or(0, |(t, _)| *t).max(self.now + d);
         q.push_back((at, seg));
         self.arm(l, dir, at);
     }
 
-    /// Queues bytes, split at boundaries drawn from the seed (each piece a slice of them).
-    fn enqueue_bytes(&mut self, l: u32, dir: Dir, bytes: Bytes) {
-        let mut rest = bytes;
-        while !rest.is_empty() {
+    /// Queues bytes, split at boundaries drawn from the seed (each piece a segment).
+    fn enqueue_bytes(&mut self, l: u32, dir: Dir, bytes: &[u8]) {
+        self.links[l as usize].q[dir as usize].push_data(bytes);
+        let mut rest = bytes.len();
+        while rest > 0 {
             let n = if self.split_all {
-                self.net_rng.range(1, (rest.len() as u64).min(16)) as usize
-            } else if rest.len() > 1 && self.net_rng.chance(100) {
-                self.net_rng.range(1, rest.len() as u64 - 1) as usize
+                self.net_rng.range(1, (rest as u64).min(16)) as usize
+            } else if rest > 1 && self.net_rng.chance(100) {
+                self.net_rng.range(1, rest as u64 - 1) as usize
             } else {
-                rest.len()
+                rest
             };
-            let piece = rest.split_to(n);
-            self.enqueue(l, dir, Seg::Data(piece));
+            rest -= n;
+            self.enqueue(l, dir, Seg::Data(n));
         }
     }
 
@@ -130,7 +175,7 @@ impl Sim {
             node,
             master,
             conn: None,
-            q: [VecDeque::new(), VecDeque::new()],
+            q: [Flow::default(), Flow::default()],
             armed: [NEVER; 2],
             lat,
             client_gone: false,
@@ -170,7 +215,7 @@ impl Sim {
             // on its way to the client).
             return;
         }
-        self.enqueue_bytes(l, Dir::C2s, Bytes::copy_from_slice(bytes));
+        self.enqueue_bytes(l, Dir::C2s, bytes);
     }
 
     /// The client drops its socket of `l`: a FIN goes to the master behind the bytes sent.
@@ -198,12 +243,12 @@ impl Sim {
         }
         let m = self.links[l as usize].master as usize;
         let mut fed = false;
-        while let Some(&(at, _)) = self.links[l as usize].q[dir].front() {
+        while let Some(&(at, _)) = self.links[l as usize].q[dir].q.front() {
             if at > self.now {
                 self.arm(l, Dir::C2s, at);
                 break;
             }
-            let Some((_, seg)) = self.links[l as usize].q[dir].pop_front() else {
+            let Some((seg, range)) = self.links[l as usize].q[dir].pop() else {
                 break;
             };
             let link = &mut self.links[l as usize];
@@ -211,15 +256,25 @@ impl Sim {
             if link.server_gone {
                 continue;
             }
+            let data = &link.q[dir].data[range];
             self.trace
                 .ev(self.now, 10, u64::from(l), seg_len(&seg), || {
-                    format!("link {l} -> m{m}: {}", seg_words(&seg))
+                    format!("link {l} -> m{m}: {}", seg_words(&seg, data))
                 });
             match seg {
-                Seg::Data(bytes) => {
-                    let bytes = self.maybe_lose(bytes);
+                Seg::Data(_) => {
                     let ms = self.masters[m].ms(self.now);
-                    self.masters[m].m.feed(conn, &bytes, ms);
+                    let bytes = match maybe_lose(&self.faults, &mut self.net_rng, data) {
+                        Some((from, to)) => {
+                            self.byte_losses += 1;
+                            self.lost.clear();
+                            self.lost.extend_from_slice(&data[..from]);
+                            self.lost.extend_from_slice(&data[to..]);
+                            &self.lost[..]
+                        }
+                        None => data,
+                    };
+                    self.masters[m].m.feed(conn, bytes, ms);
                     fed = true;
                 }
                 Seg::Fin | Seg::Rst(_) => {
@@ -248,16 +303,19 @@ impl Sim {
                 self.masters[m].links.swap_remove(i);
                 continue;
             }
-            let out = self.masters[m].m.take_output(conn);
+            let mut out = std::mem::take(&mut self.out);
+            out.clear();
+            let closed = self.masters[m].m.drain_output(conn, &mut out);
             if !out.is_empty() && !self.links[l as usize].s2c_closed {
-                let out = if self.masters[m].hostile {
-                    self.hostile(&out)
+                if self.masters[m].hostile {
+                    let bad = self.hostile(&out);
+                    self.enqueue_bytes(l, Dir::S2c, &bad);
                 } else {
-                    out
-                };
-                self.enqueue_bytes(l, Dir::S2c, out);
+                    self.enqueue_bytes(l, Dir::S2c, &out);
+                }
             }
-            if self.masters[m].m.is_closed(conn) {
+            self.out = out;
+            if closed {
                 self.masters[m].m.close(conn);
                 self.links[l as usize].server_gone = true;
                 self.enqueue(l, Dir::S2c, Seg::Fin);
@@ -268,8 +326,9 @@ impl Sim {
         }
     }
 
-    /// The next segment due on `l` toward the client, if any (and not held).
-    pub(crate) fn pop_s2c(&mut self, l: u32, first: bool) -> Option<ToClient> {
+    /// The next segment due on `l` toward the client, if any (and not held); the bytes it
+    /// brings are put in `into` (emptied first).
+    pub(crate) fn pop_s2c(&mut self, l: u32, first: bool, into: &mut Vec<u8>) -> Option<ToClient> {
         let dir = Dir::S2c as usize;
         if first {
             if self.links[l as usize].armed[dir] != self.now {
@@ -281,22 +340,35 @@ impl Sim {
             return None;
         }
         loop {
-            let &(at, _) = self.links[l as usize].q[dir].front()?;
+            let &(at, _) = self.links[l as usize].q[dir].q.front()?;
             if at > self.now {
                 self.arm(l, Dir::S2c, at);
                 return None;
             }
-            let (_, seg) = self.links[l as usize].q[dir].pop_front()?;
-            if self.links[l as usize].client_gone {
+            let (seg, range) = self.links[l as usize].q[dir].pop()?;
+            let link = &self.links[l as usize];
+            if link.client_gone {
                 continue;
             }
-            let m = self.links[l as usize].master;
+            let m = link.master;
+            let data = &link.q[dir].data[range];
             self.trace
                 .ev(self.now, 11, u64::from(l), seg_len(&seg), || {
-                    format!("link {l} <- m{m}: {}", seg_words(&seg))
+                    format!("link {l} <- m{m}: {}", seg_words(&seg, data))
                 });
+            into.clear();
             return Some(match seg {
-                Seg::Data(b) => ToClient::Bytes(self.maybe_lose(b)),
+                Seg::Data(_) => {
+                    match maybe_lose(&self.faults, &mut self.net_rng, data) {
+                        Some((from, to)) => {
+                            self.byte_losses += 1;
+                            into.extend_from_slice(&data[..from]);
+                            into.extend_from_slice(&data[to..]);
+                        }
+                        None => into.extend_from_slice(data),
+                    }
+                    ToClient::Bytes
+                }
                 Seg::Fin => ToClient::Closed(ErrorKind::UnexpectedEof),
                 Seg::Rst(kind) => ToClient::Closed(kind),
             });
@@ -362,26 +434,12 @@ impl Sim {
         self.masters[m].up = false;
     }
 
-    /// With byte loss on, sometimes drops a piece from the middle of `bytes`.
-    fn maybe_lose(&mut self, bytes: Bytes) -> Bytes {
-        if !self.faults.has(Fault::ByteLoss) || bytes.len() < 2 || !self.net_rng.chance(5) {
-            return bytes;
-        }
-        let from = self.net_rng.below(bytes.len() as u64) as usize;
-        let to = self.net_rng.range(from as u64 + 1, bytes.len() as u64) as usize;
-        self.byte_losses += 1;
-        let mut out = BytesMut::with_capacity(bytes.len());
-        out.extend_from_slice(&bytes[..from]);
-        out.extend_from_slice(&bytes[to..]);
-        out.freeze()
-    }
-
     /// Replies replaced, some of them, by hostile ones of the wrong type, errors, or integers
     /// out of any range (pushes are left alone): one frame for one, so the stream stays in
     /// step.
-    fn hostile(&mut self, out: &Bytes) -> Bytes {
+    fn hostile(&mut self, out: &[u8]) -> BytesMut {
         use resp::Frame;
-        let mut buf = BytesMut::from(&out[..]);
+        let mut buf = BytesMut::from(out);
         let mut dec = resp::Decoder::new(resp::Limits::default());
         let mut res = BytesMut::with_capacity(out.len());
         loop {
@@ -406,21 +464,35 @@ impl Sim {
                 }
             }
         }
-        res.freeze()
+        res
     }
+}
+
+/// With byte loss on, sometimes a piece to drop from the middle of `bytes`: its range.
+fn maybe_lose(
+    faults: &super::Faults,
+    rng: &mut crate::rng::Rng,
+    bytes: &[u8],
+) -> Option<(usize, usize)> {
+    if !faults.has(Fault::ByteLoss) || bytes.len() < 2 || !rng.chance(5) {
+        return None;
+    }
+    let from = rng.below(bytes.len() as u64) as usize;
+    let to = rng.range(from as u64 + 1, bytes.len() as u64) as usize;
+    Some((from, to))
 }
 
 fn seg_len(seg: &Seg) -> u64 {
     match seg {
-        Seg::Data(b) => b.len() as u64,
+        Seg::Data(n) => *n as u64,
         Seg::Fin => u64::MAX,
         Seg::Rst(_) => u64::MAX - 1,
     }
 }
 
-fn seg_words(seg: &Seg) -> String {
+fn seg_words(seg: &Seg, b: &[u8]) -> String {
     match seg {
-        Seg::Data(b) => {
+        Seg::Data(_) => {
             let s = String::from_utf8_lossy(&b[..b.len().min(120)]);
             format!("{} bytes {:?}", b.len(), s)
         }

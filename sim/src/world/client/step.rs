@@ -1,0 +1,388 @@
+//! An operation run as a driver runs it: stepped until it waits, its rounds submitted to the
+//! engine, and its end (a result, or its caller gone) recorded for the checker.
+
+use redlock_core::command::Expect;
+use redlock_core::op::{Cx, Input, Operation, Step};
+use redlock_core::Error;
+
+use super::{AnyOp, Client, Held, Role, Sim, State, Wait, Waiter};
+use crate::check::{Holder, Window, Write};
+
+impl Client {
+    /// Steps task `k`'s operation with `input` until it waits for something or is done.
+    pub(super) fn advance(&mut self, sim: &mut Sim, k: usize, mut input: Input) {
+        loop {
+            let State::Run(run) = &mut self.tasks[k].state else {
+                return;
+            };
+            let clock = self.clock;
+            let now = clock.local(sim);
+            let mut cx = Cx {
+                now,
+                rng: &mut self.rng,
+                events: &mut self.events,
+            };
+            let cfg = &self.cfg;
+            let acquisition = matches!(run.op, AnyOp::Acquire(_));
+            let step = match &mut run.op {
+                AnyOp::Acquire(o) => o.step(input, cfg, &mut cx),
+                AnyOp::Extend(o) => o.step(input, cfg, &mut cx),
+                AnyOp::Release(o) => o.step(input, cfg, &mut cx),
+                AnyOp::Inspect(o) => o.step(input, cfg, &mut cx),
+            };
+            let next = match step {
+                Step::Round(cmd, until) => {
+                    let acquiring = matches!(
+                        cmd.expect(),
+                        Expect::Set | Expect::Acquired | Expect::Fenced
+                    );
+                    if acquiring {
+                        if run.tries > 0 && sim.now > run.try_at + self.gap {
+                            sim.hist.note(
+                                "retry-gap",
+                                sim.now,
+                                format!(
+                                    "c{}.{k}: a try began {:.3} ms after the one before (at {:.3} ms); the most is {:.3} ms",
+                                    self.id,
+                                    (sim.now - run.try_at) as f64 / 1e6,
+                                    run.try_at as f64 / 1e6,
+                                    self.gap as f64 / 1e6
+                                ),
+                            );
+                        }
+                        run.tries += 1;
+                        run.try_at = sim.now;
+                        run.alone_at_try = sim.sole_setter(&run.res);
+                    }
+                    // The negative control `no-release`: a failed try's release is never sent
+                    // (what a native-mode unlock that did nothing on some servers did): its
+                    // round is taken as failed at once.
+                    let release = acquisition
+                        && cmd.expect() == Expect::Script
+                        && !(run.acquire_won && self.cfg.fencing_key().is_some());
+                    run.acquire_round = acquiring;
+                    run.acquire_won = false;
+                    if release && sim.negative == Some(crate::world::Negative::NoRelease) {
+                        self.events.clear();
+                        input = Input::Round(Err(Error::Aborted));
+                        continue;
+                    }
+                    let seq = self.seq;
+                    self.seq = self.seq.wrapping_add(1);
+                    let t1 = if sim.negative == Some(crate::world::Negative::StaleTime) {
+                        // The negative control: the time the operation started, not now.
+                        clock.local_at(sim, sim.hist.ops[run.rec].start)
+                    } else {
+                        now
+                    };
+                    self.engine.submit(&cmd, until, t1, seq);
+                    self.submitted = true;
+                    self.engine.note_batch(1);
+                    self.outstanding.push((seq, k as u32));
+                    run.t1 = sim.now;
+                    run.wait = Wait::Round(seq);
+                    None
+                }
+                Step::Sleep(d) | Step::Jitter(d) => {
+                    run.wait = Wait::Timer;
+                    self.tasks[k].timer = clock.after(sim, stretch(sim, d.as_nanos() as u64));
+                    None
+                }
+                Step::Watch(key) => {
+                    let id = self.next_watch;
+                    self.next_watch += 1;
+                    self.engine.watch(id, key.into());
+                    run.watch = Some(id);
+                    Some(Input::Watching)
+                }
+                Step::Await(deadline) => match (run.watch, deadline) {
+                    (Some(id), Some(deadline)) => {
+                        if let Some(i) = self.fired.iter().position(|(w, _)| *w == id) {
+                            let (_, why) = self.fired.swap_remove(i);
+                            self.engine.unwatch(id);
+                            run.watch = None;
+                            Some(Input::Woken(Some(why)))
+                        } else {
+                            run.wait = Wait::Await(id);
+                            let wait = deadline.saturating_duration_since(now);
+                            let wait = stretch(sim, wait.as_nanos() as u64);
+                            self.tasks[k].timer = clock.after(sim, wait);
+                            None
+                        }
+                    }
+                    (id, _) => {
+                        if let Some(id) = id {
+                            self.engine.unwatch(id);
+                        }
+                        run.watch = None;
+                        Some(Input::Woken(None))
+                    }
+                },
+                Step::Done => {
+                    self.events.clear();
+                    self.finish(sim, k);
+                    return;
+                }
+            };
+            self.events.clear();
+            match next {
+                Some(i) => input = i,
+                None => return,
+            }
+        }
+    }
+
+    /// Task `k`'s operation said it is done: its result, recorded.
+    pub(super) fn finish(&mut self, sim: &mut Sim, k: usize) {
+        let State::Run(run) = std::mem::replace(&mut self.tasks[k].state, State::Think) else {
+            return;
+        };
+        let run = *run;
+        if let Some(id) = run.watch {
+            self.engine.unwatch(id);
+        }
+        sim.touch(&run.res, self.id, k as u32, -1);
+        if run.sets_keys {
+            sim.setting(&run.res, false, run.ttl);
+        }
+        let holder = Holder {
+            client: self.id,
+            task: k as u32,
+        };
+        let keeper = matches!(self.tasks[k].role, Role::Keeper(_));
+        let mut guarded = None;
+        let outcome: String = match run.op {
+            AnyOp::Extend(o) if keeper => self.keeper_extended(sim, k, o),
+            AnyOp::Acquire(o) => match o.finish() {
+                Ok(lock) => {
+                    let id = sim.next_lock();
+                    let until = self.true_of(sim, lock.valid_until());
+                    let res: Vec<u32> = lock
+                        .resources()
+                        .map(|name| sim.resource_id_of(name))
+                        .collect();
+                    sim.check_granted(self, &lock, sim.hist.ops[run.rec].start);
+                    sim.hist.windows.push(Window {
+                        lock: id,
+                        holder,
+                        resources: res.clone(),
+                        from: sim.now,
+                        until,
+                        valid: until,
+                        token: lock.fencing_token(),
+                    });
+                    let wins = vec![sim.hist.windows.len() - 1];
+                    sim.trace.ev(sim.now, 2, id, until, || {
+                        format!(
+                            "c{}.{k} holds lock {id} on {:?} until {:.3} ms, token {:?}, granted by {:?}",
+                            self.id,
+                            lock.resources().collect::<Vec<_>>(),
+                            until as f64 / 1e6,
+                            lock.fencing_token(),
+                            lock.granted_by().collect::<Vec<_>>()
+                        )
+                    });
+                    self.tasks[k].held = Some(Held {
+                        lock,
+                        id,
+                        wins,
+                        res,
+                    });
+                    guarded = run.guarded;
+                    "ok".into()
+                }
+                Err(e) => {
+                    self.patience(sim, k, run.waiter, run.tries, &e);
+                    format!("{e}")
+                }
+            },
+            AnyOp::Extend(o) => {
+                let (result, lock) = o.into_parts();
+                if let Some((id, mut wins, res)) = run.meta {
+                    let until = self.true_of(sim, lock.valid_until());
+                    match &result {
+                        Ok(()) => {
+                            sim.hist.windows.push(Window {
+                                lock: id,
+                                holder,
+                                resources: res.clone(),
+                                from: sim.now,
+                                until,
+                                valid: until,
+                                token: lock.fencing_token(),
+                            });
+                            wins.push(sim.hist.windows.len() - 1);
+                        }
+                        Err(_) => {
+                            for &i in &wins {
+                                let w = &mut sim.hist.windows[i];
+                                w.until = w.until.min(until);
+                            }
+                        }
+                    }
+                    self.tasks[k].held = Some(Held {
+                        lock,
+                        id,
+                        wins,
+                        res,
+                    });
+                }
+                match result {
+                    Ok(()) => "ok".into(),
+                    Err(e) => format!("{e}"),
+                }
+            }
+            AnyOp::Release(o) => match o.finish() {
+                Ok(()) => "ok".into(),
+                Err(e) => format!("{e}"),
+            },
+            AnyOp::Inspect(o) => match o.finish() {
+                Ok(_) => "ok".into(),
+                Err(e) => format!("{e}"),
+            },
+        };
+        let rec = &mut sim.hist.ops[run.rec];
+        rec.ends += 1;
+        if rec.end.is_none() {
+            rec.end = Some(sim.now);
+        }
+        let code = u64::from(outcome.len() as u32) ^ fnv_str(&outcome);
+        sim.trace.ev(sim.now, 3, run.rec as u64, code, || {
+            format!("c{}.{k} ends #{}: {outcome}", self.id, run.rec)
+        });
+        if keeper {
+            return;
+        }
+        match guarded {
+            Some(spec) => self.start_guard(sim, k, spec),
+            None => self.end_of_op(sim, k),
+        }
+    }
+
+    /// A waiter that failed with an error worth another try (the resource held, no quorum, the
+    /// validity spent) must have used its whole policy: all its tries, or its time.
+    pub(super) fn patience(
+        &self,
+        sim: &mut Sim,
+        k: usize,
+        waiter: Option<Waiter>,
+        tries: u32,
+        e: &Error,
+    ) {
+        let retriable = matches!(
+            e,
+            Error::Conflict { .. } | Error::NoQuorum { .. } | Error::ValiditySpent { .. }
+        );
+        let gave_up = match waiter {
+            _ if !retriable => None,
+            Some(Waiter::Tries(n)) if tries < n => Some(format!("after {tries} of its {n} tries")),
+            Some(Waiter::Until(t)) if sim.now < t => Some(format!(
+                "{:.3} ms before its deadline, after {} tries",
+                (t - sim.now) as f64 / 1e6,
+                tries
+            )),
+            _ => None,
+        };
+        if let Some(when) = gave_up {
+            sim.hist.note(
+                "waiter-gave-up",
+                sim.now,
+                format!("c{}.{k}: a waiter failed {when}: {e}", self.id),
+            );
+        }
+    }
+
+    /// After an operation (or a step that is not one): think, then the next.
+    pub(super) fn end_of_op(&mut self, sim: &mut Sim, k: usize) {
+        let think = if self.tasks[k].plan.is_some() || self.beh.chance(300) {
+            0
+        } else {
+            self.beh.range(0, self.spec.ttl_max / 2)
+        };
+        self.tasks[k].state = State::Think;
+        self.tasks[k].timer = sim.now + think;
+    }
+
+    /// The caller of task `k`'s acquisition goes away (an async caller dropping its future):
+    /// what the operation says to send is fired, nobody waits for its round.
+    pub(super) fn abandon(&mut self, sim: &mut Sim, k: usize) {
+        let State::Run(run) = std::mem::replace(&mut self.tasks[k].state, State::Think) else {
+            return;
+        };
+        let run = *run;
+        let fired = match &run.op {
+            AnyOp::Acquire(o) => match o.abandon() {
+                Some(cmd) => {
+                    self.engine.fire(&cmd, self.local(sim));
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        };
+        if let Some(id) = run.watch {
+            self.engine.unwatch(id);
+        }
+        sim.touch(&run.res, self.id, k as u32, -1);
+        if run.sets_keys {
+            sim.setting(&run.res, false, run.ttl);
+        }
+        sim.taint(&run.res);
+        let rec = &mut sim.hist.ops[run.rec];
+        rec.ends += 1;
+        rec.abandoned = true;
+        if rec.end.is_none() {
+            rec.end = Some(sim.now);
+        }
+        sim.trace
+            .ev(sim.now, 4, run.rec as u64, u64::from(fired), || {
+                format!(
+                    "c{}.{k} abandons #{} (release fired: {fired})",
+                    self.id, run.rec
+                )
+            });
+        self.end_of_op(sim, k);
+    }
+
+    /// Writes to the fenced store with the lock task `k` holds.
+    pub(super) fn use_lock(&mut self, sim: &mut Sim, k: usize) {
+        let Some(held) = &self.tasks[k].held else {
+            return;
+        };
+        for r in &held.res {
+            let token = held.lock.fencing_token();
+            let accepted = sim.store_write(*r, token);
+            sim.hist.writes.push(Write {
+                at: sim.now,
+                lock: held.id,
+                resource: *r,
+                token,
+                accepted,
+            });
+            sim.trace.ev(sim.now, 5, held.id, u64::from(accepted), || {
+                format!(
+                    "c{}.{k} writes resource {r} with lock {} (token {token:?}): {}",
+                    self.id,
+                    held.id,
+                    if accepted { "taken" } else { "refused" }
+                )
+            });
+        }
+    }
+}
+
+/// A wait of `d` as the driver sleeps it: as asked, or (the negative control `slow-retry`) four
+/// times longer.
+fn stretch(sim: &Sim, d: u64) -> u64 {
+    if sim.negative == Some(crate::world::Negative::SlowRetry) {
+        d.saturating_mul(4)
+    } else {
+        d
+    }
+}
+
+fn fnv_str(s: &str) -> u64 {
+    let mut h = crate::trace::Fnv::default();
+    h.bytes(s.as_bytes());
+    h.finish()
+}
