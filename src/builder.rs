@@ -195,6 +195,34 @@ impl<C> Builder<C> {
         self
     }
 
+    /// Whether waiters line up on the masters and a release hands the lock to the first of
+    /// them (default off, for now).
+    ///
+    /// On: a `lock` that finds a single resource held joins the resource's line on every
+    /// master (a sorted set by arrival, one place per client however many of its threads or
+    /// tasks wait) and waits for its bell; every release hands the resource to the head of the
+    /// line, skipping waiters whose process is gone, and reserves it for that waiter for the
+    /// claim lease ([`claim_lease`](Builder::claim_lease)), so that one waiter is woken per
+    /// release, and no plain `SET NX` passes it. The waiter still takes the lock only with a
+    /// quorum of masters within its validity: the line decides who tries, never who holds.
+    /// Needs wake-ups (RESP3) and the `PUBLISH`/`SUBSCRIBE` permissions on the
+    /// `redlock-mux:bell:*` channels; with [`Scripts::Function`](crate::Scripts) it is off.
+    /// Locks over several resources wait as without it. Every client of a resource should use
+    /// the same setting: a release by a client without it rings nobody, and the line then
+    /// waits for its timers. See docs/redlock.md, "Waiting in line".
+    pub fn fair(mut self, on: bool) -> Self {
+        self.opts.fair = on;
+        self
+    }
+
+    /// Fair mode: how long a hand-off reserves the resource for the waiter it rang (default
+    /// 100 ms). A waiter claims it within a round trip; one that is paused or cut off at that
+    /// moment delays the others by at most this, then loses its place.
+    pub fn claim_lease(mut self, lease: Duration) -> Self {
+        self.opts.claim_lease = lease;
+        self
+    }
+
     /// Whether every reply is checked against the byte stream before it counts (default
     /// off).
     ///
@@ -268,7 +296,16 @@ impl<C> Builder<C> {
 
     /// The validated configuration and the TLS settings its nodes need.
     pub(crate) fn parts(&self) -> Result<(Config, TlsSetup), ConfigError> {
-        let config = self.opts.validate()?;
+        let config = if self.opts.fair && self.opts.client_id.is_empty() {
+            // Each client its own place in the lines, and its own bell.
+            let mut opts = self.opts.clone();
+            let mut id = [0u8; 8];
+            redlock_core::random::Randomness::fill(&mut crate::drivers::OsRandom, &mut id);
+            opts.client_id = id.iter().map(|b| format!("{b:02x}")).collect();
+            opts.validate()?
+        } else {
+            self.opts.validate()?
+        };
         let tls = crate::drivers::tls_setup(&config, &self.tls)?;
         Ok((config, tls))
     }

@@ -137,7 +137,12 @@ impl Client {
 
     fn handoff(&mut self, r: &str, token: &str, claim_ms: u64) -> i64 {
         let q = format!("{QUEUE_PREFIX}{r}");
-        match self.eval(script::HANDOFF, &[r, &q], &[token, &claim_ms.to_string()]) {
+        let id = self.id.clone();
+        match self.eval(
+            script::HANDOFF,
+            &[r, &q],
+            &[token, &claim_ms.to_string(), &id],
+        ) {
             Frame::Integer(n) => n,
             other => panic!("handoff: {other:?}"),
         }

@@ -50,6 +50,33 @@ pub enum OpKind {
     /// keys by `CLIENT CACHING YES`, so that the server notes the key for this connection
     /// (tracking is opt-in: no other read, a script's included, makes the server push).
     Watch,
+    /// Fair mode: join the line of each resource ([`script::WAIT`]); the reply says whether
+    /// the resource is now reserved for this client (`-3`) or its `PTTL`.
+    Wait,
+    /// Fair mode: a waiter's try ([`script::CLAIM`]), answered as the acquire script.
+    Claim,
+    /// Fair mode: leave the line of each resource and pass a reservation on
+    /// ([`script::LEAVE`]).
+    Leave,
+}
+
+/// What the fair scripts need beside a command's own arguments: the client's id (its place
+/// in the lines, and its bell), the claim lease, and how long a line outlives its last
+/// visit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fair {
+    /// The client's id (a few hex digits).
+    pub id: Box<[u8]>,
+    /// How long a hand-off reserves a resource for the waiter it rang, in ms.
+    pub claim_ms: u64,
+    /// The ttl a line's key gets on every visit, in ms.
+    pub queue_ttl_ms: u64,
+}
+
+/// The queue key of a resource: [`script::QUEUE_PREFIX`] + its name, appended to `dst`.
+pub fn queue_key(name: &[u8], dst: &mut Vec<u8>) {
+    dst.extend_from_slice(script::QUEUE_PREFIX.as_bytes());
+    dst.extend_from_slice(name);
 }
 
 /// One operation's command, the same for every node.
@@ -92,6 +119,10 @@ pub enum Expect {
     Get,
     /// `PTTL`: an integer.
     Pttl,
+    /// The wait script: `-3` (reserved for the caller) or a `PTTL` (`-2` or more).
+    Wait,
+    /// The leave script: how many reservations it passed on.
+    Leave,
 }
 
 impl Expect {
@@ -117,6 +148,8 @@ impl Expect {
             (Expect::Acquired, Frame::Integer(n)) => *n == 0 || held_index(*n).is_some(),
             (Expect::Fenced | Expect::Pttl, Frame::Integer(_)) => true,
             (Expect::Script, Frame::Integer(n)) => (-1..=1).contains(n),
+            (Expect::Wait, Frame::Integer(n)) => *n >= -3,
+            (Expect::Leave, Frame::Integer(n)) => *n >= 0,
             (Expect::NativeRelease, Frame::Integer(n)) => (0..=1).contains(n),
             (Expect::NativeExtend, Frame::Simple(s)) => s.as_ref() == b"OK",
             // A sentinel's answer (see `Conn`) is never a value a lock command reads.
@@ -151,14 +184,25 @@ impl Command<'_> {
     /// Writes the command: `SET`, or a script call in the given form (`EVALSHA` as first
     /// sent, `EVAL` as the fallback after a `NOSCRIPT`). No allocation.
     pub fn encode(&self, dst: &mut impl BufMut, form: Form) {
+        self.encode_in(dst, form, None);
+    }
+
+    /// [`encode`](Command::encode), for a client in fair mode when `fair` is given: a release
+    /// is then the hand-off script, and the fair commands ([`OpKind::Wait`], `Claim`, `Leave`)
+    /// carry the lines' keys and the client's id. (A fair command without `fair` is written
+    /// with an empty id, which no line holds.)
+    pub fn encode_in(&self, dst: &mut impl BufMut, form: Form, fair: Option<&Fair>) {
+        let fair_kind = matches!(self.kind, OpKind::Wait | OpKind::Claim | OpKind::Leave)
+            || (self.kind == OpKind::Release && fair.is_some());
+        if fair_kind {
+            return self.encode_fair(dst, form, fair);
+        }
         let mut ttl_buf = IntBuf::new();
         let ttl = match self.kind {
             OpKind::Acquire | OpKind::Extend => {
                 ttl_buf.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX))
             }
-            OpKind::Release | OpKind::Fence | OpKind::Get | OpKind::Pttl | OpKind::Watch => {
-                &b""[..]
-            }
+            _ => &b""[..],
         };
         let token = self.token.map_or(&b""[..], Token::as_bytes);
         let plain_set =
@@ -173,8 +217,13 @@ impl Command<'_> {
             OpKind::Release => (script::RELEASE, script::RELEASE_SHA1),
             OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1),
             OpKind::Fence => (script::FENCE, script::FENCE_SHA1),
-            // Reads: plain commands, no script.
-            OpKind::Get | OpKind::Pttl | OpKind::Watch => {
+            // Reads: plain commands, no script. (The fair kinds went to `encode_fair`.)
+            OpKind::Get
+            | OpKind::Pttl
+            | OpKind::Watch
+            | OpKind::Wait
+            | OpKind::Claim
+            | OpKind::Leave => {
                 let verb: &[u8] = if self.kind == OpKind::Get {
                     b"GET"
                 } else {
@@ -192,7 +241,7 @@ impl Command<'_> {
         // The counter is a key of the scripts that touch it, after the resources.
         let counter = match self.kind {
             OpKind::Acquire | OpKind::Fence => self.counter,
-            OpKind::Release | OpKind::Extend | OpKind::Get | OpKind::Pttl | OpKind::Watch => None,
+            _ => None,
         };
         let nkeys = self.resources.len() + usize::from(counter.is_some());
         // Small numbers (the key counts of every lock of up to nine resources) need no
@@ -226,7 +275,65 @@ impl Command<'_> {
             OpKind::Acquire => parts.extend_from_slice(&[ttl, n]),
             OpKind::Extend => parts.push(ttl),
             OpKind::Fence => parts.push(value),
-            OpKind::Release | OpKind::Get | OpKind::Pttl | OpKind::Watch => {}
+            _ => {}
+        }
+        resp::encode_command(dst, &parts);
+    }
+
+    /// The fair scripts: `KEYS` the resources, then their lines (then the counter, for a
+    /// fenced claim); `ARGV` as each script says (see [`script::WAIT`] and the others).
+    fn encode_fair(&self, dst: &mut impl BufMut, form: Form, fair: Option<&Fair>) {
+        let (script, sha) = match self.kind {
+            OpKind::Wait => (script::WAIT, script::WAIT_SHA1),
+            OpKind::Claim => (script::CLAIM, script::CLAIM_SHA1),
+            OpKind::Leave => (script::LEAVE, script::LEAVE_SHA1),
+            _ => (script::HANDOFF, script::HANDOFF_SHA1),
+        };
+        let (verb, body): (&[u8], &[u8]) = match form {
+            Form::Eval => (b"EVAL", script.as_bytes()),
+            Form::Evalsha => (b"EVALSHA", sha.as_bytes()),
+        };
+        let mut queues: smallvec::SmallVec<[u8; 256]> = smallvec::SmallVec::new();
+        let mut ends: smallvec::SmallVec<[usize; 8]> = smallvec::SmallVec::new();
+        for name in self.resources {
+            queues.extend_from_slice(script::QUEUE_PREFIX.as_bytes());
+            queues.extend_from_slice(name.as_bytes());
+            ends.push(queues.len());
+        }
+        let counter = if self.kind == OpKind::Claim {
+            self.counter
+        } else {
+            None
+        };
+        let n = self.resources.len();
+        let mut nkeys = IntBuf::new();
+        let nkeys = nkeys.format((2 * n + usize::from(counter.is_some())) as i64);
+        let mut n_buf = IntBuf::new();
+        let n_s = n_buf.format(n as i64);
+        let (id, claim_ms, queue_ttl_ms) = fair.map_or((&b""[..], 0, 0), |f| {
+            (&f.id[..], f.claim_ms, f.queue_ttl_ms)
+        });
+        let mut claim = IntBuf::new();
+        let claim = claim.format(i64::try_from(claim_ms).unwrap_or(i64::MAX));
+        let mut qttl = IntBuf::new();
+        let qttl = qttl.format(i64::try_from(queue_ttl_ms).unwrap_or(i64::MAX));
+        let mut ttl = IntBuf::new();
+        let ttl = ttl.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
+        let token = self.token.map_or(&b""[..], Token::as_bytes);
+        let mut parts: smallvec::SmallVec<[&[u8]; MAX_PARTS]> = smallvec::SmallVec::new();
+        parts.extend_from_slice(&[verb, body, nkeys]);
+        parts.extend(self.resources.iter().map(Name::as_bytes));
+        let mut start = 0;
+        for &end in &ends {
+            parts.push(&queues[start..end]);
+            start = end;
+        }
+        parts.extend(counter);
+        match self.kind {
+            OpKind::Wait => parts.extend_from_slice(&[id, claim, n_s, qttl]),
+            OpKind::Claim => parts.extend_from_slice(&[token, ttl, n_s, id, claim]),
+            OpKind::Leave => parts.extend_from_slice(&[id, claim]),
+            _ => parts.extend_from_slice(&[token, claim, id]),
         }
         resp::encode_command(dst, &parts);
     }
@@ -269,6 +376,10 @@ impl Command<'_> {
             OpKind::Fence | OpKind::Release | OpKind::Extend => Expect::Script,
             OpKind::Get => Expect::Get,
             OpKind::Pttl | OpKind::Watch => Expect::Pttl,
+            OpKind::Claim if self.counter.is_some() => Expect::Fenced,
+            OpKind::Claim => Expect::Acquired,
+            OpKind::Wait => Expect::Wait,
+            OpKind::Leave => Expect::Leave,
         }
     }
 
@@ -307,7 +418,10 @@ impl Command<'_> {
                 (NodeOutcome::Ok, token.map_or(Extra::Foreign, Extra::Holder))
             }
             (Expect::Get, f) if f.is_null() => plain(NodeOutcome::Gone),
-            (Expect::Pttl, Frame::Integer(n)) => (NodeOutcome::Ok, Extra::Number(*n)),
+            (Expect::Pttl | Expect::Wait, Frame::Integer(n)) => {
+                (NodeOutcome::Ok, Extra::Number(*n))
+            }
+            (Expect::Leave, Frame::Integer(_)) => plain(NodeOutcome::Ok),
             (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(server_error(msg)),
             (_, other) => plain(NodeOutcome::Server(format!(
                 "unexpected reply {}",

@@ -230,6 +230,13 @@ pub enum ConfigError {
     /// Zero tries.
     #[error("tries must be at least 1")]
     Tries,
+    /// Fair mode's claim lease of zero, or above [`MAX_OPTION_DURATION`](crate::MAX_OPTION_DURATION).
+    #[error("claim lease {0:?} is outside (0, 24h]")]
+    ClaimLease(Duration),
+    /// Fair mode's client id: 1 to 64 ASCII letters, digits, `-` or `_` (it names the
+    /// client's bell channel and its place in the lines).
+    #[error("client id {0:?} is not 1 to 64 letters, digits, '-' or '_'")]
+    ClientId(String),
     /// The async client was built outside a tokio runtime.
     #[error("the async client must be built inside a tokio runtime")]
     NoRuntime,

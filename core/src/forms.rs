@@ -238,7 +238,9 @@ pub fn has_native_form(evalsha: &[u8]) -> bool {
 /// Whether an encoded `EVALSHA` of one of our scripts sets keys: the acquire script (the
 /// others only change or delete keys that hold the caller's token).
 pub fn takes_keys(evalsha: &[u8]) -> bool {
-    digest(evalsha).is_some_and(|(sha, _)| sha == script::ACQUIRE_SHA1.as_bytes())
+    digest(evalsha).is_some_and(|(sha, _)| {
+        sha == script::ACQUIRE_SHA1.as_bytes() || sha == script::CLAIM_SHA1.as_bytes()
+    })
 }
 
 /// Whether an encoded `EVALSHA` of one of our scripts is an extension (whose native form is

@@ -55,8 +55,8 @@ pub mod time;
 pub mod token;
 
 pub use crate::config::{
-    Config, Endpoint, NodeAddr, Options, Scripts, DEFAULT_FENCING_KEY, DEFAULT_PORT,
-    MAX_FENCING_TOKEN, MAX_OPTION_DURATION, MAX_TTL,
+    Config, Endpoint, NodeAddr, Options, Scripts, DEFAULT_CLAIM_LEASE, DEFAULT_FENCING_KEY,
+    DEFAULT_PORT, MAX_FENCING_TOKEN, MAX_OPTION_DURATION, MAX_TTL,
 };
 pub use crate::error::{ConfigError, Error, FencingFault, NodeOutcome, NodeReport, NodeReports};
 pub use crate::event::Event;

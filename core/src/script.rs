@@ -150,15 +150,18 @@ pub const CLAIM: &str = concat!(
 pub const CLAIM_SHA1: &str = "f9c5360b174bdc5a1fe369448b1e3472dcb216ad";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
-/// to the head of its line. `KEYS`: the resources, then their queues; `ARGV`: token, claim
-/// lease in ms. Answers as [`RELEASE`].
+/// to the head of its line. A resource reserved for the caller itself counts as gone and is
+/// handed on too: a hand-off that landed on a master after the caller's claim there (the
+/// claim overtook it on another connection) rang the caller, which meanwhile held the lock
+/// on the others. `KEYS`: the resources, then their queues; `ARGV`: token, claim lease in
+/// ms, client id. Answers as [`RELEASE`].
 pub const HANDOFF: &str = concat!(
     include_str!("scripts/ring.lua"),
     include_str!("scripts/handoff.lua")
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "c031ef4c900ec28bae9507466a07d7e7337efb23";
+pub const HANDOFF_SHA1: &str = "58be3a139f8d5de8b3c142c9492cc639e7edb1c6";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. `KEYS`: the

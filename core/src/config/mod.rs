@@ -81,6 +81,8 @@ pub struct Config {
     pub(crate) wakeups: bool,
     /// Whether every write pass ends with a sentinel that the replies before it wait for.
     pub(crate) verify_stream: bool,
+    /// Fair mode's arguments, when it is on.
+    pub(crate) fair: Option<crate::command::Fair>,
     /// Test only: acquire fenced locks without the second phase (the negative control).
     #[cfg(feature = "fault-injection")]
     pub(crate) skip_fence_writeback: bool,
@@ -151,6 +153,12 @@ impl Config {
         self.verify_stream
     }
 
+    /// Fair mode's arguments (client id, claim lease), when it is on: waiters queue on the
+    /// masters and a release hands the lock to the first of them (see `Builder::fair`).
+    pub fn fair(&self) -> Option<&crate::command::Fair> {
+        self.fair.as_ref()
+    }
+
     /// When the rounds of lock, unlock and extend end, by the fail-fast option.
     pub fn until(&self) -> crate::round::Until {
         if self.fail_fast {
@@ -198,6 +206,16 @@ impl Config {
 
 /// The fencing counter's key unless `Builder::fencing_key` sets another.
 pub const DEFAULT_FENCING_KEY: &str = "redlock-mux:fencing-counter";
+
+/// Fair mode's default claim lease: how long a hand-off reserves a resource for the waiter it
+/// rang. A waiter rings within a round trip; one paused or cut off at that moment delays the
+/// others by at most this.
+pub const DEFAULT_CLAIM_LEASE: Duration = Duration::from_millis(100);
+
+/// How long a line's key outlives its last visit (a waiter joining it, or waiting again), in
+/// ms: an hour. Lines are deleted by the server when their last waiter leaves; this only
+/// bounds one left behind by clients that all died while waiting.
+pub const QUEUE_TTL_MS: u64 = 3_600_000;
 
 /// The highest fencing counter a node's reply may carry, 2^53: a reply above it (or below 1)
 /// cannot come from a counter that only fenced acquisitions wrote, and is that node's failure

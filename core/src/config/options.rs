@@ -37,6 +37,17 @@ pub struct Options {
     pub scripts: Scripts,
     /// Whether waiters are woken by the servers' invalidation pushes.
     pub wakeups: bool,
+    /// Whether waiters queue on the masters and a release hands the lock to the first of them
+    /// (fair mode: see `Builder::fair`). Needs wake-ups (RESP3) and scripts sent as
+    /// `EVALSHA`/`EVAL` (not [`Scripts::Function`]); off where either is missing.
+    pub fair: bool,
+    /// Fair mode: this client's id, its place in the lines and the name of its bell (the
+    /// `Builder` draws one at random).
+    pub client_id: String,
+    /// Fair mode: how long a hand-off reserves the resource for the waiter it rang, which
+    /// must claim it within that time (a waiter paused or cut off at that moment delays the
+    /// others by this much).
+    pub claim_lease: Duration,
     /// Whether each write pass ends with a sentinel `PING` and the replies before it count
     /// only once it has come back in its place (a stream that may lose bytes).
     pub verify_stream: bool,
@@ -60,6 +71,9 @@ impl Default for Options {
             scripts: Scripts::Auto,
             wakeups: true,
             verify_stream: false,
+            fair: false,
+            client_id: String::new(),
+            claim_lease: DEFAULT_CLAIM_LEASE,
             #[cfg(feature = "fault-injection")]
             skip_fence_writeback: false,
         }
@@ -125,6 +139,28 @@ impl Options {
         if self.fencing && self.fencing_key.is_empty() {
             return Err(ConfigError::FencingKey(String::new()));
         }
+        let fair = if self.fair && self.wakeups && self.scripts != Scripts::Function {
+            if self.claim_lease.is_zero() || self.claim_lease > MAX_OPTION_DURATION {
+                return Err(ConfigError::ClaimLease(self.claim_lease));
+            }
+            let id = &self.client_id;
+            let valid = (1..=64).contains(&id.len())
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !valid {
+                return Err(ConfigError::ClientId(id.clone()));
+            }
+            Some(crate::command::Fair {
+                id: id.as_bytes().into(),
+                claim_ms: u64::try_from(self.claim_lease.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+                queue_ttl_ms: QUEUE_TTL_MS,
+            })
+        } else {
+            None
+        };
         let labels = nodes.iter().map(NodeAddr::to_string).collect();
         Ok(Config {
             nodes,
@@ -139,6 +175,7 @@ impl Options {
             scripts: self.scripts,
             wakeups: self.wakeups,
             verify_stream: self.verify_stream,
+            fair,
             #[cfg(feature = "fault-injection")]
             skip_fence_writeback: self.skip_fence_writeback,
         })

@@ -139,6 +139,10 @@ enum Owner<T> {
     /// `CLIENT CACHING YES` before a waiter's read: the reply (an error too, on a server
     /// that refused tracking) says nothing the read does not.
     Caching,
+    /// `SUBSCRIBE` to the client's bell (fair mode), sent once the server agreed to RESP3:
+    /// confirmed by a push (RESP3 sends no reply in the FIFO for it), refused by an error in
+    /// its place.
+    Subscribe,
     /// `CONFIG GET maxmemory-policy`, sent by a fenced client's connections to the node:
     /// whether the server may evict the fencing counter ([`Eviction`]).
     Eviction,
@@ -222,8 +226,14 @@ pub struct Conn<T> {
     /// The server pushes invalidations of the keys read after `CLIENT CACHING YES` on this
     /// connection (client-side tracking is on, opt-in).
     tracking: bool,
-    /// Invalidations pushed since the engine last took them.
+    /// Invalidations pushed since the engine last took them (and, in fair mode, the bells
+    /// rung).
     invalidated: Vec<Invalidated>,
+    /// Fair mode: the channel of the client's bell, subscribed on every connection that
+    /// speaks RESP3.
+    bell: Option<Box<[u8]>>,
+    /// The server confirmed the subscription to the bell on this connection.
+    subscribed: bool,
     /// How long a command may wait for its reply before it is overdue (the node timeout): a
     /// command queued while an older reply is overdue gets a sentinel ahead of it.
     overdue_after: Duration,
@@ -268,6 +278,8 @@ fn owner_fits<T>(owner: &Owner<T>, reply: &Frame) -> bool {
         Owner::Handshake | Owner::Tracking | Owner::Caching => {
             error || matches!(reply, Frame::Simple(_))
         }
+        // Confirmed by a push; only a refusal comes in its place.
+        Owner::Subscribe => error,
         Owner::Hello { .. } | Owner::Eviction => {
             error || matches!(reply, Frame::Map(_) | Frame::Array(_))
         }
@@ -294,6 +306,8 @@ impl<T> Conn<T> {
             resp3: false,
             tracking: false,
             invalidated: Vec::new(),
+            bell: None,
+            subscribed: false,
             overdue_after,
             syncs: 0,
             sync_refused: false,
@@ -314,6 +328,18 @@ impl<T> Conn<T> {
     pub fn checking_eviction(mut self, check: bool) -> Self {
         self.check_eviction = check;
         self
+    }
+
+    /// The same connection, subscribing to the client's bell `channel` (fair mode) once its
+    /// server agrees to RESP3: a hand-off to this client is pushed on it.
+    pub fn ringing(mut self, channel: Option<Box<[u8]>>) -> Self {
+        self.bell = channel;
+        self
+    }
+
+    /// Whether the server confirmed the subscription to the client's bell.
+    pub fn subscribed(&self) -> bool {
+        self.subscribed
     }
 
     /// The same connection, checking every reply against the stream when `on`: each write
@@ -361,6 +387,7 @@ impl<T> Conn<T> {
         let hello = wakeups || matches!(scripts, Scripts::Auto | Scripts::Native);
         self.resp3 = false;
         self.tracking = false;
+        self.subscribed = false;
         self.invalidated.clear();
         self.forms = Forms::new(scripts);
         self.load_error = None;
@@ -523,7 +550,15 @@ impl<T> Conn<T> {
             };
             if let Frame::Push(items) = &frame {
                 // Out-of-band (RESP3 push): not an answer to anything, and never taken for
-                // one. An invalidation is kept for the engine.
+                // one (but the confirmation of the bell's `SUBSCRIBE`, which RESP3 sends in
+                // its place). An invalidation or a bell is kept for the engine.
+                if matches!(self.owed.front(), Some(Owner::Subscribe))
+                    && push::is_subscribed(items, self.bell.as_deref())
+                {
+                    self.owed.pop_front();
+                    self.subscribed = true;
+                    continue;
+                }
                 self.note_push(items);
                 continue;
             }
@@ -580,10 +615,17 @@ impl<T> Conn<T> {
                         // never a wrong reply).
                         encode_command(&mut self.out, &[b"CLIENT", b"TRACKING", b"ON", b"OPTIN"]);
                         self.owed.push_back(Owner::Tracking);
+                        if let Some(bell) = &self.bell {
+                            encode_command(&mut self.out, &[b"SUBSCRIBE", bell]);
+                            self.owed.push_back(Owner::Subscribe);
+                        }
                     }
                     continue;
                 }
                 Owner::Caching => continue,
+                // Refused (an ACL without the channel): no bell on this connection; the
+                // waiters' timers still run.
+                Owner::Subscribe => continue,
                 Owner::Eviction => {
                     let eviction = Eviction::of_reply(&frame);
                     if let Eviction::Unknown(why) = &eviction {
@@ -716,6 +758,7 @@ impl<T> Conn<T> {
         self.decoder.reset();
         self.resp3 = false;
         self.tracking = false;
+        self.subscribed = false;
         self.invalidated.clear();
         self.retry_at = Some(crate::time::later(now, self.backoff));
         self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);

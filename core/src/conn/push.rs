@@ -15,6 +15,36 @@ pub enum Invalidated {
     /// Every key may have changed (the server flushed its data, or more was pushed than the
     /// connection keeps).
     All,
+    /// Fair mode: the client's bell rang for this resource (a hand-off reserved it for this
+    /// client).
+    Bell(bytes::Bytes),
+}
+
+/// Whether `push` confirms the subscription to `bell`: `>3 subscribe <bell> <count>`.
+pub(super) fn is_subscribed(push: &[Frame], bell: Option<&[u8]>) -> bool {
+    match (push, bell) {
+        ([kind, chan, _], Some(bell)) => {
+            kind.as_bytes()
+                .is_some_and(|k| k.eq_ignore_ascii_case(b"subscribe"))
+                && chan.as_bytes().is_some_and(|c| c.as_ref() == bell)
+        }
+        _ => false,
+    }
+}
+
+/// The resource a bell push rang for: `>3 message <bell> <resource>`.
+fn rung<'a>(push: &'a [Frame], bell: Option<&[u8]>) -> Option<&'a bytes::Bytes> {
+    match (push, bell) {
+        ([kind, chan, payload], Some(bell))
+            if kind
+                .as_bytes()
+                .is_some_and(|k| k.eq_ignore_ascii_case(b"message"))
+                && chan.as_bytes().is_some_and(|c| c.as_ref() == bell) =>
+        {
+            payload.as_bytes()
+        }
+        _ => None,
+    }
 }
 
 /// Invalidations a connection keeps between two looks by the engine; past this they collapse
@@ -72,12 +102,22 @@ impl<T> Conn<T> {
 
     /// Keeps what an invalidation push says, within [`MAX_INVALIDATED`].
     pub(super) fn note_push(&mut self, push: &[Frame]) {
-        let Some(keys) = invalidation(push) else {
-            // Not an invalidation (no other push is subscribed to): ignored.
-            return;
-        };
         let full = |v: &Vec<Invalidated>| {
             v.len() >= MAX_INVALIDATED || v.last() == Some(&Invalidated::All)
+        };
+        if let Some(resource) = rung(push, self.bell.as_deref()) {
+            if full(&self.invalidated) {
+                // Past the bound, every waiter wakes (and tries): no bell is lost.
+                self.invalidated.clear();
+                self.invalidated.push(Invalidated::All);
+            } else {
+                self.invalidated.push(Invalidated::Bell(resource.clone()));
+            }
+            return;
+        }
+        let Some(keys) = invalidation(push) else {
+            // Not an invalidation nor our bell (nothing else is subscribed to): ignored.
+            return;
         };
         match keys {
             Some(keys) => {

@@ -34,6 +34,15 @@ impl<T> Conn<T> {
             encode_command(&mut self.out, &[b"SCRIPT", b"LOAD", script.as_bytes()]);
             self.owed.push_back(Owner::Preload);
         }
+        // Fair mode's too: a claim is an acquisition, which a `NOSCRIPT` sends again only
+        // while its round waits for the node (a claim decided without this node would leave
+        // the waiter in this node's line).
+        if self.bell.is_some() {
+            for (_, script) in crate::script::FAIR {
+                encode_command(&mut self.out, &[b"SCRIPT", b"LOAD", script.as_bytes()]);
+                self.owed.push_back(Owner::Preload);
+            }
+        }
     }
 
     /// The form to send the script call whose copy heads [`Conn::scripted`] (`len` bytes)

@@ -46,7 +46,7 @@ impl<U> Engine<U> {
                         if self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
                             self.vote(tag, i, outcome.clone());
                         }
-                        self.take_invalidated(i);
+                        self.take_invalidated(i, now);
                         self.nodes[i].stats.desyncs += 1;
                         self.fail_node(i, &outcome, now, Socket::Held);
                         return;
@@ -76,9 +76,9 @@ impl<U> Engine<U> {
                     }
                     self.vote_with(tag, i, outcome, extra);
                 }
-                Ok(None) => return self.take_invalidated(i),
+                Ok(None) => return self.take_invalidated(i, now),
                 Err(e) => {
-                    self.take_invalidated(i);
+                    self.take_invalidated(i, now);
                     if e == ConnError::Desync {
                         self.nodes[i].stats.desyncs += 1;
                     }

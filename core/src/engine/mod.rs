@@ -177,6 +177,10 @@ pub struct Engine<U> {
     connecting: usize,
     /// Whether connections ask for RESP3 and tracking (wake-ups).
     wakeups: bool,
+    /// Fair mode's arguments, when it is on.
+    fair: Option<crate::command::Fair>,
+    /// Fair mode: resources whose bell woke a waiter lately, and when (see `watch.rs`).
+    recent_bells: Vec<(bytes::Bytes, Instant)>,
     /// Waiters for a key to change: (id, key). One-shot: a watch leaves when it fires.
     watches: Vec<(u64, Box<[u8]>)>,
     /// Watches that fired, with why, for the driver to tell their waiters.
@@ -202,7 +206,12 @@ impl<U> Engine<U> {
                     addr: addr.clone(),
                     conn: Conn::new(MAX_OWED, cfg.node_timeout)
                         .checking_eviction(cfg.fencing.is_some())
-                        .verifying(cfg.verify_stream),
+                        .verifying(cfg.verify_stream)
+                        .ringing(cfg.fair.as_ref().map(|f| {
+                            let mut bell = crate::script::BELL_PREFIX.as_bytes().to_vec();
+                            bell.extend_from_slice(&f.id);
+                            bell.into_boxed_slice()
+                        })),
                     link: Link::Closed,
                     stats: NodeStats::default(),
                 })
@@ -221,6 +230,8 @@ impl<U> Engine<U> {
             native_wire: BytesMut::with_capacity(128),
             connecting: 0,
             wakeups: cfg.wakeups,
+            fair: cfg.fair.clone(),
+            recent_bells: Vec::new(),
             watches: Vec::new(),
             woken: VecDeque::new(),
             events: VecDeque::new(),
@@ -287,15 +298,17 @@ impl<U> Engine<U> {
     fn queue_everywhere(&mut self, cmd: &Command<'_>, tag: Tag, now: Instant) {
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
-        cmd.encode(&mut wire, Form::Evalsha);
+        cmd.encode_in(&mut wire, Form::Evalsha, self.fair.as_ref());
         let scripted = matches!(
             cmd.expect(),
-            Expect::Acquired | Expect::Fenced | Expect::Script
+            Expect::Acquired | Expect::Fenced | Expect::Script | Expect::Wait | Expect::Leave
         );
         // Native forms are encoded only where some connection may use one: under Native
         // mode, or under Auto once a server said it has them (not on every release to
-        // servers that have none).
+        // servers that have none). A fair release is the hand-off script: it has none.
+        let fair_release = self.fair.is_some() && cmd.kind == crate::command::OpKind::Release;
         let native_able = cmd.has_native_form()
+            && !fair_release
             && match self.scripts {
                 Scripts::Native => true,
                 Scripts::Auto => self.nodes.iter().any(|n| n.conn.native().is_some()),
@@ -357,6 +370,32 @@ impl<U> Engine<U> {
         // Best effort: a node that cannot take it has lost the key's connection anyway; the
         // key expires with its ttl.
         self.queue_everywhere(cmd, Tag::of(0, 0, cmd.expect()), now);
+    }
+
+    /// Fair mode: passes on a reservation node `i` rang this client's bell for, where no
+    /// waiter of this client waits for `resource`: the leave script, sent for nobody.
+    fn pass_on(&mut self, i: usize, resource: &[u8], now: Instant) {
+        let Some(fair) = self.fair.as_ref() else {
+            return;
+        };
+        let names = [crate::lock::Name::new(&String::from_utf8_lossy(resource))];
+        let cmd = Command {
+            kind: crate::command::OpKind::Leave,
+            resources: &names,
+            token: None,
+            ttl_ms: 0,
+            counter: None,
+            fence_value: 0,
+        };
+        let mut wire = BytesMut::new();
+        cmd.encode_in(&mut wire, Form::Evalsha, Some(fair));
+        let _ = self.queue_on(
+            i,
+            Tag::of(0, 0, cmd.expect()),
+            &wire,
+            How::Script(None),
+            now,
+        );
     }
 
     /// Records how many operations one write pass carried (for [`Stats::largest_batch`]).

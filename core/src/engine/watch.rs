@@ -1,8 +1,15 @@
 //! Waiters' watches: one-shot, fired by a tracking master's invalidation push or by a dropped
 //! connection, and handed to the driver to wake its waiters.
 
+use std::time::Duration;
+
 use super::{Engine, Link};
 use crate::conn::Invalidated;
+
+/// The resources whose bell woke a waiter of this client within the claim lease, at most
+/// this many: a bell for one of them that wakes nobody is that hand-off's, from another
+/// master, and is not passed on.
+const MAX_RECENT_BELLS: usize = 64;
 
 /// Why a watch fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +32,7 @@ impl Wake {
 
 impl<U> Engine<U> {
     /// Fires the watches of the keys node `i` pushed invalidations of.
-    pub(super) fn take_invalidated(&mut self, i: usize) {
+    pub(super) fn take_invalidated(&mut self, i: usize, now: std::time::Instant) {
         let Some(pushed) = self.nodes[i].conn.take_invalidated() else {
             return;
         };
@@ -34,6 +41,29 @@ impl<U> Engine<U> {
             match what {
                 Invalidated::All => self.wake_watches(|_| true, Wake::Pushed),
                 Invalidated::Key(k) => self.wake_watches(|key| key == k.as_ref(), Wake::Pushed),
+                Invalidated::Bell(r) => {
+                    let before = self.woken.len();
+                    self.wake_watches(|key| key == r.as_ref(), Wake::Pushed);
+                    let lease = self
+                        .fair
+                        .as_ref()
+                        .map_or(Duration::ZERO, |f| Duration::from_millis(f.claim_ms));
+                    self.recent_bells
+                        .retain(|(_, at)| now.saturating_duration_since(*at) < lease);
+                    if self.woken.len() > before {
+                        // A waiter claims it now; the same hand-off's bells from the other
+                        // masters follow within a round trip, and are its, not stale.
+                        if self.recent_bells.len() >= MAX_RECENT_BELLS {
+                            self.recent_bells.remove(0);
+                        }
+                        self.recent_bells.push((r, now));
+                    } else if !self.recent_bells.iter().any(|(k, _)| *k == r) {
+                        // Rung for a resource nobody here waits for any more (a waiter that
+                        // gave up, whose leave has not landed): pass it on at once rather than
+                        // leave the others to the claim lease.
+                        self.pass_on(i, &r, now);
+                    }
+                }
             }
         }
     }

@@ -33,6 +33,9 @@ pub struct Acquisition {
     ttl: Duration,
     ttl_ms: u64,
     phase: Phase,
+    /// Fair mode: the try of a waiter in the line, by the claim script (which takes a
+    /// reservation of its own, or a free resource once the line's head has been rung).
+    claim: bool,
 }
 
 #[derive(Debug)]
@@ -88,6 +91,7 @@ impl Acquisition {
             ttl,
             ttl_ms,
             phase: Phase::Acquire,
+            claim: false,
         })
     }
 
@@ -116,6 +120,7 @@ impl Acquisition {
             fence_value,
         };
         match self.phase {
+            Phase::Acquire if self.claim => Some((cmd(OpKind::Claim, 0), cfg.until())),
             Phase::Acquire => Some((cmd(OpKind::Acquire, 0), cfg.until())),
             Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
             Phase::Release(_) => Some((cmd(OpKind::Release, 0), Until::AllIn)),
@@ -222,6 +227,9 @@ pub struct Acquire {
     retry: Retry,
     state: State,
     result: Option<Result<Lock, Error>>,
+    /// Fair mode: this acquisition has joined the line of its resource (its tries are
+    /// claims from then on, and giving up leaves the line).
+    queued: bool,
 }
 
 #[derive(Debug)]
@@ -238,6 +246,8 @@ enum State {
     Reading(Waiting),
     /// Waiting for the watch or the timer; whether there is a wait at all.
     Awaiting(Waiting, bool),
+    /// Fair mode: giving up with this error, after leaving the line.
+    Leaving(Error),
 }
 
 impl Acquire {
@@ -250,6 +260,7 @@ impl Acquire {
             retry,
             state: State::Idle,
             result: None,
+            queued: false,
         }
     }
 
@@ -258,7 +269,8 @@ impl Acquire {
         // The try holds the names while it runs (and gives them back if it fails).
         let names = std::mem::take(&mut self.names);
         match Acquisition::new(cfg, names, self.ttl, &mut *cx.rng) {
-            Ok(acq) => {
+            Ok(mut acq) => {
+                acq.claim = self.queued;
                 self.state = State::Trying(acq);
                 self.next_round(cfg, cx)
             }
@@ -292,6 +304,12 @@ impl Acquire {
                 .after(e, &self.names, cx.now, &mut *cx.rng, cx.events),
         };
         match next {
+            Next::Fail(e) if self.queued => {
+                // Out of the line before the error is returned, so that no hand-off waits a
+                // claim lease for a waiter that has gone.
+                self.state = State::Leaving(e);
+                Step::Round(self.leave(), cfg.until())
+            }
             Next::Fail(e) => self.done(Err(e)),
             Next::Wait(d) => {
                 self.state = State::Sleeping;
@@ -304,6 +322,18 @@ impl Acquire {
                     _ => Step::Done,
                 }
             }
+        }
+    }
+
+    /// The leave script for this acquisition's resources (fair mode).
+    fn leave(&self) -> Command<'_> {
+        Command {
+            kind: OpKind::Leave,
+            resources: &self.names,
+            token: None,
+            ttl_ms: 0,
+            counter: None,
+            fence_value: 0,
         }
     }
 
@@ -343,19 +373,23 @@ impl Operation for Acquire {
                 }
             }
             (State::Reading(w), Input::Round(read)) => {
+                self.queued |= w.is_fair() && read.is_ok();
                 let deadline = w.deadline(cfg, &read, cx.now);
                 self.state = State::Awaiting(w, deadline.is_some());
                 Step::Await(deadline)
             }
             (State::Awaiting(w, waited), Input::Woken(woken)) => {
-                // (No wait, no record of one, when the read could not run.)
-                if waited && w.end(woken, cx.now, cx.events) {
+                // (No wait, no record of one, when the read could not run.) A bell wakes one
+                // waiter: no jitter after it.
+                let fair = w.is_fair();
+                if waited && w.end(woken, cx.now, cx.events) && !fair {
                     self.state = State::Sleeping;
                     Step::Jitter(wake_jitter(&mut *cx.rng))
                 } else {
                     self.try_once(cfg, cx)
                 }
             }
+            (State::Leaving(e), Input::Round(_)) => self.done(Err(e)),
             // An input the state does not expect: a driver's bug, ended rather than guessed.
             (_, _) => self.done(Err(Error::Aborted)),
         }
@@ -368,6 +402,13 @@ impl Operation for Acquire {
     fn abandon(&self) -> Option<Command<'_>> {
         match &self.state {
             State::Trying(acq) => Some(acq.release()),
+            // Fair mode: out of the line (a bell that still comes is passed on by the
+            // engine, as for any resource nobody here waits for).
+            State::Sleeping | State::Watching(_) | State::Reading(_) | State::Awaiting(..)
+                if self.queued =>
+            {
+                Some(self.leave())
+            }
             _ => None,
         }
     }

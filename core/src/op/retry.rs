@@ -23,6 +23,8 @@ pub struct Retry {
     /// `lock_within`: no try starts after this.
     deadline: Option<Instant>,
     wakeups: bool,
+    /// Fair mode (and a single resource): waiters join the resource's line.
+    fair: bool,
 }
 
 /// What to do after a failed round.
@@ -66,6 +68,9 @@ pub struct Waiting {
     key: [Name; 1],
     pub(super) wait: Duration,
     started: Instant,
+    /// Fair mode: the read is the wait script, which joins the line, and the watch fires on
+    /// the client's bell for the resource.
+    fair: bool,
 }
 
 impl Waiting {
@@ -75,7 +80,13 @@ impl Waiting {
             key: [key],
             wait,
             started: now,
+            fair: false,
         }
+    }
+
+    /// Whether the wait is in a line (fair mode).
+    pub fn is_fair(&self) -> bool {
+        self.fair
     }
 
     /// The key to watch.
@@ -92,7 +103,11 @@ impl Waiting {
     /// node.
     pub fn round(&self) -> (Command<'_>, Until) {
         let cmd = Command {
-            kind: OpKind::Watch,
+            kind: if self.fair {
+                OpKind::Wait
+            } else {
+                OpKind::Watch
+            },
             resources: &self.key,
             token: None,
             ttl_ms: 0,
@@ -144,6 +159,7 @@ impl Retry {
             delay: cfg.retry_delay,
             deadline: None,
             wakeups: cfg.wakeups,
+            fair: cfg.fair.is_some(),
         }
     }
 
@@ -154,6 +170,7 @@ impl Retry {
             delay: Duration::ZERO,
             deadline: None,
             wakeups: false,
+            fair: false,
         }
     }
 
@@ -165,6 +182,7 @@ impl Retry {
             delay: cfg.retry_delay,
             deadline: Some(crate::time::later(now, max_wait)),
             wakeups: cfg.wakeups,
+            fair: cfg.fair.is_some(),
         }
     }
 
@@ -210,7 +228,12 @@ impl Retry {
                     .map(Name::new)
                     .or_else(|| names.first().cloned());
                 match key {
-                    Some(key) => Next::Watch(Waiting::new(key, wait, now)),
+                    Some(key) => {
+                        let mut waiting = Waiting::new(key, wait, now);
+                        // A line per resource: a lock over one. (A set waits as before.)
+                        waiting.fair = self.fair && names.len() == 1;
+                        Next::Watch(waiting)
+                    }
                     None => Next::Wait(wait),
                 }
             }
@@ -235,7 +258,8 @@ impl Retry {
         // that it has no key; unknown for a key without expiry or a node that did not answer.
         let mut free_in: SmallVec<[Duration; 8]> = (0..pttl.node_count())
             .filter_map(|i| match pttl.read(i) {
-                Some(Extra::Number(-2)) => Some(Duration::ZERO),
+                // No key, or (fair mode's wait) reserved for this client: at once.
+                Some(Extra::Number(-2 | -3)) => Some(Duration::ZERO),
                 // Expiry is checked to the millisecond: a millisecond more is past it.
                 Some(Extra::Number(ms)) if ms >= 0 => {
                     Some(Duration::from_millis(ms.unsigned_abs().saturating_add(1)))

@@ -1,12 +1,14 @@
 local n = #KEYS / 2
+local mine = "redlock-mux:reserved:" .. ARGV[3]
 local held, gone = false, false
 for i = 1, n do
   local v = redis.call("GET", KEYS[i])
   if v == ARGV[1] then
     redis.call("DEL", KEYS[i])
     ring(KEYS[i], KEYS[n + i], ARGV[2], false)
-  elseif v == false then
+  elseif v == false or v == mine then
     gone = true
+    if v then redis.call("DEL", KEYS[i]) end
     ring(KEYS[i], KEYS[n + i], ARGV[2], false)
   else held = true end
 end

@@ -41,6 +41,9 @@ macro_rules! for_each_case {
             a_waiter_is_woken_by_the_release_not_by_polling,
             a_lost_push_falls_back_to_the_pttl_timer,
             servers_without_resp3_fall_back_to_polling,
+            fair_waiters_get_the_lock_in_the_order_they_started_waiting,
+            a_fair_waiter_that_gives_up_or_is_gone_costs_the_others_nothing,
+            a_reserved_resource_is_not_taken_by_a_newcomer,
         );
     };
 }
@@ -112,6 +115,7 @@ fn gone_everywhere(client: &impl LockClient, addrs: &[String], key: &str) {
 }
 
 mod basic;
+mod fair;
 mod faults;
 mod fencing;
 mod many;
@@ -119,6 +123,7 @@ mod scripts;
 mod wakeups;
 
 pub use basic::*;
+pub use fair::*;
 pub use faults::*;
 pub use fencing::*;
 pub use many::*;

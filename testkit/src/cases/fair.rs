@@ -1,0 +1,162 @@
+//! Fair mode (`Builder::fair`): waiters line up on the masters, and each release hands the
+//! lock to the first of them, waking no other.
+
+use super::*;
+
+/// How many entries the resource's line has on each master.
+fn line_lengths(addrs: &[String], key: &str) -> Vec<i64> {
+    let q = format!("{}{key}", redlock_mux::script::QUEUE_PREFIX);
+    addrs
+        .iter()
+        .map(|a| match redis(a, &["ZCARD", &q]) {
+            Frame::Integer(n) => n,
+            other => panic!("ZCARD: {other:?}"),
+        })
+        .collect()
+}
+
+/// Waiters that started waiting one after another (each in the line on every master before
+/// the next starts) get the lock in that order, each woken by its bell: their retry delay is
+/// far longer than the test, so no timer explains a hand-off. Every release rings one
+/// client per master: the bells counted over all clients are one per master per hand-off,
+/// where the unfair wake-ups push to every waiter.
+pub fn fair_waiters_get_the_lock_in_the_order_they_started_waiting<F: Flavor>()
+where
+    F::Client: Sync + Send,
+{
+    let c = LocalCluster::start(5).expect("redis-server");
+    let addrs = c.addrs();
+    let key = resource("fair-order");
+    let fair = || builder(&c).fair(true).retry(1000, Duration::from_secs(60));
+    let holder = F::build(fair()).unwrap();
+    let waiters: Vec<F::Client> = (0..4).map(|_| F::build(fair()).unwrap()).collect();
+    let held = holder.lock(&key, Duration::from_secs(120)).unwrap();
+    let order = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for (i, w) in waiters.iter().enumerate() {
+            let (key, order) = (&key, &order);
+            s.spawn(move || {
+                let lock = w
+                    .lock_within(key, TTL, Duration::from_secs(120))
+                    .expect("the waiter gets the lock");
+                order.lock().unwrap().push(i);
+                // Held a moment, so that the next one is woken by this release.
+                std::thread::sleep(Duration::from_millis(5));
+                w.unlock(&lock).unwrap();
+            });
+            // In the line everywhere before the next one starts.
+            wait_until(
+                Duration::from_secs(20),
+                "the waiter is in every line",
+                || {
+                    line_lengths(&addrs, key)
+                        .iter()
+                        .all(|&n| n == i as i64 + 1)
+                },
+            );
+        }
+        holder.unlock(&held).unwrap();
+    });
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec![0, 1, 2, 3],
+        "first come, first served"
+    );
+    // One bell per master per hand-off, to the waiter whose turn it was: four hand-offs.
+    let bells: u64 = waiters
+        .iter()
+        .flat_map(|w| w.stats().nodes.into_iter().map(|n| n.invalidations))
+        .sum();
+    assert!(
+        bells <= 4 * addrs.len() as u64,
+        "{bells} bells for 4 hand-offs on {} masters",
+        addrs.len()
+    );
+    let q = format!("{}{key}", redlock_mux::script::QUEUE_PREFIX);
+    assert!(
+        line_lengths(&addrs, &key).iter().all(|&n| n == 0),
+        "the lines are empty: {:?}",
+        addrs
+            .iter()
+            .map(|a| redis(a, &["ZRANGE", &q, "0", "-1", "WITHSCORES"]))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A waiter that gives up leaves the line; one whose process is gone (here an entry whose
+/// bell nobody listens to, as after a crash: the server dropped its subscription with its
+/// connections) is skipped by the next release at once: the waiter behind it is rung, not
+/// left to its timer.
+pub fn a_fair_waiter_that_gives_up_or_is_gone_costs_the_others_nothing<F: Flavor>()
+where
+    F::Client: Sync + Send,
+{
+    let c = LocalCluster::start(3).expect("redis-server");
+    let addrs = c.addrs();
+    let key = resource("fair-gone");
+    let fair = || builder(&c).fair(true).retry(1000, Duration::from_secs(60));
+    let holder = F::build(fair()).unwrap();
+    let held = holder.lock(&key, Duration::from_secs(120)).unwrap();
+    let quitter = F::build(fair()).unwrap();
+    let r = quitter.lock_within(&key, TTL, Duration::from_millis(1500));
+    assert!(r.is_err(), "held throughout its wait: {r:?}");
+    assert!(
+        line_lengths(&addrs, &key).iter().all(|&n| n == 0),
+        "a waiter that gave up left the line: {:?}",
+        line_lengths(&addrs, &key)
+    );
+    // A crashed waiter at the head of the line.
+    let q = format!("{}{key}", redlock_mux::script::QUEUE_PREFIX);
+    for a in &addrs {
+        redis(a, &["ZADD", &q, "1", "crashed-client"]);
+    }
+    let next = F::build(fair()).unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| next.lock_within(&key, TTL, Duration::from_secs(120)));
+        wait_until(Duration::from_secs(20), "the waiter is in line", || {
+            line_lengths(&addrs, &key).iter().all(|&n| n == 2)
+        });
+        let released = Instant::now();
+        holder.unlock(&held).unwrap();
+        let lock = waiting.join().unwrap().expect("the next waiter gets it");
+        // Its retry delay is 60 s: only its bell explains a hand-off well before that.
+        assert!(
+            released.elapsed() < Duration::from_secs(15),
+            "hand-off took {:?}",
+            released.elapsed()
+        );
+        next.unlock(&lock).unwrap();
+    });
+}
+
+/// Nobody passes the waiter a release rang: a plain `try_lock` from another client finds the
+/// resource reserved (held) until the waiter has claimed it.
+pub fn a_reserved_resource_is_not_taken_by_a_newcomer<F: Flavor>()
+where
+    F::Client: Sync + Send,
+{
+    let c = LocalCluster::start(3).expect("redis-server");
+    let addrs = c.addrs();
+    let key = resource("fair-reserved");
+    let fair = || builder(&c).fair(true).retry(1000, Duration::from_secs(60));
+    let holder = F::build(fair()).unwrap();
+    let held = holder.lock(&key, Duration::from_secs(120)).unwrap();
+    let waiter = F::build(fair()).unwrap();
+    let newcomer = F::build(fair()).unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| waiter.lock_within(&key, TTL, Duration::from_secs(120)));
+        wait_until(Duration::from_secs(20), "the waiter is in line", || {
+            line_lengths(&addrs, &key).iter().all(|&n| n == 1)
+        });
+        holder.unlock(&held).unwrap();
+        // Right after the release, the key is either reserved for the waiter or its lock:
+        // never free for the newcomer.
+        let r = newcomer.try_lock(&key, TTL);
+        assert!(
+            matches!(r, Err(Error::Conflict { .. })),
+            "the newcomer passed the line: {r:?}"
+        );
+        let lock = waiting.join().unwrap().expect("the waiter gets it");
+        waiter.unlock(&lock).unwrap();
+    });
+}
