@@ -134,11 +134,11 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "6fc728dea5ab0197c36b5411211cb49a5b4c8471";
+pub const WAIT_SHA1: &str = "9892bc6e3e56aae2e879ad01a8dfe5f258bff491";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
-/// once the head of its line has been rung (which may be the caller), all or nothing, and
-/// leaves the queues; fenced, `INCR`s the counter (`KEYS[2n+1]`). `KEYS` as [`WAIT`]'s;
+/// once the head of its line has been rung (which may be the caller), all or nothing (the
+/// hand-off that reserved it took the caller out of the line); fenced, `INCR`s the counter (`KEYS[2n+1]`). `KEYS` as [`WAIT`]'s;
 /// `ARGV`: token, ttl in ms, `n`, client id, claim lease in ms. Answers as [`ACQUIRE`]:
 /// `0` or the counter, `-i` when resource `i` is held or reserved for another.
 pub const CLAIM: &str = concat!(
@@ -147,7 +147,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "f9c5360b174bdc5a1fe369448b1e3472dcb216ad";
+pub const CLAIM_SHA1: &str = "5247b69c28bc9a783a3f40fff3d04109286d3152";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -161,7 +161,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "58be3a139f8d5de8b3c142c9492cc639e7edb1c6";
+pub const HANDOFF_SHA1: &str = "f1402eb91845f83977a0ddf1b598e4ff7dd378ea";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. `KEYS`: the

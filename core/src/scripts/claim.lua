@@ -3,14 +3,14 @@ local mine = "redlock-mux:reserved:" .. ARGV[4]
 for i = 1, n do
   local v = redis.call("GET", KEYS[i])
   if v == false then
-    ring(KEYS[i], KEYS[n + i], ARGV[5], ARGV[4])
-    v = redis.call("GET", KEYS[i])
+    if ring(KEYS[i], KEYS[n + i], ARGV[5], ARGV[4]) then
+      v = redis.call("GET", KEYS[i])
+    end
   end
   if v ~= false and v ~= mine then return -i end
 end
 for i = 1, n do
   redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2])
-  redis.call("ZREM", KEYS[n + i], ARGV[4])
 end
 if #KEYS > 2 * n then return redis.call("INCR", KEYS[2 * n + 1]) end
 return 0

@@ -3,14 +3,14 @@ local mine = "redlock-mux:reserved:" .. ARGV[3]
 local held, gone = false, false
 for i = 1, n do
   local v = redis.call("GET", KEYS[i])
-  if v == ARGV[1] then
-    redis.call("DEL", KEYS[i])
-    ring(KEYS[i], KEYS[n + i], ARGV[2], false)
-  elseif v == false or v == mine then
-    gone = true
-    if v then redis.call("DEL", KEYS[i]) end
-    ring(KEYS[i], KEYS[n + i], ARGV[2], false)
-  else held = true end
+  if v == ARGV[1] or v == false or v == mine then
+    if v ~= ARGV[1] then gone = true end
+    if not ring(KEYS[i], KEYS[n + i], ARGV[2], false) and v then
+      redis.call("DEL", KEYS[i])
+    end
+  else
+    held = true
+  end
 end
 if held then return 0 end
 if gone then return -1 end

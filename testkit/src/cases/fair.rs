@@ -27,7 +27,14 @@ where
     let c = LocalCluster::start(5).expect("redis-server");
     let addrs = c.addrs();
     let key = resource("fair-order");
-    let fair = || builder(&c).fair(true).retry(1000, Duration::from_secs(60));
+    // A claim lease far beyond any pause of a loaded machine: a waiter slower than its lease
+    // would lose its place (as documented), and the order would say nothing.
+    let fair = || {
+        builder(&c)
+            .fair(true)
+            .retry(1000, Duration::from_secs(60))
+            .claim_lease(Duration::from_secs(30))
+    };
     let holder = F::build(fair()).unwrap();
     let waiters: Vec<F::Client> = (0..4).map(|_| F::build(fair()).unwrap()).collect();
     let held = holder.lock(&key, Duration::from_secs(120)).unwrap();
@@ -48,11 +55,7 @@ where
             wait_until(
                 Duration::from_secs(20),
                 "the waiter is in every line",
-                || {
-                    line_lengths(&addrs, key)
-                        .iter()
-                        .all(|&n| n == i as i64 + 1)
-                },
+                || line_lengths(&addrs, key).iter().all(|&n| n == i as i64 + 1),
             );
         }
         holder.unlock(&held).unwrap();
