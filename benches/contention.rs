@@ -10,8 +10,9 @@
 //! lock change hands: a client that looped straight back would take the lock it just released
 //! before any waiter could, polling or not, and the table would measure nothing about waiting.
 //!
-//! Clients: redlock-mux's blocking client with wake-ups on (the default) and off (polling:
-//! the retry delay between tries), its async client with wake-ups, rslock and node-redlock
+//! Clients: redlock-mux's blocking and async clients in fair mode (`Builder::fair`: a line on
+//! the masters, one waiter rung per release), its blocking client with wake-ups on (the
+//! default) and off (polling: the retry delay between tries), its async client with wake-ups, rslock and node-redlock
 //! (each with its own retries; both poll).
 //!
 //! Run: `cargo run --release --manifest-path benches/Cargo.toml --bin contention --
@@ -144,7 +145,7 @@ fn ns(start: Instant) -> u64 {
 
 /// redlock-mux's blocking client, one `Redlock` per client thread, `lock_within` (wake-ups on
 /// or off) until the cell's end.
-fn mux_blocking(cell: &Cell<'_>, wakeups: bool) -> Vec<Tenure> {
+fn mux_blocking(cell: &Cell<'_>, wakeups: bool, fair: bool) -> Vec<Tenure> {
     let out = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
     std::thread::scope(|s| {
@@ -154,6 +155,7 @@ fn mux_blocking(cell: &Cell<'_>, wakeups: bool) -> Vec<Tenure> {
                 .nodes(cell.nodes)
                 .node_timeout(Duration::from_millis(200))
                 .wakeups(wakeups)
+                .fair(fair)
                 .build()
                 .unwrap();
             s.spawn(move || {
@@ -181,7 +183,7 @@ fn mux_blocking(cell: &Cell<'_>, wakeups: bool) -> Vec<Tenure> {
 }
 
 /// redlock-mux's async client with wake-ups, one `AsyncRedlock` per client task.
-fn mux_async(cell: &Cell<'_>) -> Vec<Tenure> {
+fn mux_async(cell: &Cell<'_>, fair: bool) -> Vec<Tenure> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -195,6 +197,7 @@ fn mux_async(cell: &Cell<'_>) -> Vec<Tenure> {
             let client = redlock_mux::AsyncRedlock::builder()
                 .nodes(cell.nodes)
                 .node_timeout(Duration::from_millis(200))
+                .fair(fair)
                 .build()
                 .unwrap();
             let (out, resource) = (out.clone(), cell.resource.clone());
@@ -309,6 +312,8 @@ fn main() {
     let levels: String = arg("--levels", "2,8,32,128".to_string());
     let hold = Duration::from_millis(arg("--hold-ms", 1));
     let think = Duration::from_millis(arg("--think-ms", 1));
+    // Only the clients whose name contains this (all by default).
+    let only: String = arg("--only", String::new());
     let slice = Duration::from_secs_f64(seconds);
     let cluster = LocalCluster::start(5).expect("five redis-server (scripts/install-deps)");
     let nodes = cluster.addrs();
@@ -326,19 +331,29 @@ fn main() {
         type Run<'a> = Box<dyn Fn(&Cell<'_>) -> Option<Vec<Tenure>> + 'a>;
         let runs: Vec<(&str, bool, Run<'_>)> = vec![
             (
+                "redlock-mux blocking, fair",
+                true,
+                Box::new(|c: &Cell<'_>| Some(mux_blocking(c, true, true))),
+            ),
+            (
+                "redlock-mux async (multi-thread), fair",
+                true,
+                Box::new(|c: &Cell<'_>| Some(mux_async(c, true))),
+            ),
+            (
                 "redlock-mux blocking, wake-ups on",
                 true,
-                Box::new(|c: &Cell<'_>| Some(mux_blocking(c, true))),
+                Box::new(|c: &Cell<'_>| Some(mux_blocking(c, true, false))),
             ),
             (
                 "redlock-mux async (multi-thread), wake-ups on",
                 true,
-                Box::new(|c: &Cell<'_>| Some(mux_async(c))),
+                Box::new(|c: &Cell<'_>| Some(mux_async(c, false))),
             ),
             (
                 "redlock-mux blocking, wake-ups off (polling)",
                 true,
-                Box::new(|c: &Cell<'_>| Some(mux_blocking(c, false))),
+                Box::new(|c: &Cell<'_>| Some(mux_blocking(c, false, false))),
             ),
             (
                 "rslock 0.10 (its own retries)",
@@ -348,6 +363,9 @@ fn main() {
             ("node-redlock 4.2 (its own retries)", false, Box::new(node)),
         ];
         for (name, counts_sets, run) in runs {
+            if !name.contains(only.as_str()) {
+                continue;
+            }
             cell_no += 1;
             let cell = Cell {
                 nodes: &nodes,

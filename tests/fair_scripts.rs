@@ -115,7 +115,7 @@ impl Client {
         match self.eval(
             script::WAIT,
             &[r, &q],
-            &[&id, &claim_ms.to_string(), "1", "600000"],
+            &[&id, &claim_ms.to_string(), "1", "600000", "30000"],
         ) {
             Frame::Integer(n) => n,
             other => panic!("wait: {other:?}"),

@@ -330,7 +330,7 @@ impl Command<'_> {
         }
         parts.extend(counter);
         match self.kind {
-            OpKind::Wait => parts.extend_from_slice(&[id, claim, n_s, qttl]),
+            OpKind::Wait => parts.extend_from_slice(&[id, claim, n_s, qttl, ttl]),
             OpKind::Claim => parts.extend_from_slice(&[token, ttl, n_s, id, claim]),
             OpKind::Leave => parts.extend_from_slice(&[id, claim]),
             _ => parts.extend_from_slice(&[token, claim, id]),

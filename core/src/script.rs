@@ -124,17 +124,21 @@ pub const RING: &str = include_str!("scripts/ring.lua");
 
 /// Fair mode, a waiter joins the queues of its resources (`KEYS[1..=n]` the resources,
 /// `KEYS[n+1..=2n]` their queues; `ARGV`: client id, claim lease in ms, `n`, the queues'
-/// ttl in ms). A client already queued keeps its ticket (all its waiters share one place). A
-/// free resource is handed to the head of its line at once. Returns `-3` when every
+/// ttl in ms, the waiter's own ttl in ms). A client already queued keeps its ticket (all its waiters share one place); one
+/// for which the resource is reserved (rung before it started this wait) does not join again.
+/// A free resource is handed to the head of its line at once. Returns `-3` when every
 /// resource is now reserved for the caller (claim at once), else the longest `PTTL` of the
-/// others (`-2` none, `-1` one without a ttl).
+/// others (`-2` none, `-1` one without a ttl); a resource reserved for another waiter counts
+/// its reservation plus the caller's own ttl (what that waiter's lock will likely last), so
+/// that the waiters behind it wait for their bells rather than wake when the reservation
+/// would lapse.
 pub const WAIT: &str = concat!(
     include_str!("scripts/ring.lua"),
     include_str!("scripts/wait.lua")
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "9892bc6e3e56aae2e879ad01a8dfe5f258bff491";
+pub const WAIT_SHA1: &str = "3cc4f85fc97137d2659468c1ea20625403c91724";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), all or nothing (the

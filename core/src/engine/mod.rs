@@ -179,8 +179,9 @@ pub struct Engine<U> {
     wakeups: bool,
     /// Fair mode's arguments, when it is on.
     fair: Option<crate::command::Fair>,
-    /// Fair mode: resources whose bell woke a waiter lately, and when (see `watch.rs`).
-    recent_bells: Vec<(bytes::Bytes, Instant)>,
+    /// Fair mode: the bells rung for each resource lately, not yet handed to a waiter (see
+    /// `watch.rs`).
+    bells: Vec<watch::Bells>,
     /// Waiters for a key to change: (id, key). One-shot: a watch leaves when it fires.
     watches: Vec<(u64, Box<[u8]>)>,
     /// Watches that fired, with why, for the driver to tell their waiters.
@@ -231,7 +232,7 @@ impl<U> Engine<U> {
             connecting: 0,
             wakeups: cfg.wakeups,
             fair: cfg.fair.clone(),
-            recent_bells: Vec::new(),
+            bells: Vec::new(),
             watches: Vec::new(),
             woken: VecDeque::new(),
             events: VecDeque::new(),
@@ -370,32 +371,6 @@ impl<U> Engine<U> {
         // Best effort: a node that cannot take it has lost the key's connection anyway; the
         // key expires with its ttl.
         self.queue_everywhere(cmd, Tag::of(0, 0, cmd.expect()), now);
-    }
-
-    /// Fair mode: passes on a reservation node `i` rang this client's bell for, where no
-    /// waiter of this client waits for `resource`: the leave script, sent for nobody.
-    fn pass_on(&mut self, i: usize, resource: &[u8], now: Instant) {
-        let Some(fair) = self.fair.as_ref() else {
-            return;
-        };
-        let names = [crate::lock::Name::new(&String::from_utf8_lossy(resource))];
-        let cmd = Command {
-            kind: crate::command::OpKind::Leave,
-            resources: &names,
-            token: None,
-            ttl_ms: 0,
-            counter: None,
-            fence_value: 0,
-        };
-        let mut wire = BytesMut::new();
-        cmd.encode_in(&mut wire, Form::Evalsha, Some(fair));
-        let _ = self.queue_on(
-            i,
-            Tag::of(0, 0, cmd.expect()),
-            &wire,
-            How::Script(None),
-            now,
-        );
     }
 
     /// Records how many operations one write pass carried (for [`Stats::largest_batch`]).

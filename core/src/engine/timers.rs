@@ -14,6 +14,9 @@ impl<U> Engine<U> {
     /// Ends every round whose deadline has passed (nodes still owing time out) and drops
     /// connects that take too long.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if !self.bells.is_empty() {
+            self.fire_due_bells(now);
+        }
         let due = |e: &Self| {
             e.deadlines
                 .peek()
@@ -76,7 +79,12 @@ impl<U> Engine<U> {
     /// happens first.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         self.prune_deadlines();
-        let round = self.deadlines.peek().map(|Reverse((when, ..))| *when);
+        let mut round = self.deadlines.peek().map(|Reverse((when, ..))| *when);
+        if !self.bells.is_empty() {
+            if let Some(bell) = self.bells_due() {
+                round = Some(round.map_or(bell, |r| r.min(bell)));
+            }
+        }
         if self.connecting == 0 {
             return round;
         }

@@ -1,15 +1,26 @@
 //! Waiters' watches: one-shot, fired by a tracking master's invalidation push or by a dropped
 //! connection, and handed to the driver to wake its waiters.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
 
 use super::{Engine, Link};
 use crate::conn::Invalidated;
 
-/// The resources whose bell woke a waiter of this client within the claim lease, at most
-/// this many: a bell for one of them that wakes nobody is that hand-off's, from another
-/// master, and is not passed on.
-const MAX_RECENT_BELLS: usize = 64;
+/// Resources with bells pending at once, at most (past it, the oldest is forgotten: its
+/// reservations lapse after the claim lease).
+const MAX_PENDING_BELLS: usize = 256;
+
+/// Fair mode: the bells one hand-off rang for a resource, one per master, as they come.
+#[derive(Debug)]
+pub(crate) struct Bells {
+    key: bytes::Bytes,
+    /// The nodes that rang.
+    mask: u64,
+    /// When the first rang.
+    first: Instant,
+}
 
 /// Why a watch fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +43,7 @@ impl Wake {
 
 impl<U> Engine<U> {
     /// Fires the watches of the keys node `i` pushed invalidations of.
-    pub(super) fn take_invalidated(&mut self, i: usize, now: std::time::Instant) {
+    pub(super) fn take_invalidated(&mut self, i: usize, now: Instant) {
         let Some(pushed) = self.nodes[i].conn.take_invalidated() else {
             return;
         };
@@ -41,30 +52,82 @@ impl<U> Engine<U> {
             match what {
                 Invalidated::All => self.wake_watches(|_| true, Wake::Pushed),
                 Invalidated::Key(k) => self.wake_watches(|key| key == k.as_ref(), Wake::Pushed),
-                Invalidated::Bell(r) => {
-                    let before = self.woken.len();
-                    self.wake_watches(|key| key == r.as_ref(), Wake::Pushed);
-                    let lease = self
-                        .fair
-                        .as_ref()
-                        .map_or(Duration::ZERO, |f| Duration::from_millis(f.claim_ms));
-                    self.recent_bells
-                        .retain(|(_, at)| now.saturating_duration_since(*at) < lease);
-                    if self.woken.len() > before {
-                        // A waiter claims it now; the same hand-off's bells from the other
-                        // masters follow within a round trip, and are its, not stale.
-                        if self.recent_bells.len() >= MAX_RECENT_BELLS {
-                            self.recent_bells.remove(0);
-                        }
-                        self.recent_bells.push((r, now));
-                    } else if !self.recent_bells.iter().any(|(k, _)| *k == r) {
-                        // Rung for a resource nobody here waits for any more (a waiter that
-                        // gave up, whose leave has not landed): pass it on at once rather than
-                        // leave the others to the claim lease.
-                        self.pass_on(i, &r, now);
-                    }
-                }
+                Invalidated::Bell(r) => self.rung(i, r, now),
             }
+        }
+    }
+
+    /// The claim lease (fair mode), zero otherwise.
+    fn claim_lease(&self) -> Duration {
+        self.fair
+            .as_ref()
+            .map_or(Duration::ZERO, |f| Duration::from_millis(f.claim_ms))
+    }
+
+    /// Node `i` rang this client's bell for `key` (fair mode): a hand-off reserved it for this
+    /// client there. The waiter is woken once a quorum of masters has rung (its claim then
+    /// finds the reservations in place rather than overtaking a hand-off still on its way to
+    /// a slower master), or half a claim lease after the first bell (see
+    /// [`bells_due`](Engine::bells_due)). Bells that find no waiter are kept for one that
+    /// starts to wait within the claim lease (a waiter between a failed claim and its next
+    /// wait), then forgotten: their reservations lapse.
+    fn rung(&mut self, i: usize, key: bytes::Bytes, now: Instant) {
+        let lease = self.claim_lease();
+        self.bells
+            .retain(|b| now.saturating_duration_since(b.first) < lease);
+        let bit = 1u64 << (i.min(63));
+        match self.bells.iter_mut().find(|b| b.key == key) {
+            Some(b) => b.mask |= bit,
+            None => {
+                if self.bells.len() >= MAX_PENDING_BELLS {
+                    self.bells.remove(0);
+                }
+                self.bells.push(Bells {
+                    key: key.clone(),
+                    mask: bit,
+                    first: now,
+                });
+            }
+        }
+        self.fire_bells(&key, false);
+    }
+
+    /// Wakes the waiters of `key` if its bells reached a quorum (or `anyway`), and forgets the
+    /// bells once they woke someone.
+    fn fire_bells(&mut self, key: &[u8], anyway: bool) {
+        let Some(at) = self.bells.iter().position(|b| b.key.as_ref() == key) else {
+            return;
+        };
+        let enough = self.bells[at].mask.count_ones() as usize >= self.quorum;
+        if !(enough || anyway) || !self.watches.iter().any(|(_, k)| k.as_ref() == key) {
+            return;
+        }
+        self.bells.swap_remove(at);
+        self.wake_watches(|k| k == key, Wake::Pushed);
+    }
+
+    /// Fair mode: when the waiter of a resource rung by fewer than a quorum of masters is
+    /// woken anyway (half a claim lease after the first bell), if any is.
+    pub(super) fn bells_due(&self) -> Option<Instant> {
+        let half = self.claim_lease() / 2;
+        self.bells
+            .iter()
+            .filter(|b| self.watches.iter().any(|(_, k)| *k.as_ref() == *b.key))
+            .map(|b| crate::time::later(b.first, half))
+            .min()
+    }
+
+    /// Wakes the waiters whose bells are due (see [`bells_due`](Engine::bells_due)).
+    pub(super) fn fire_due_bells(&mut self, now: Instant) {
+        let half = self.claim_lease() / 2;
+        let due: SmallVec<[bytes::Bytes; 4]> = self
+            .bells
+            .iter()
+            .filter(|b| now.saturating_duration_since(b.first) >= half)
+            .map(|b| b.key.clone())
+            .collect();
+        for key in due {
+            self.fire_bells(&key, true);
         }
     }
 
@@ -86,7 +149,18 @@ impl<U> Engine<U> {
     /// connection closes, and [`poll_woken`](Engine::poll_woken) then yields `id`. Register it
     /// before the read that makes the servers track the key, so that no push is missed.
     pub fn watch(&mut self, id: u64, key: Box<[u8]>) {
+        let pending = self.bells.iter().any(|b| *b.key == *key);
         self.watches.push((id, key));
+        if pending {
+            // Bells that came before the wait started (between a failed claim and this
+            // watch): counted for it.
+            let key = self
+                .watches
+                .last()
+                .map(|(_, k)| k.clone())
+                .unwrap_or_default();
+            self.fire_bells(&key, false);
+        }
     }
 
     /// Forgets waiter `id`'s watch, if it has not fired (and a firing not yet polled).

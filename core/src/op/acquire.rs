@@ -315,7 +315,8 @@ impl Acquire {
                 self.state = State::Sleeping;
                 Step::Sleep(d)
             }
-            Next::Watch(waiting) => {
+            Next::Watch(mut waiting) => {
+                waiting.ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
                 self.state = State::Watching(waiting);
                 match &self.state {
                     State::Watching(w) => Step::Watch(w.key_bytes()),

@@ -71,6 +71,8 @@ pub struct Waiting {
     /// Fair mode: the read is the wait script, which joins the line, and the watch fires on
     /// the client's bell for the resource.
     fair: bool,
+    /// Fair mode: the waiter's own ttl in ms (see [`crate::script::WAIT`]).
+    pub(super) ttl_ms: u64,
 }
 
 impl Waiting {
@@ -81,6 +83,7 @@ impl Waiting {
             wait,
             started: now,
             fair: false,
+            ttl_ms: 0,
         }
     }
 
@@ -110,7 +113,7 @@ impl Waiting {
             },
             resources: &self.key,
             token: None,
-            ttl_ms: 0,
+            ttl_ms: self.ttl_ms,
             counter: None,
             fence_value: 0,
         };

@@ -1,19 +1,30 @@
 local n = tonumber(ARGV[3])
+local mine = "redlock-mux:reserved:" .. ARGV[1]
+local claim = tonumber(ARGV[2])
 local yours, longest = true, -2
 for i = 1, n do
   local q = KEYS[n + i]
-  local last = redis.call("ZRANGE", q, -1, -1, "WITHSCORES")
-  local ticket = 1
-  if last[2] then ticket = tonumber(last[2]) + 1 end
-  if redis.call("ZADD", q, "NX", ticket, ARGV[1]) == 1 then
-    redis.call("PEXPIRE", q, ARGV[4])
-  end
   local t = redis.call("PTTL", KEYS[i])
-  if t == -2 then
-    if ring(KEYS[i], q, ARGV[2], ARGV[1]) == ARGV[1] then
-      t = -3
-    else
-      t = redis.call("PTTL", KEYS[i])
+  local v = false
+  if t >= 0 and t <= claim then v = redis.call("GET", KEYS[i]) end
+  if v == mine then
+    t = -3
+  else
+    if v and string.sub(v, 1, 21) == "redlock-mux:reserved:" then
+      t = t + tonumber(ARGV[5])
+    end
+    local last = redis.call("ZRANGE", q, -1, -1, "WITHSCORES")
+    local ticket = 1
+    if last[2] then ticket = tonumber(last[2]) + 1 end
+    if redis.call("ZADD", q, "NX", ticket, ARGV[1]) == 1 then
+      redis.call("PEXPIRE", q, ARGV[4])
+    end
+    if t == -2 then
+      if ring(KEYS[i], q, ARGV[2], ARGV[1]) == ARGV[1] then
+        t = -3
+      else
+        t = redis.call("PTTL", KEYS[i])
+      end
     end
   end
   if t ~= -3 then
