@@ -25,6 +25,8 @@ pub struct Retry {
     wakeups: bool,
     /// Fair mode (and a single resource): waiters join the resource's line.
     fair: bool,
+    /// Fair mode: the longest wait for a bell ([`FAIR_WAIT_LEASES`] claim leases).
+    fair_wait: Duration,
 }
 
 /// What to do after a failed round.
@@ -37,6 +39,11 @@ pub enum Next {
     /// The resource is held: wait for it to change ([`Waiting`]), then try again.
     Watch(Waiting),
 }
+
+/// How many claim leases a waiter in line (fair mode) waits for its bell at most before it
+/// tries again, when the masters' `PTTL`s say nothing sooner: the bound on a line that lost
+/// its hand-off (a reservation that lapsed with nobody to hand it on).
+pub const FAIR_WAIT_LEASES: u32 = 8;
 
 /// The most a woken waiter waits before its next try, at random: waiters woken by the same
 /// push do not all send their `SET NX` in the same instant.
@@ -154,6 +161,13 @@ impl Waiting {
     }
 }
 
+/// Fair mode's longest wait for a bell (see [`FAIR_WAIT_LEASES`]).
+fn fair_wait(cfg: &Config) -> Duration {
+    cfg.fair.as_ref().map_or(Duration::ZERO, |f| {
+        Duration::from_millis(f.claim_ms.saturating_mul(u64::from(FAIR_WAIT_LEASES)))
+    })
+}
+
 impl Retry {
     /// `lock`'s policy: the configured tries, each wait the random retry delay at most.
     pub fn new(cfg: &Config) -> Retry {
@@ -163,6 +177,7 @@ impl Retry {
             deadline: None,
             wakeups: cfg.wakeups,
             fair: cfg.fair.is_some(),
+            fair_wait: fair_wait(cfg),
         }
     }
 
@@ -174,6 +189,7 @@ impl Retry {
             deadline: None,
             wakeups: false,
             fair: false,
+            fair_wait: Duration::ZERO,
         }
     }
 
@@ -186,6 +202,7 @@ impl Retry {
             deadline: Some(crate::time::later(now, max_wait)),
             wakeups: cfg.wakeups,
             fair: cfg.fair.is_some(),
+            fair_wait: fair_wait(cfg),
         }
     }
 
@@ -221,6 +238,14 @@ impl Retry {
         } else {
             hi
         };
+        let fair = self.fair && names.len() == 1 && self.wakeups;
+        if fair && matches!(err, Error::Conflict { .. }) {
+            // In line, a waiter waits for its bell; its timer is what the masters' `PTTL`s
+            // say (the holder's key, or a reservation and the lock it will become), not the
+            // retry delay: every waiter polling at that delay would cost the masters more
+            // than the line saves.
+            wait = self.fair_wait;
+        }
         if let Some(deadline) = self.deadline {
             wait = wait.min(deadline.saturating_duration_since(now));
         }
