@@ -196,7 +196,10 @@ impl<C> Builder<C> {
     }
 
     /// Whether waiters line up on the masters and a release hands the lock to the first of
-    /// them (default off, for now).
+    /// them (default off). **Experimental**: measured faster than the wake-ups for the async
+    /// client, but it still stalls under contention in some runs (the blocking client most),
+    /// and costs the masters more commands than it should; see docs/redlock.md, "Waiting in
+    /// line", for the figures and what limits them.
     ///
     /// On: a `lock` that finds a single resource held joins the resource's line on every
     /// master (a sorted set by arrival, one place per client however many of its threads or
@@ -209,7 +212,7 @@ impl<C> Builder<C> {
     /// `redlock-mux:bell:*` channels; with [`Scripts::Function`](crate::Scripts) it is off.
     /// Locks over several resources wait as without it. Every client of a resource should use
     /// the same setting: a release by a client without it rings nobody, and the line then
-    /// waits for its timers. See docs/redlock.md, "Waiting in line".
+    /// waits for its timers.
     pub fn fair(mut self, on: bool) -> Self {
         self.opts.fair = on;
         self
