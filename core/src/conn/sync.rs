@@ -54,7 +54,10 @@ impl<T> Conn<T> {
     /// any is overdue: one look at the queue's head on the hot path.
     pub(super) fn needs_sync(&self, now: Instant) -> bool {
         // Nothing owed (the common case on the hot path), or no sentinel ever: nothing to do.
-        if self.owed.is_empty() || self.sync_refused {
+        // A verifying connection ends every pass with a sentinel and counts no reply before
+        // it (`Conn::seal`): one ahead as well would only let the queue owe one more than its
+        // bound.
+        if self.owed.is_empty() || self.sync_refused || self.verify {
             return false;
         }
         let oldest = self.owed.iter().find_map(|o| match o {

@@ -721,3 +721,32 @@ fn a_refused_sentinel_lets_held_replies_go_and_stops_holding() {
     feed(&mut c, b":0\r\n");
     assert_eq!(c.next_reply().unwrap(), Some((2, Frame::Integer(0))));
 }
+
+/// A verifying connection whose oldest reply is overdue owes at most one sentinel beyond its
+/// bound: the pass's (`seal`), not also the one a late reply calls for ahead of a command
+/// (which a verifying connection does not need: no reply counts before the pass's sentinel).
+#[test]
+fn a_verifying_connection_owes_at_most_one_sentinel_beyond_its_bound() {
+    let max = 8;
+    let mut c: Conn<u64> = Conn::new(max, OVERDUE).verifying(true);
+    open(&mut c);
+    c.out.clear();
+    // Drain the preloads' replies (owed since the connection opened).
+    assert_eq!(c.next_reply().unwrap(), None);
+    let t0 = Instant::now();
+    // Queued up to one short of the bound, not yet written (the socket took nothing: the
+    // pass is not closed yet).
+    for tag in 0..(max as u64 - 1) {
+        c.queue(tag, t0, |b| b.put_slice(b"A;"), How::Plain)
+            .unwrap();
+    }
+    // The oldest is overdue when one more is queued; then the pass closes.
+    let late = t0 + OVERDUE * 2;
+    let _ = c.queue(99, late, |b| b.put_slice(b"B;"), How::Plain);
+    c.seal();
+    assert!(
+        c.owed().0 <= max + 1,
+        "owes {} with a bound of {max}",
+        c.owed().0
+    );
+}
