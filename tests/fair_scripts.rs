@@ -88,13 +88,21 @@ impl Client {
 
     /// The resources this client's bell rang for since the last look.
     fn bells(&mut self) -> Vec<String> {
+        self.tagged_bells().into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// The bells since the last look, as (hand-off, resource): each says
+    /// `<hand-off> <resource>`.
+    fn tagged_bells(&mut self) -> Vec<(String, String)> {
         self.until_ping()
             .0
             .into_iter()
             .filter_map(|p| match p {
-                Frame::Push(items) if items.len() == 3 => items[2]
-                    .as_bytes()
-                    .map(|b| String::from_utf8_lossy(b).into_owned()),
+                Frame::Push(items) if items.len() == 3 => items[2].as_bytes().map(|b| {
+                    let s = String::from_utf8_lossy(b).into_owned();
+                    let (tag, r) = s.split_once(' ').expect("<hand-off> <resource>");
+                    (tag.to_string(), r.to_string())
+                }),
                 _ => None,
             })
             .collect()
@@ -117,7 +125,17 @@ impl Client {
             &[r, &q],
             &[&id, &claim_ms.to_string(), "1", "600000", "30000"],
         ) {
-            Frame::Integer(n) => n,
+            // `[-3 or the PTTL, the caller's ticket]`.
+            Frame::Array(v) => match v.as_slice() {
+                [Frame::Integer(n), Frame::Integer(ticket)] => {
+                    assert!(
+                        *n == -3 || *ticket > 0,
+                        "in the line unless reserved: {v:?}"
+                    );
+                    *n
+                }
+                other => panic!("wait: {other:?}"),
+            },
             other => panic!("wait: {other:?}"),
         }
     }
@@ -191,7 +209,11 @@ fn the_line_is_first_come_first_served_and_a_release_rings_only_its_head() {
     assert_eq!(queue(&addr, &r), ["a", "b", "c"]);
 
     assert_eq!(holder.handoff(&r, TOKEN_H, 60_000), 1);
-    assert_eq!(w[0].bells(), vec![r.as_str()], "the head is rung");
+    assert_eq!(
+        w[0].tagged_bells(),
+        vec![(TOKEN_H.to_string(), r.clone())],
+        "the head is rung, by the releasing token's hand-off"
+    );
     assert!(
         w[1].bells().is_empty() && w[2].bells().is_empty(),
         "no one else"
@@ -307,4 +329,51 @@ fn a_fenced_claim_counts_and_a_claim_over_a_set_is_all_or_nothing() {
     );
     assert_eq!(get(&addr, &r1).unwrap(), TOKEN_A);
     assert_eq!(get(&addr, &r2).unwrap(), TOKEN_A);
+}
+
+/// Tickets: each master gives a joining client the next ticket of its own line, so two
+/// clients that join at once can be ordered differently on two masters; the wait answers the
+/// ticket, and a client moves its place to the largest any master gave it
+/// (`ZADD <line> XX GT`). Equal tickets are ordered by client id, so every master then orders
+/// the line alike.
+#[test]
+fn tickets_moved_to_the_largest_order_every_master_alike() {
+    let a_server = LocalServer::start().unwrap();
+    let b_server = LocalServer::start().unwrap();
+    let (a, b) = (a_server.addr().to_string(), b_server.addr().to_string());
+    let r = resource("fair-tickets");
+    let q = format!("{QUEUE_PREFIX}{r}");
+    for addr in [&a, &b] {
+        redis(addr, &["SET", &r, TOKEN_H, "PX", "30000"]);
+    }
+    let ticket = |c: &mut Client| -> u64 {
+        let id = c.id.clone();
+        match c.eval(
+            script::WAIT,
+            &[&r, &q],
+            &[&id, "60000", "1", "600000", "30000"],
+        ) {
+            Frame::Array(v) => match v.as_slice() {
+                [Frame::Integer(_), Frame::Integer(t)] => t.unsigned_abs(),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    };
+    // x then y on master a, y then x on master b.
+    let (mut xa, mut ya) = (Client::new(&a, "x"), Client::new(&a, "y"));
+    let (mut xb, mut yb) = (Client::new(&b, "x"), Client::new(&b, "y"));
+    let (tx_a, ty_a) = (ticket(&mut xa), ticket(&mut ya));
+    let (ty_b, tx_b) = (ticket(&mut yb), ticket(&mut xb));
+    assert_eq!((tx_a, ty_a, ty_b, tx_b), (1, 2, 1, 2));
+    assert_eq!(queue(&a, &r), ["x", "y"]);
+    assert_eq!(queue(&b, &r), ["y", "x"]);
+    // Each moves to the largest it was given (2): the same order everywhere.
+    for (addr, id) in [(&a, "x"), (&b, "x"), (&a, "y"), (&b, "y")] {
+        redis(addr, &["ZADD", &q, "XX", "GT", "2", id]);
+    }
+    assert_eq!(queue(&a, &r), ["x", "y"]);
+    assert_eq!(queue(&b, &r), ["x", "y"]);
+    // Waiting again keeps the place and answers it.
+    assert_eq!(ticket(&mut yb), 2);
 }

@@ -58,6 +58,11 @@ pub enum OpKind {
     /// Fair mode: leave the line of each resource and pass a reservation on
     /// ([`script::LEAVE`]).
     Leave,
+    /// Fair mode: move the client's place in each resource's line to the ticket
+    /// `fence_value` where it is lower (`ZADD <line> XX GT <ticket> <id>`): the largest of the
+    /// tickets the masters gave it, so that every master orders the line alike (equal
+    /// tickets are ordered by client id).
+    Retick,
 }
 
 /// What the fair scripts need beside a command's own arguments: the client's id (its place
@@ -119,7 +124,7 @@ pub enum Expect {
     Get,
     /// `PTTL`: an integer.
     Pttl,
-    /// The wait script: `-3` (reserved for the caller) or a `PTTL` (`-2` or more).
+    /// The wait script: `[-3 or a PTTL (-2 or more), the caller's ticket (0 or more)]`.
     Wait,
     /// The leave script: how many reservations it passed on.
     Leave,
@@ -148,7 +153,9 @@ impl Expect {
             (Expect::Acquired, Frame::Integer(n)) => *n == 0 || held_index(*n).is_some(),
             (Expect::Fenced | Expect::Pttl, Frame::Integer(_)) => true,
             (Expect::Script, Frame::Integer(n)) => (-1..=1).contains(n),
-            (Expect::Wait, Frame::Integer(n)) => *n >= -3,
+            (Expect::Wait, Frame::Array(v)) => {
+                matches!(v.as_slice(), [Frame::Integer(t), Frame::Integer(k)] if *t >= -3 && *k >= 0)
+            }
             (Expect::Leave, Frame::Integer(n)) => *n >= 0,
             (Expect::NativeRelease, Frame::Integer(n)) => (0..=1).contains(n),
             (Expect::NativeExtend, Frame::Simple(s)) => s.as_ref() == b"OK",
@@ -174,6 +181,14 @@ pub enum Extra {
     Foreign,
     /// `PTTL`: the reply.
     Number(i64),
+    /// Fair mode's wait: `-3` (reserved for the caller) or the `PTTL` its timer reads, and the
+    /// caller's ticket in the line there (0: not in it).
+    Waited {
+        /// `-3`, or the `PTTL`.
+        pttl: i64,
+        /// The caller's ticket in that master's line.
+        ticket: u64,
+    },
 }
 
 /// The parts of a script command kept on the stack: verb, script, key count, up to 12
@@ -192,8 +207,10 @@ impl Command<'_> {
     /// carry the lines' keys and the client's id. (A fair command without `fair` is written
     /// with an empty id, which no line holds.)
     pub fn encode_in(&self, dst: &mut impl BufMut, form: Form, fair: Option<&Fair>) {
-        let fair_kind = matches!(self.kind, OpKind::Wait | OpKind::Claim | OpKind::Leave)
-            || (self.kind == OpKind::Release && fair.is_some());
+        let fair_kind = matches!(
+            self.kind,
+            OpKind::Wait | OpKind::Claim | OpKind::Leave | OpKind::Retick
+        ) || (self.kind == OpKind::Release && fair.is_some());
         if fair_kind {
             return self.encode_fair(dst, form, fair);
         }
@@ -223,7 +240,8 @@ impl Command<'_> {
             | OpKind::Watch
             | OpKind::Wait
             | OpKind::Claim
-            | OpKind::Leave => {
+            | OpKind::Leave
+            | OpKind::Retick => {
                 let verb: &[u8] = if self.kind == OpKind::Get {
                     b"GET"
                 } else {
@@ -283,6 +301,17 @@ impl Command<'_> {
     /// The fair scripts: `KEYS` the resources, then their lines (then the counter, for a
     /// fenced claim); `ARGV` as each script says (see [`script::WAIT`] and the others).
     fn encode_fair(&self, dst: &mut impl BufMut, form: Form, fair: Option<&Fair>) {
+        if self.kind == OpKind::Retick {
+            let name = self.resources.first().map_or(&b""[..], Name::as_bytes);
+            let mut line: smallvec::SmallVec<[u8; 128]> = smallvec::SmallVec::new();
+            line.extend_from_slice(script::QUEUE_PREFIX.as_bytes());
+            line.extend_from_slice(name);
+            let mut ticket = IntBuf::new();
+            let ticket = ticket.format(i64::try_from(self.fence_value).unwrap_or(i64::MAX));
+            let id = fair.map_or(&b""[..], |f| &f.id[..]);
+            resp::encode_command(dst, &[b"ZADD", &line, b"XX", b"GT", ticket, id]);
+            return;
+        }
         let (script, sha) = match self.kind {
             OpKind::Wait => (script::WAIT, script::WAIT_SHA1),
             OpKind::Claim => (script::CLAIM, script::CLAIM_SHA1),
@@ -379,7 +408,7 @@ impl Command<'_> {
             OpKind::Claim if self.counter.is_some() => Expect::Fenced,
             OpKind::Claim => Expect::Acquired,
             OpKind::Wait => Expect::Wait,
-            OpKind::Leave => Expect::Leave,
+            OpKind::Leave | OpKind::Retick => Expect::Leave,
         }
     }
 

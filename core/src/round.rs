@@ -120,7 +120,10 @@ impl Round {
             (NodeOutcome::Held, Extra::HeldKey(k)) => {
                 self.held_key = Some(self.held_key.map_or(k, |h| h.min(k)));
             }
-            (NodeOutcome::Ok, e @ (Extra::Holder(_) | Extra::Foreign | Extra::Number(_))) => {
+            (
+                NodeOutcome::Ok,
+                e @ (Extra::Holder(_) | Extra::Foreign | Extra::Number(_) | Extra::Waited { .. }),
+            ) => {
                 self.read.push((u32::try_from(node).unwrap_or(u32::MAX), e));
             }
             _ => {}

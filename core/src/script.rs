@@ -112,8 +112,10 @@ pub const QUEUE_PREFIX: &str = "redlock-mux:queue:";
 pub const RESERVED_PREFIX: &str = "redlock-mux:reserved:";
 
 /// The channel a client's door bell rings on: `redlock-mux:bell:<client id>`, one per
-/// client, subscribed on every connection of a client in fair mode; the message is the
-/// resource.
+/// client, subscribed on every connection of a client in fair mode; the message is
+/// `<hand-off> <resource>`, where the hand-off is the releasing token (or the id of the
+/// client whose try handed a free resource on): the same on every master one release rang,
+/// so that bells of different hand-offs never add up to a quorum.
 pub const BELL_PREFIX: &str = "redlock-mux:bell:";
 
 /// The hand-off every fair script shares: pops the queue's head until one is a live
@@ -128,7 +130,8 @@ pub const RING: &str = include_str!("scripts/ring.lua");
 /// for which the resource is reserved (rung before it started this wait) does not join again.
 /// A free resource is handed to the head of its line at once. Returns `-3` when every
 /// resource is now reserved for the caller (claim at once), else the longest `PTTL` of the
-/// others (`-2` none, `-1` one without a ttl); a resource reserved for another waiter counts
+/// others, and beside it the caller's ticket (the largest over its resources), as a
+/// two-element array (`-2` none, `-1` one without a ttl); a resource reserved for another waiter counts
 /// its reservation plus the caller's own ttl (what that waiter's lock will likely last), so
 /// that the waiters behind it wait for their bells rather than wake when the reservation
 /// would lapse.
@@ -138,7 +141,7 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "3cc4f85fc97137d2659468c1ea20625403c91724";
+pub const WAIT_SHA1: &str = "cf0bcf52f05aa90908b7b0c32748e30fdc4f7e18";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), all or nothing (the
@@ -151,7 +154,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "5247b69c28bc9a783a3f40fff3d04109286d3152";
+pub const CLAIM_SHA1: &str = "1e8df0798df1caf2a1f3bd5191f7611622b18557";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -165,7 +168,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "f1402eb91845f83977a0ddf1b598e4ff7dd378ea";
+pub const HANDOFF_SHA1: &str = "8befa52ca781d1b52b5488822b0bdc9eb82ab15e";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. `KEYS`: the
@@ -177,7 +180,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "9df23341dd4e8418627fcad84e55dbeb8acfe68d";
+pub const LEAVE_SHA1: &str = "900a6235b7936f806bd2a544092f7431efabf4a8";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave.
 pub const FAIR: [(&str, &str); 4] = [

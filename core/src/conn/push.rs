@@ -15,9 +15,15 @@ pub enum Invalidated {
     /// Every key may have changed (the server flushed its data, or more was pushed than the
     /// connection keeps).
     All,
-    /// Fair mode: the client's bell rang for this resource (a hand-off reserved it for this
-    /// client).
-    Bell(bytes::Bytes),
+    /// Fair mode: the client's bell rang for `key` (a hand-off reserved it for this client);
+    /// `handoff` names the hand-off (the releasing token, or the id of the client whose try
+    /// handed a free resource on), the same on every master it rang.
+    Bell {
+        /// The resource.
+        key: bytes::Bytes,
+        /// Which hand-off rang.
+        handoff: bytes::Bytes,
+    },
 }
 
 /// Whether `push` confirms the subscription to `bell`: `>3 subscribe <bell> <count>`.
@@ -32,8 +38,9 @@ pub(super) fn is_subscribed(push: &[Frame], bell: Option<&[u8]>) -> bool {
     }
 }
 
-/// The resource a bell push rang for: `>3 message <bell> <resource>`.
-fn rung<'a>(push: &'a [Frame], bell: Option<&[u8]>) -> Option<&'a bytes::Bytes> {
+/// What a bell push says: `>3 message <bell> "<hand-off> <resource>"`, as (resource,
+/// hand-off).
+fn rung(push: &[Frame], bell: Option<&[u8]>) -> Option<(bytes::Bytes, bytes::Bytes)> {
     match (push, bell) {
         ([kind, chan, payload], Some(bell))
             if kind
@@ -41,7 +48,9 @@ fn rung<'a>(push: &'a [Frame], bell: Option<&[u8]>) -> Option<&'a bytes::Bytes> 
                 .is_some_and(|k| k.eq_ignore_ascii_case(b"message"))
                 && chan.as_bytes().is_some_and(|c| c.as_ref() == bell) =>
         {
-            payload.as_bytes()
+            let payload = payload.as_bytes()?;
+            let space = payload.iter().position(|&b| b == b' ')?;
+            Some((payload.slice(space + 1..), payload.slice(..space)))
         }
         _ => None,
     }
@@ -105,13 +114,13 @@ impl<T> Conn<T> {
         let full = |v: &Vec<Invalidated>| {
             v.len() >= MAX_INVALIDATED || v.last() == Some(&Invalidated::All)
         };
-        if let Some(resource) = rung(push, self.bell.as_deref()) {
+        if let Some((key, handoff)) = rung(push, self.bell.as_deref()) {
             if full(&self.invalidated) {
                 // Past the bound, every waiter wakes (and tries): no bell is lost.
                 self.invalidated.clear();
                 self.invalidated.push(Invalidated::All);
             } else {
-                self.invalidated.push(Invalidated::Bell(resource.clone()));
+                self.invalidated.push(Invalidated::Bell { key, handoff });
             }
             return;
         }

@@ -16,6 +16,8 @@ const MAX_PENDING_BELLS: usize = 256;
 #[derive(Debug)]
 pub(crate) struct Bells {
     key: bytes::Bytes,
+    /// Which hand-off rang (bells of different hand-offs never add up to a quorum).
+    handoff: bytes::Bytes,
     /// The nodes that rang.
     mask: u64,
     /// When the first rang.
@@ -52,7 +54,7 @@ impl<U> Engine<U> {
             match what {
                 Invalidated::All => self.wake_watches(|_| true, Wake::Pushed),
                 Invalidated::Key(k) => self.wake_watches(|key| key == k.as_ref(), Wake::Pushed),
-                Invalidated::Bell(r) => self.rung(i, r, now),
+                Invalidated::Bell { key, handoff } => self.rung(i, key, handoff, now),
             }
         }
     }
@@ -71,12 +73,16 @@ impl<U> Engine<U> {
     /// [`bells_due`](Engine::bells_due)). Bells that find no waiter are kept for one that
     /// starts to wait within the claim lease (a waiter between a failed claim and its next
     /// wait), then forgotten: their reservations lapse.
-    fn rung(&mut self, i: usize, key: bytes::Bytes, now: Instant) {
+    fn rung(&mut self, i: usize, key: bytes::Bytes, handoff: bytes::Bytes, now: Instant) {
         let lease = self.claim_lease();
         self.bells
             .retain(|b| now.saturating_duration_since(b.first) < lease);
         let bit = 1u64 << (i.min(63));
-        match self.bells.iter_mut().find(|b| b.key == key) {
+        match self
+            .bells
+            .iter_mut()
+            .find(|b| b.key == key && b.handoff == handoff)
+        {
             Some(b) => b.mask |= bit,
             None => {
                 if self.bells.len() >= MAX_PENDING_BELLS {
@@ -84,6 +90,7 @@ impl<U> Engine<U> {
                 }
                 self.bells.push(Bells {
                     key: key.clone(),
+                    handoff,
                     mask: bit,
                     first: now,
                 });
@@ -95,14 +102,19 @@ impl<U> Engine<U> {
     /// Wakes the waiters of `key` if its bells reached a quorum (or `anyway`), and forgets the
     /// bells once they woke someone.
     fn fire_bells(&mut self, key: &[u8], anyway: bool) {
-        let Some(at) = self.bells.iter().position(|b| b.key.as_ref() == key) else {
-            return;
-        };
-        let enough = self.bells[at].mask.count_ones() as usize >= self.quorum;
-        if !(enough || anyway) || !self.watches.iter().any(|(_, k)| k.as_ref() == key) {
+        if !self.watches.iter().any(|(_, k)| k.as_ref() == key) {
             return;
         }
-        self.bells.swap_remove(at);
+        let quorum = self.quorum;
+        let ready = self
+            .bells
+            .iter()
+            .any(|b| b.key.as_ref() == key && (anyway || b.mask.count_ones() as usize >= quorum));
+        if !ready {
+            return;
+        }
+        // Every hand-off's bells for the key are spent on this wake.
+        self.bells.retain(|b| b.key.as_ref() != key);
         self.wake_watches(|k| k == key, Wake::Pushed);
     }
 

@@ -244,6 +244,9 @@ enum State {
     Watching(Waiting),
     /// The watch's read is out; then the wait.
     Reading(Waiting),
+    /// Fair mode: the client's place moved to one ticket on every master; then the wait
+    /// until then.
+    Reticking(Waiting, Option<Instant>),
     /// Waiting for the watch or the timer; whether there is a wait at all.
     Awaiting(Waiting, bool),
     /// Fair mode: giving up with this error, after leaving the line.
@@ -376,6 +379,22 @@ impl Operation for Acquire {
             (State::Reading(w), Input::Round(read)) => {
                 self.queued |= w.is_fair() && read.is_ok();
                 let deadline = w.deadline(cfg, &read, cx.now);
+                let ticket = w.retick(&read);
+                match ticket {
+                    Some(ticket) => {
+                        self.state = State::Reticking(w, deadline);
+                        match &self.state {
+                            State::Reticking(w, _) => Step::Round(w.retick_to(ticket), cfg.until()),
+                            _ => Step::Done,
+                        }
+                    }
+                    None => {
+                        self.state = State::Awaiting(w, deadline.is_some());
+                        Step::Await(deadline)
+                    }
+                }
+            }
+            (State::Reticking(w, deadline), Input::Round(_)) => {
                 self.state = State::Awaiting(w, deadline.is_some());
                 Step::Await(deadline)
             }
@@ -405,7 +424,11 @@ impl Operation for Acquire {
             State::Trying(acq) => Some(acq.release()),
             // Fair mode: out of the line (a bell that still comes is passed on by the
             // engine, as for any resource nobody here waits for).
-            State::Sleeping | State::Watching(_) | State::Reading(_) | State::Awaiting(..)
+            State::Sleeping
+            | State::Watching(_)
+            | State::Reading(_)
+            | State::Reticking(..)
+            | State::Awaiting(..)
                 if self.queued =>
             {
                 Some(self.leave())

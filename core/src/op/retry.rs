@@ -127,6 +127,36 @@ impl Waiting {
         (cmd, Until::AllIn)
     }
 
+    /// Fair mode: after the wait round `read`, the ticket to move this client's place to on
+    /// every master (the largest any of them gave it), if they gave it different ones: the
+    /// masters then order the line alike (equal tickets by client id).
+    pub fn retick(&self, read: &Result<(Round, Instant), Error>) -> Option<u64> {
+        if !self.fair {
+            return None;
+        }
+        let (round, _) = read.as_ref().ok()?;
+        let tickets: SmallVec<[u64; 8]> = (0..round.node_count())
+            .filter_map(|i| match round.read(i) {
+                Some(Extra::Waited { ticket, .. }) if ticket > 0 => Some(ticket),
+                _ => None,
+            })
+            .collect();
+        let max = tickets.iter().copied().max()?;
+        (!tickets.iter().all(|&t| t == max)).then_some(max)
+    }
+
+    /// The command that moves this client's place to `ticket` (see [`retick`](Waiting::retick)).
+    pub fn retick_to(&self, ticket: u64) -> Command<'_> {
+        Command {
+            kind: OpKind::Retick,
+            resources: &self.key,
+            token: None,
+            ttl_ms: 0,
+            counter: None,
+            fence_value: ticket,
+        }
+    }
+
     /// Until when to wait, read at `now` after the round: the [`Retry::timer`] its `PTTL`s
     /// give. `None`: no wait (the round could not run: the client is going away, and the next
     /// try says so).
@@ -287,9 +317,11 @@ impl Retry {
         let mut free_in: SmallVec<[Duration; 8]> = (0..pttl.node_count())
             .filter_map(|i| match pttl.read(i) {
                 // No key, or (fair mode's wait) reserved for this client: at once.
-                Some(Extra::Number(-2 | -3)) => Some(Duration::ZERO),
+                Some(Extra::Number(-2 | -3) | Extra::Waited { pttl: -2 | -3, .. }) => {
+                    Some(Duration::ZERO)
+                }
                 // Expiry is checked to the millisecond: a millisecond more is past it.
-                Some(Extra::Number(ms)) if ms >= 0 => {
+                Some(Extra::Number(ms) | Extra::Waited { pttl: ms, .. }) if ms >= 0 => {
                     Some(Duration::from_millis(ms.unsigned_abs().saturating_add(1)))
                 }
                 _ => None,

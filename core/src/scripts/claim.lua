@@ -3,7 +3,7 @@ local mine = "redlock-mux:reserved:" .. ARGV[4]
 for i = 1, n do
   local v = redis.call("GET", KEYS[i])
   if v == false then
-    if ring(KEYS[i], KEYS[n + i], ARGV[5], ARGV[4]) then
+    if ring(KEYS[i], KEYS[n + i], ARGV[5], ARGV[4], ARGV[4]) then
       v = redis.call("GET", KEYS[i])
     end
   end

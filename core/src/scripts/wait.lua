@@ -1,7 +1,7 @@
 local n = tonumber(ARGV[3])
 local mine = "redlock-mux:reserved:" .. ARGV[1]
 local claim = tonumber(ARGV[2])
-local yours, longest = true, -2
+local yours, longest, ticket = true, -2, 0
 for i = 1, n do
   local q = KEYS[n + i]
   local t = redis.call("PTTL", KEYS[i])
@@ -14,13 +14,17 @@ for i = 1, n do
       t = t + tonumber(ARGV[5])
     end
     local last = redis.call("ZRANGE", q, -1, -1, "WITHSCORES")
-    local ticket = 1
-    if last[2] then ticket = tonumber(last[2]) + 1 end
-    if redis.call("ZADD", q, "NX", ticket, ARGV[1]) == 1 then
+    local next = 1
+    if last[2] then next = tonumber(last[2]) + 1 end
+    local own = next
+    if redis.call("ZADD", q, "NX", next, ARGV[1]) == 1 then
       redis.call("PEXPIRE", q, ARGV[4])
+    else
+      own = tonumber(redis.call("ZSCORE", q, ARGV[1]))
     end
+    if own > ticket then ticket = own end
     if t == -2 then
-      if ring(KEYS[i], q, ARGV[2], ARGV[1]) == ARGV[1] then
+      if ring(KEYS[i], q, ARGV[2], ARGV[1], ARGV[1]) == ARGV[1] then
         t = -3
       else
         t = redis.call("PTTL", KEYS[i])
@@ -32,5 +36,5 @@ for i = 1, n do
     if longest ~= -1 and (t == -1 or t > longest) then longest = t end
   end
 end
-if yours then return -3 end
-return longest
+if yours then return {-3, ticket} end
+return {longest, ticket}
