@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use redlock_mux::NodeOutcome;
 use testkit::proxy::{Fault, Proxy};
 use testkit::{
-    cluster, get, lost_round, measured_slack, redis, resource, AsyncMulti, Blocking, Flavor,
-    LockClient,
+    cluster, get, lost_round, measured_slack, redis, resource, wait_until, AsyncMulti, Blocking,
+    Flavor, LockClient,
 };
 
 const TTL: Duration = Duration::from_secs(10);
@@ -249,6 +249,13 @@ where
     let lost = client
         .try_lock(&resource("lost"), TTL)
         .expect("won on nodes 0-3 while node 4's SET is lost");
+    // The proxy has read and dropped the SET (on a busy machine its thread may not have
+    // read it yet when the round is decided: passed on then, nothing would be lost).
+    wait_until(
+        Duration::from_secs(10),
+        "the proxy dropped node 4's SET",
+        || proxy.lost_bytes() > 0,
+    );
     proxy.set(Fault::Pass);
     let first = std::thread::scope(|s| {
         let a = s.spawn(|| client.try_lock(&held, TTL));

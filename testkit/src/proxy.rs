@@ -48,6 +48,8 @@ struct Shared {
     fault: Mutex<Fault>,
     stop: AtomicBool,
     accepts: AtomicUsize,
+    /// Bytes from the client that `Fault::LoseBytes` discarded.
+    lost: AtomicUsize,
 }
 
 /// A running proxy.
@@ -70,6 +72,7 @@ impl Proxy {
             fault: Mutex::new(Fault::Pass),
             stop: AtomicBool::new(false),
             accepts: AtomicUsize::new(0),
+            lost: AtomicUsize::new(0),
         });
         let thread = {
             let shared = shared.clone();
@@ -112,6 +115,11 @@ impl Proxy {
     /// Connections accepted so far.
     pub fn accepts(&self) -> usize {
         self.shared.accepts.load(Ordering::SeqCst)
+    }
+
+    /// How many bytes from the client `Fault::LoseBytes` has discarded so far.
+    pub fn lost_bytes(&self) -> usize {
+        self.shared.lost.load(Ordering::SeqCst)
     }
 }
 
@@ -161,6 +169,7 @@ fn spawn_pumps(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                     }
                     Ok(n) => {
                         if *shared.fault.lock().unwrap() == Fault::LoseBytes {
+                            shared.lost.fetch_add(n, Ordering::SeqCst);
                             continue;
                         }
                         if to.write_all(&buf[..n]).is_err() {
