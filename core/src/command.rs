@@ -58,6 +58,10 @@ pub enum OpKind {
     /// Fair mode: leave the line of each resource and pass a reservation on
     /// ([`script::LEAVE`]).
     Leave,
+    /// Fair mode: the release of a claim that failed overall: the hand-off script that keeps
+    /// the client's place in the lines (a release proper takes it out) and hands what it took
+    /// to the line's head, which is the client itself where it still heads it.
+    Unclaim,
     /// Fair mode: move the client's place in each resource's line to the ticket
     /// `fence_value` where it is lower (`ZADD <line> XX GT <ticket> <id>`): the largest of the
     /// tickets the masters gave it, so that every master orders the line alike (equal
@@ -209,7 +213,7 @@ impl Command<'_> {
     pub fn encode_in(&self, dst: &mut impl BufMut, form: Form, fair: Option<&Fair>) {
         let fair_kind = matches!(
             self.kind,
-            OpKind::Wait | OpKind::Claim | OpKind::Leave | OpKind::Retick
+            OpKind::Wait | OpKind::Claim | OpKind::Leave | OpKind::Retick | OpKind::Unclaim
         ) || (self.kind == OpKind::Release && fair.is_some());
         if fair_kind {
             return self.encode_fair(dst, form, fair);
@@ -241,7 +245,8 @@ impl Command<'_> {
             | OpKind::Wait
             | OpKind::Claim
             | OpKind::Leave
-            | OpKind::Retick => {
+            | OpKind::Retick
+            | OpKind::Unclaim => {
                 let verb: &[u8] = if self.kind == OpKind::Get {
                     b"GET"
                 } else {
@@ -362,7 +367,8 @@ impl Command<'_> {
             OpKind::Wait => parts.extend_from_slice(&[id, claim, n_s, qttl, ttl]),
             OpKind::Claim => parts.extend_from_slice(&[token, ttl, n_s, id, claim]),
             OpKind::Leave => parts.extend_from_slice(&[id, claim]),
-            _ => parts.extend_from_slice(&[token, claim, id]),
+            OpKind::Unclaim => parts.extend_from_slice(&[token, claim, id, b"0"]),
+            _ => parts.extend_from_slice(&[token, claim, id, b"1"]),
         }
         resp::encode_command(dst, &parts);
     }
@@ -402,7 +408,7 @@ impl Command<'_> {
             OpKind::Acquire if self.counter.is_none() && self.resources.len() == 1 => Expect::Set,
             OpKind::Acquire if self.counter.is_some() => Expect::Fenced,
             OpKind::Acquire => Expect::Acquired,
-            OpKind::Fence | OpKind::Release | OpKind::Extend => Expect::Script,
+            OpKind::Fence | OpKind::Release | OpKind::Extend | OpKind::Unclaim => Expect::Script,
             OpKind::Get => Expect::Get,
             OpKind::Pttl | OpKind::Watch => Expect::Pttl,
             OpKind::Claim if self.counter.is_some() => Expect::Fenced,

@@ -118,10 +118,13 @@ pub const RESERVED_PREFIX: &str = "redlock-mux:reserved:";
 /// so that bells of different hand-offs never add up to a quorum.
 pub const BELL_PREFIX: &str = "redlock-mux:bell:";
 
-/// The hand-off every fair script shares: pops the queue's head until one is a live
-/// client (the caller itself, or one whose bell reaches a subscriber: `PUBLISH` counts the
-/// receivers, and a client whose process is gone has none), and reserves the resource for
-/// it for the claim lease. Written at the head of each fair script.
+/// The hand-off every fair script shares: rings the line's head (the caller itself needs no
+/// bell) and reserves the resource for it for the claim lease, leaving it in the line until
+/// its claim takes it out (so that a head rung by some masters only is still the head of
+/// every line). A head whose bell reaches nobody (`PUBLISH` counts the receivers, and a
+/// client whose process is gone has none) leaves the line, and so does one this resource was
+/// rung for last (`redlock-mux:rung:<resource>`) and that never claimed it: its reservation
+/// lapsed. Written at the head of each fair script.
 pub const RING: &str = include_str!("scripts/ring.lua");
 
 /// Fair mode, a waiter joins the queues of its resources (`KEYS[1..=n]` the resources,
@@ -141,7 +144,7 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "cf0bcf52f05aa90908b7b0c32748e30fdc4f7e18";
+pub const WAIT_SHA1: &str = "21762f0e8be027b008f0cb993d0b679c75f36c38";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), all or nothing (the
@@ -154,21 +157,23 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "1e8df0798df1caf2a1f3bd5191f7611622b18557";
+pub const CLAIM_SHA1: &str = "bfeee3ce852c0d9a1ec4ab21b5871090db992669";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
 /// handed on too: a hand-off that landed on a master after the caller's claim there (the
 /// claim overtook it on another connection) rang the caller, which meanwhile held the lock
 /// on the others. `KEYS`: the resources, then their queues; `ARGV`: token, claim lease in
-/// ms, client id. Answers as [`RELEASE`].
+/// ms, client id, and `1` for a release proper (the caller leaves the lines first) or `0` for
+/// the release of a claim that failed overall (the caller keeps its place, and heading a line
+/// still, gets the resource reserved again). Answers as [`RELEASE`].
 pub const HANDOFF: &str = concat!(
     include_str!("scripts/ring.lua"),
     include_str!("scripts/handoff.lua")
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "8befa52ca781d1b52b5488822b0bdc9eb82ab15e";
+pub const HANDOFF_SHA1: &str = "b9b8c6756b1083bef7a80fe0b77c2285c33f2532";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. `KEYS`: the
@@ -180,7 +185,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "900a6235b7936f806bd2a544092f7431efabf4a8";
+pub const LEAVE_SHA1: &str = "c083b0f799a0cb89196d44e8ed41ec0b1c02c4f7";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave.
 pub const FAIR: [(&str, &str); 4] = [

@@ -123,6 +123,7 @@ impl Acquisition {
             Phase::Acquire if self.claim => Some((cmd(OpKind::Claim, 0), cfg.until())),
             Phase::Acquire => Some((cmd(OpKind::Acquire, 0), cfg.until())),
             Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
+            Phase::Release(_) if self.claim => Some((cmd(OpKind::Unclaim, 0), Until::AllIn)),
             Phase::Release(_) => Some((cmd(OpKind::Release, 0), Until::AllIn)),
             Phase::Done(_) => None,
         }

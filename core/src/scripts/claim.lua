@@ -11,6 +11,7 @@ for i = 1, n do
 end
 for i = 1, n do
   redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2])
+  redis.call("ZREM", KEYS[n + i], ARGV[4])
 end
 if #KEYS > 2 * n then return redis.call("INCR", KEYS[2 * n + 1]) end
 return 0

@@ -1,11 +1,15 @@
 local n = #KEYS / 2
 local mine = "redlock-mux:reserved:" .. ARGV[3]
+local keep = ARGV[4] == "0"
+local me = false
+if keep then me = ARGV[3] end
 local held, gone = false, false
 for i = 1, n do
+  if not keep then redis.call("ZREM", KEYS[n + i], ARGV[3]) end
   local v = redis.call("GET", KEYS[i])
   if v == ARGV[1] or v == false or v == mine then
     if v ~= ARGV[1] then gone = true end
-    if not ring(KEYS[i], KEYS[n + i], ARGV[2], false, ARGV[1]) and v then
+    if not ring(KEYS[i], KEYS[n + i], ARGV[2], me, ARGV[1]) and v then
       redis.call("DEL", KEYS[i])
     end
   else

@@ -1,11 +1,18 @@
 local function ring(r, q, claim, me, tag)
+  local marker = "redlock-mux:rung:" .. r
+  local last = redis.call("GET", marker)
   for _ = 1, 1024 do
-    local head = redis.call("ZPOPMIN", q)
-    local id = head[1]
+    local id = redis.call("ZRANGE", q, 0, 0)[1]
     if id == nil then return false end
-    if id == me or redis.call("PUBLISH", "redlock-mux:bell:" .. id, tag .. " " .. r) > 0 then
+    if id ~= me and id == last then
+      redis.call("ZREM", q, id)
+      last = false
+    elseif id == me or redis.call("PUBLISH", "redlock-mux:bell:" .. id, tag .. " " .. r) > 0 then
       redis.call("SET", r, "redlock-mux:reserved:" .. id, "PX", claim)
+      redis.call("SET", marker, id, "PX", claim * 16)
       return id
+    else
+      redis.call("ZREM", q, id)
     end
   end
   return false
