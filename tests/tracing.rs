@@ -22,6 +22,12 @@ impl Write for Buffer {
     }
 }
 
+/// The tests of this file one at a time: `tracing` caches each callsite's interest for the
+/// whole process, and a scoped subscriber (`with_default`) dropped in one test while another
+/// test's is in place can leave that cache saying "never" for the other's callsites (a CI
+/// run on a busy machine lost every acquire and extend span that way).
+static SERIAL: Mutex<()> = Mutex::new(());
+
 /// A subscriber of everything at debug level and above, spans on close, into a buffer.
 fn capture() -> (Buffer, impl tracing::Subscriber + Send + Sync) {
     let buf = Buffer::default();
@@ -40,7 +46,9 @@ fn every_operation_is_a_span_with_its_outcome_and_no_whole_token() {
     let (buf, subscriber) = capture();
     let c = testkit::cluster(3);
     let key = testkit::resource("traced");
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let token = tracing::subscriber::with_default(subscriber, || {
+        tracing::callsite::rebuild_interest_cache();
         let client = testkit::builder(&c)
             .retry(1, Duration::ZERO)
             .build()
@@ -86,7 +94,9 @@ fn a_waiter_woken_by_a_push_is_an_event_with_its_cause() {
     let c = testkit::cluster(3);
     let key = testkit::resource("traced-wait");
     let releaser = testkit::release_once_a_waiter_is_tracked(&c, &key);
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     tracing::subscriber::with_default(subscriber, || {
+        tracing::callsite::rebuild_interest_cache();
         testkit::wait_for_a_push_and_take(&c, &key);
     });
     releaser.join().unwrap();
