@@ -159,7 +159,7 @@ impl Client {
         match self.eval(
             script::HANDOFF,
             &[r, &q],
-            &[token, &claim_ms.to_string(), &id],
+            &[token, &claim_ms.to_string(), &id, "1", "0"],
         ) {
             Frame::Integer(n) => n,
             other => panic!("handoff: {other:?}"),

@@ -59,8 +59,9 @@ pub enum OpKind {
     /// ([`script::LEAVE`]).
     Leave,
     /// Fair mode: the release of a claim that failed overall: the hand-off script that keeps
-    /// the client's place in the lines (a release proper takes it out) and hands what it took
-    /// to the line's head, which is the client itself where it still heads it.
+    /// the client's place in the lines (a release proper takes it out; where the claim took it
+    /// out, it goes back at its ticket, `fence_value`) and hands what it took to the line's
+    /// head, which is the client itself where it still heads it.
     Unclaim,
     /// Fair mode: move the client's place in each resource's line to the ticket
     /// `fence_value` where it is lower (`ZADD <line> XX GT <ticket> <id>`): the largest of the
@@ -354,6 +355,8 @@ impl Command<'_> {
         let mut ttl = IntBuf::new();
         let ttl = ttl.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
         let token = self.token.map_or(&b""[..], Token::as_bytes);
+        let mut ticket_buf = IntBuf::new();
+        let ticket_s = ticket_buf.format(i64::try_from(self.fence_value).unwrap_or(i64::MAX));
         let mut parts: smallvec::SmallVec<[&[u8]; MAX_PARTS]> = smallvec::SmallVec::new();
         parts.extend_from_slice(&[verb, body, nkeys]);
         parts.extend(self.resources.iter().map(Name::as_bytes));
@@ -367,8 +370,8 @@ impl Command<'_> {
             OpKind::Wait => parts.extend_from_slice(&[id, claim, n_s, qttl, ttl]),
             OpKind::Claim => parts.extend_from_slice(&[token, ttl, n_s, id, claim]),
             OpKind::Leave => parts.extend_from_slice(&[id, claim]),
-            OpKind::Unclaim => parts.extend_from_slice(&[token, claim, id, b"0"]),
-            _ => parts.extend_from_slice(&[token, claim, id, b"1"]),
+            OpKind::Unclaim => parts.extend_from_slice(&[token, claim, id, b"0", ticket_s]),
+            _ => parts.extend_from_slice(&[token, claim, id, b"1", b"0"]),
         }
         resp::encode_command(dst, &parts);
     }

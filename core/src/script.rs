@@ -166,14 +166,16 @@ pub const CLAIM_SHA1: &str = "bfeee3ce852c0d9a1ec4ab21b5871090db992669";
 /// on the others. `KEYS`: the resources, then their queues; `ARGV`: token, claim lease in
 /// ms, client id, and `1` for a release proper (the caller leaves the lines first) or `0` for
 /// the release of a claim that failed overall (the caller keeps its place, and heading a line
-/// still, gets the resource reserved again). Answers as [`RELEASE`].
+/// still, gets the resource reserved again), then the caller's ticket (with `0`: where its
+/// claim took it out of a line, it is put back at that ticket, its old place). Answers as
+/// [`RELEASE`].
 pub const HANDOFF: &str = concat!(
     include_str!("scripts/ring.lua"),
     include_str!("scripts/handoff.lua")
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "b9b8c6756b1083bef7a80fe0b77c2285c33f2532";
+pub const HANDOFF_SHA1: &str = "c9580d69860892dcdfd5e9641f994bfd721e279c";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. `KEYS`: the

@@ -36,6 +36,9 @@ pub struct Acquisition {
     /// Fair mode: the try of a waiter in the line, by the claim script (which takes a
     /// reservation of its own, or a free resource once the line's head has been rung).
     claim: bool,
+    /// Fair mode: the waiter's ticket (its place in the lines), given back to the lines its
+    /// claim took it out of if the claim fails overall.
+    ticket: u64,
 }
 
 #[derive(Debug)]
@@ -92,6 +95,7 @@ impl Acquisition {
             ttl_ms,
             phase: Phase::Acquire,
             claim: false,
+            ticket: 0,
         })
     }
 
@@ -111,7 +115,7 @@ impl Acquisition {
     /// The next round to run, and when it ends; `None` once the outcome is known.
     pub fn round<'a>(&'a self, cfg: &'a Config) -> Option<(Command<'a>, Until)> {
         let counter = cfg.fencing.as_deref();
-        let cmd = |kind, fence_value| Command {
+        let cmd = |kind, fence_value: u64| Command {
             kind,
             resources: &self.names,
             token: Some(&self.token),
@@ -123,7 +127,9 @@ impl Acquisition {
             Phase::Acquire if self.claim => Some((cmd(OpKind::Claim, 0), cfg.until())),
             Phase::Acquire => Some((cmd(OpKind::Acquire, 0), cfg.until())),
             Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
-            Phase::Release(_) if self.claim => Some((cmd(OpKind::Unclaim, 0), Until::AllIn)),
+            Phase::Release(_) if self.claim => {
+                Some((cmd(OpKind::Unclaim, self.ticket), Until::AllIn))
+            }
             Phase::Release(_) => Some((cmd(OpKind::Release, 0), Until::AllIn)),
             Phase::Done(_) => None,
         }
@@ -231,6 +237,8 @@ pub struct Acquire {
     /// Fair mode: this acquisition has joined the line of its resource (its tries are
     /// claims from then on, and giving up leaves the line).
     queued: bool,
+    /// Fair mode: its ticket, the largest the masters gave it.
+    ticket: u64,
 }
 
 #[derive(Debug)]
@@ -265,6 +273,7 @@ impl Acquire {
             state: State::Idle,
             result: None,
             queued: false,
+            ticket: 0,
         }
     }
 
@@ -275,6 +284,7 @@ impl Acquire {
         match Acquisition::new(cfg, names, self.ttl, &mut *cx.rng) {
             Ok(mut acq) => {
                 acq.claim = self.queued;
+                acq.ticket = self.ticket;
                 self.state = State::Trying(acq);
                 self.next_round(cfg, cx)
             }
@@ -381,6 +391,9 @@ impl Operation for Acquire {
                 self.queued |= w.is_fair() && read.is_ok();
                 let deadline = w.deadline(cfg, &read, cx.now);
                 let ticket = w.retick(&read);
+                if let Some(t) = w.ticket(&read) {
+                    self.ticket = t;
+                }
                 match ticket {
                     Some(ticket) => {
                         self.state = State::Reticking(w, deadline);

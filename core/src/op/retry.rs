@@ -145,6 +145,17 @@ impl Waiting {
         (!tickets.iter().all(|&t| t == max)).then_some(max)
     }
 
+    /// Fair mode: the largest ticket the masters answered the wait round `read` with.
+    pub fn ticket(&self, read: &Result<(Round, Instant), Error>) -> Option<u64> {
+        let (round, _) = read.as_ref().ok()?;
+        (0..round.node_count())
+            .filter_map(|i| match round.read(i) {
+                Some(Extra::Waited { ticket, .. }) if ticket > 0 => Some(ticket),
+                _ => None,
+            })
+            .max()
+    }
+
     /// The command that moves this client's place to `ticket` (see [`retick`](Waiting::retick)).
     pub fn retick_to(&self, ticket: u64) -> Command<'_> {
         Command {

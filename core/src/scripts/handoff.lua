@@ -5,7 +5,11 @@ local me = false
 if keep then me = ARGV[3] end
 local held, gone = false, false
 for i = 1, n do
-  if not keep then redis.call("ZREM", KEYS[n + i], ARGV[3]) end
+  if not keep then
+    redis.call("ZREM", KEYS[n + i], ARGV[3])
+  elseif tonumber(ARGV[5]) > 0 then
+    redis.call("ZADD", KEYS[n + i], "NX", ARGV[5], ARGV[3])
+  end
   local v = redis.call("GET", KEYS[i])
   if v == ARGV[1] or v == false or v == mine then
     if v ~= ARGV[1] then gone = true end
