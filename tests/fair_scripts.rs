@@ -378,3 +378,40 @@ fn tickets_moved_to_the_largest_order_every_master_alike() {
     // Waiting again keeps the place and answers it.
     assert_eq!(ticket(&mut yb), 2);
 }
+
+/// The release of a claim that failed overall (the hand-off with `0` and the client's ticket)
+/// keeps the client's place: where its claim took it out of the line, it goes back at its
+/// ticket, and where it heads the line the resource is reserved for it again, not handed to
+/// the next. (Without the ticket it would be missing from that line and the next waiter rung:
+/// the lines of different masters would then have different heads.)
+#[test]
+fn a_failed_claim_keeps_its_place_at_its_ticket() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    let r = resource("fair-unclaim");
+    let q = format!("{QUEUE_PREFIX}{r}");
+    let mut holder = Client::new(&addr, "h");
+    holder.send(&["SET", &r, TOKEN_H, "NX", "PX", "30000"]);
+    holder.reply();
+    let mut a = Client::new(&addr, "a");
+    let mut b = Client::new(&addr, "b");
+    a.wait(&r, 60_000);
+    b.wait(&r, 60_000);
+    assert_eq!(holder.handoff(&r, TOKEN_H, 60_000), 1);
+    assert_eq!(a.bells(), vec![r.as_str()]);
+    // a's claim succeeds here (and, say, fails on the other masters).
+    assert_eq!(a.claim(&r, TOKEN_A), 0);
+    assert_eq!(queue(&addr, &r), ["b"]);
+    // Its failed claim's release: back at ticket 1, and the resource reserved for it again.
+    assert_eq!(
+        a.eval(
+            script::HANDOFF,
+            &[&r, &q],
+            &[TOKEN_A, "60000", "a", "0", "1"]
+        ),
+        Frame::Integer(1)
+    );
+    assert_eq!(queue(&addr, &r), ["a", "b"]);
+    assert_eq!(get(&addr, &r).unwrap(), format!("{RESERVED_PREFIX}a"));
+    assert!(b.bells().is_empty(), "the next one is not rung");
+}

@@ -671,6 +671,8 @@ impl<U> Op<U> {
 
 mod dispatch;
 #[cfg(test)]
+mod fair_tests;
+#[cfg(test)]
 mod tests;
 mod timers;
 mod watch;

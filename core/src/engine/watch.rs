@@ -73,7 +73,13 @@ impl<U> Engine<U> {
     /// [`bells_due`](Engine::bells_due)). Bells that find no waiter are kept for one that
     /// starts to wait within the claim lease (a waiter between a failed claim and its next
     /// wait), then forgotten: their reservations lapse.
-    fn rung(&mut self, i: usize, key: bytes::Bytes, handoff: bytes::Bytes, now: Instant) {
+    pub(super) fn rung(
+        &mut self,
+        i: usize,
+        key: bytes::Bytes,
+        handoff: bytes::Bytes,
+        now: Instant,
+    ) {
         let lease = self.claim_lease();
         self.bells
             .retain(|b| now.saturating_duration_since(b.first) < lease);

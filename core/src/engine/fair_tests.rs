@@ -1,0 +1,105 @@
+//! Fair mode's bells in the engine, without sockets: when a waiter is woken, and which bells
+//! count together.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::*;
+
+const LEASE: Duration = Duration::from_millis(100);
+
+/// An engine over five nodes (quorum three) in fair mode.
+fn engine() -> Engine<u32> {
+    let cfg = crate::Options {
+        fair: true,
+        client_id: "me".into(),
+        claim_lease: LEASE,
+        ..crate::Options::with_nodes((1..=5).map(|p| format!("127.0.0.1:{p}")))
+    }
+    .validate()
+    .unwrap();
+    Engine::new(&cfg)
+}
+
+fn key() -> Bytes {
+    Bytes::from_static(b"res")
+}
+
+fn bell(e: &mut Engine<u32>, node: usize, handoff: &'static [u8], now: Instant) {
+    e.rung(node, key(), Bytes::from_static(handoff), now);
+}
+
+fn woken(e: &mut Engine<u32>) -> Vec<u64> {
+    std::iter::from_fn(|| e.poll_woken())
+        .map(|(id, _)| id)
+        .collect()
+}
+
+/// Woken by the first bell, the waiter's claim could reach a slower master before the
+/// release that rang it there: it waits for a quorum of the masters' bells.
+#[test]
+fn a_waiter_is_woken_by_a_quorum_of_bells_not_the_first() {
+    let mut e = engine();
+    let t = Instant::now();
+    e.watch(1, b"res"[..].into());
+    bell(&mut e, 0, b"h1", t);
+    bell(&mut e, 1, b"h1", t);
+    assert!(woken(&mut e).is_empty(), "two of five");
+    bell(&mut e, 3, b"h1", t);
+    assert_eq!(woken(&mut e), vec![1]);
+}
+
+/// Bells of different hand-offs (a lapse handed on by one master, a release by another)
+/// never add up to a quorum.
+#[test]
+fn bells_of_different_hand_offs_do_not_add_up() {
+    let mut e = engine();
+    let t = Instant::now();
+    e.watch(1, b"res"[..].into());
+    bell(&mut e, 0, b"h1", t);
+    bell(&mut e, 1, b"h2", t);
+    bell(&mut e, 2, b"h3", t);
+    assert!(woken(&mut e).is_empty(), "three masters, three hand-offs");
+    bell(&mut e, 3, b"h1", t);
+    bell(&mut e, 4, b"h1", t);
+    assert_eq!(woken(&mut e), vec![1], "h1 on three masters");
+}
+
+/// Rung by a minority only (the others' lines had another head), the waiter still tries,
+/// half a claim lease after the first bell: the engine's timer says when.
+#[test]
+fn a_minority_of_bells_wakes_the_waiter_after_half_a_claim_lease() {
+    let mut e = engine();
+    let t = Instant::now();
+    e.watch(1, b"res"[..].into());
+    bell(&mut e, 2, b"h1", t);
+    assert_eq!(e.poll_timeout(), Some(t + LEASE / 2));
+    e.handle_timeout(t + LEASE / 2 - Duration::from_millis(1));
+    assert!(woken(&mut e).is_empty());
+    e.handle_timeout(t + LEASE / 2);
+    assert_eq!(woken(&mut e), vec![1]);
+    assert_eq!(e.poll_timeout(), None, "nothing left to wait for");
+}
+
+/// Bells that come before the wait starts (between a failed claim and the next watch) count
+/// for it within a claim lease, and are forgotten after.
+#[test]
+fn bells_before_the_watch_count_for_it_within_a_claim_lease() {
+    let mut e = engine();
+    let t = Instant::now();
+    for node in 0..3 {
+        bell(&mut e, node, b"h1", t);
+    }
+    assert!(woken(&mut e).is_empty(), "nobody waits yet");
+    e.watch(1, b"res"[..].into());
+    assert_eq!(woken(&mut e), vec![1], "a quorum had rung");
+    // Older than a claim lease: their reservations have lapsed; they count for nothing.
+    let mut e = engine();
+    bell(&mut e, 0, b"h2", t);
+    bell(&mut e, 1, b"h2", t);
+    let later = t + LEASE + Duration::from_millis(1);
+    e.watch(2, b"res"[..].into());
+    bell(&mut e, 2, b"h2", later);
+    assert!(woken(&mut e).is_empty(), "two bells lapsed, one new");
+}
