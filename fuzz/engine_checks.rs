@@ -210,6 +210,8 @@ pub struct Header {
     pub big_quorum: bool,
     /// Addresses with a user, password and database: `AUTH` and `SELECT` on login.
     pub login: bool,
+    /// `verify_stream`: a sentinel ends every write pass and replies wait for it.
+    pub verify: bool,
     /// Node timeout, ms (1 to 256).
     pub timeout_ms: u64,
     /// Tries of `lock`, 1 to 4.
@@ -234,6 +236,7 @@ impl Default for Header {
             scripts: 0,
             big_quorum: false,
             login: false,
+            verify: false,
             timeout_ms: 50,
             tries: 1,
             delay: 2,
@@ -261,6 +264,7 @@ impl Header {
             scripts: (flags >> 3) & 3,
             big_quorum: flags & 32 != 0,
             login: flags & 64 != 0,
+            verify: flags & 128 != 0,
             timeout_ms,
             tries: 1 + u32::from(t % 4),
             delay: t >> 2,
@@ -276,7 +280,8 @@ impl Header {
             | u8::from(self.wakeups) << 2
             | (self.scripts & 3) << 3
             | u8::from(self.big_quorum) << 5
-            | u8::from(self.login) << 6;
+            | u8::from(self.login) << 6
+            | u8::from(self.verify) << 7;
         out.push((self.nodes.clamp(1, 7) - 1) as u8);
         out.push(flags);
         out.push((self.timeout_ms.clamp(1, 256) - 1) as u8);
@@ -314,6 +319,7 @@ impl Header {
                 Scripts::Function,
             ][usize::from(self.scripts % 4)],
             wakeups: self.wakeups,
+            verify_stream: self.verify,
             ..Options::with_nodes(nodes)
         }
         .validate()
