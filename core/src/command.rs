@@ -376,6 +376,17 @@ impl Command<'_> {
         resp::encode_command(dst, &parts);
     }
 
+    /// Whether the command is a call of one of our scripts (written as `EVALSHA`, sent again
+    /// in another form when the server refuses that one): all but a plain `SET NX`, the reads
+    /// and the line's `ZADD` (`OpKind::Retick`).
+    pub fn is_script(&self) -> bool {
+        match self.kind {
+            OpKind::Acquire => !(self.counter.is_none() && self.resources.len() == 1),
+            OpKind::Get | OpKind::Pttl | OpKind::Watch | OpKind::Retick => false,
+            _ => true,
+        }
+    }
+
     /// The same arguments for another operation.
     pub fn with_kind(self, kind: OpKind) -> Self {
         Command { kind, ..self }

@@ -300,10 +300,7 @@ impl<U> Engine<U> {
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
         cmd.encode_in(&mut wire, Form::Evalsha, self.fair.as_ref());
-        let scripted = matches!(
-            cmd.expect(),
-            Expect::Acquired | Expect::Fenced | Expect::Script | Expect::Wait | Expect::Leave
-        ) && cmd.kind != crate::command::OpKind::Retick;
+        let scripted = cmd.is_script();
         // Native forms are encoded only where some connection may use one: under Native
         // mode, or under Auto once a server said it has them (not on every release to
         // servers that have none). A fair release is the hand-off script: it has none.
