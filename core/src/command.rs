@@ -470,6 +470,21 @@ impl Command<'_> {
             (Expect::Pttl | Expect::Wait, Frame::Integer(n)) => {
                 (NodeOutcome::Ok, Extra::Number(*n))
             }
+            // The wait script: the `PTTL` its timer reads (or `-3`, reserved for the caller)
+            // and the caller's ticket there.
+            (Expect::Wait, Frame::Array(v)) => match v.as_slice() {
+                [Frame::Integer(t), Frame::Integer(k)] if *t >= -3 && *k >= 0 => (
+                    NodeOutcome::Ok,
+                    Extra::Waited {
+                        pttl: *t,
+                        ticket: k.unsigned_abs(),
+                    },
+                ),
+                _ => plain(NodeOutcome::Server(format!(
+                    "unexpected reply {}",
+                    describe(reply)
+                ))),
+            },
             (Expect::Leave, Frame::Integer(_)) => plain(NodeOutcome::Ok),
             (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(server_error(msg)),
             (_, other) => plain(NodeOutcome::Server(format!(
@@ -772,6 +787,63 @@ mod tests {
             j(Expect::Set, &Frame::Bulk(Bytes::from(vec![b'x'; 10_000]))).0,
             NodeOutcome::Server(m) if m.len() < 100
         ));
+    }
+
+    /// Every reply shape `fits` lets through is read by `judge`: one that fits but is judged
+    /// "unexpected" is a reply the engine keeps the connection for and then throws away (the
+    /// wait script's `[pttl, ticket]` was, so no waiter ever read its timer or its tickets).
+    #[test]
+    fn every_reply_that_fits_is_read() {
+        let int = Frame::Integer;
+        let s = |v: &'static str| Bytes::from_static(v.as_bytes());
+        let token = "ab".repeat(20);
+        let samples = [
+            Frame::Simple(s("OK")),
+            Frame::Null,
+            Frame::NullBulk,
+            int(-3),
+            int(-2),
+            int(-1),
+            int(0),
+            int(1),
+            int(7),
+            Frame::Bulk(Bytes::from(token)),
+            Frame::Bulk(s("something")),
+            Frame::Array(vec![int(-3), int(2)]),
+            Frame::Array(vec![int(150), int(0)]),
+            Frame::Array(vec![int(-2), int(9)]),
+        ];
+        let kinds = [
+            Expect::Set,
+            Expect::Acquired,
+            Expect::Fenced,
+            Expect::Script,
+            Expect::NativeRelease,
+            Expect::NativeExtend,
+            Expect::Get,
+            Expect::Pttl,
+            Expect::Wait,
+            Expect::Leave,
+        ];
+        for e in kinds {
+            for f in samples.iter().filter(|f| e.fits(f)) {
+                let (outcome, _) = Command::judge(e, f);
+                assert!(
+                    !matches!(&outcome, NodeOutcome::Server(m) if m.starts_with("unexpected")),
+                    "{e:?} lets {f:?} through and then cannot read it"
+                );
+            }
+        }
+        assert_eq!(
+            Command::judge(Expect::Wait, &Frame::Array(vec![int(-3), int(2)])),
+            (
+                NodeOutcome::Ok,
+                Extra::Waited {
+                    pttl: -3,
+                    ticket: 2
+                }
+            )
+        );
     }
 
     #[test]

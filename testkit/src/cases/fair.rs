@@ -163,3 +163,38 @@ where
         waiter.unlock(&lock).unwrap();
     });
 }
+
+/// A waiter in line reads its timer from the wait script's reply: when its holder never
+/// releases (a crashed holder rings nobody), the waiter takes the lock once the holder's ttl
+/// has run out, not after the longest wait for a bell (eight claim leases: 40 s here).
+pub fn a_fair_waiter_whose_holder_vanished_takes_the_lock_when_its_ttl_runs_out<F: Flavor>()
+where
+    F::Client: Sync + Send,
+{
+    let c = LocalCluster::start(3).expect("redis-server");
+    let key = resource("fair-vanished");
+    let lease = Duration::from_secs(5);
+    let fair = || {
+        builder(&c)
+            .fair(true)
+            .retry(1000, Duration::from_secs(60))
+            .claim_lease(lease)
+    };
+    let holder = F::build(fair()).unwrap();
+    let ttl = Duration::from_millis(1500);
+    // Held, and never released: as a holder that crashed.
+    let _held = holder.lock(&key, ttl).unwrap();
+    let waiter = F::build(fair()).unwrap();
+    let started = Instant::now();
+    let lock = waiter
+        .lock_within(&key, TTL, Duration::from_secs(120))
+        .expect("the waiter gets the lock");
+    let waited = started.elapsed();
+    // Eight claim leases are 40 s; the ttl 1.5 s. Half the former leaves room for a loaded
+    // machine and still tells the two apart.
+    assert!(
+        waited < lease * 4,
+        "waited {waited:?}: the longest wait for a bell, not the holder's ttl"
+    );
+    waiter.unlock(&lock).unwrap();
+}
