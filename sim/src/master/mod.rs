@@ -27,7 +27,7 @@ mod strings;
 #[cfg(test)]
 mod tests;
 
-use conn::{Conn, Login};
+use conn::{Conn, Conns, Login};
 use keyspace::{Ex, Keyspace, Tracked};
 use reply::Reply;
 
@@ -42,7 +42,7 @@ pub struct ConnId(pub u64);
 #[derive(Debug)]
 pub struct Master {
     profile: Profile,
-    conns: BTreeMap<ConnId, Conn>,
+    conns: Conns,
     keys: Keyspace,
     /// The script cache: digest to the script it runs (`None`: a text this simulation does
     /// not model, cached all the same).
@@ -62,7 +62,7 @@ impl Master {
     pub fn new(profile: Profile) -> Master {
         Master {
             profile,
-            conns: BTreeMap::new(),
+            conns: Conns::default(),
             keys: Keyspace::default(),
             scripts: BTreeMap::new(),
             libraries: BTreeMap::new(),
