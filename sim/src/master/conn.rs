@@ -58,7 +58,7 @@ pub(crate) struct Conn {
     /// long (0: at once).
     pub(crate) need: usize,
     /// Bytes to send, in order.
-    pub(crate) out: BytesMut,
+    pub(crate) out: Vec<u8>,
     /// The connection speaks RESP3 (`HELLO 3`).
     pub(crate) resp3: bool,
     /// The selected database.
@@ -81,7 +81,7 @@ impl Conn {
             decoder: Decoder::new(request_limits()),
             decoding: false,
             need: 0,
-            out: BytesMut::new(),
+            out: Vec::new(),
             resp3: false,
             db: 0,
             login,
