@@ -132,7 +132,7 @@ fn bulk(out: &mut Vec<u8>, b: &[u8]) {
 }
 
 /// Writes the invalidation push for `key` (`>2 invalidate [key]`), RESP3 only.
-pub(crate) fn encode_invalidation(key: &Bytes, out: &mut Vec<u8>) {
+pub(crate) fn encode_invalidation(key: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b">2\r\n$10\r\ninvalidate\r\n*1\r\n");
     bulk(out, key);
 }
