@@ -29,11 +29,11 @@ enum Stop {
     Unsimulated,
 }
 
+/// A command's arguments, each a slice of its bytes.
+type Args<'a> = &'a [&'a [u8]];
+
 /// The keys and arguments of `EVAL`/`EVALSHA`/`FCALL` (`args[2]` is the key count).
-fn keys_and_args<'a>(
-    args: &'a [&'a [u8]],
-    bad_count: &str,
-) -> Result<(&'a [&'a [u8]], &'a [&'a [u8]]), Reply> {
+fn keys_and_args<'a>(args: Args<'a>, bad_count: &str) -> Result<(Args<'a>, Args<'a>), Reply> {
     let n = parse_i64(args[2]).ok_or_else(|| Reply::err(bad_count))?;
     let rest = &args[3..];
     if n > i64::try_from(rest.len()).unwrap_or(i64::MAX) {
