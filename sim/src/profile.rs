@@ -83,7 +83,7 @@ impl Server {
 
     /// A command the server does not have (or one renamed away), with its arguments quoted
     /// up to 128 bytes, as `processCommand` writes it.
-    pub(crate) fn unknown_command(self, name: &[u8], args: &[bytes::Bytes]) -> String {
+    pub(crate) fn unknown_command(self, name: &[u8], args: &[&[u8]]) -> String {
         let (open, close) = if self == Server::Redis62 {
             ("`", "`, ")
         } else {

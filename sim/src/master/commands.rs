@@ -2,8 +2,6 @@
 //! the command exists (on this server kind), the subcommand exists, the number of arguments,
 //! the connection is logged in, the user's ACL allows it.
 
-use bytes::Bytes;
-
 use super::conn::Login;
 use super::keyspace::Ex;
 use super::reply::Reply;
@@ -95,13 +93,13 @@ fn arity_ok(arity: i32, argc: usize) -> bool {
 }
 
 /// Runs one command (`args` is never empty) and returns its reply.
-pub(crate) fn dispatch(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
+pub(crate) fn dispatch<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -> Reply {
     let server = m.profile.server;
     let Some(spec) = TABLE
         .iter()
-        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(&args[0]) && (s.has)(server))
+        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(args[0]) && (s.has)(server))
     else {
-        return Reply::Error(server.unknown_command(&args[0], &args[1..]));
+        return Reply::Error(server.unknown_command(args[0], &args[1..]));
     };
     let mut arity = spec.arity;
     let mut sub = None;
@@ -124,7 +122,7 @@ pub(crate) fn dispatch(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
         None => spec.name.to_string(),
     };
     if !arity_ok(arity, args.len()) {
-        let given = sub.and(args.get(1)).map(|b| &b[..]);
+        let given = sub.and(args.get(1)).copied();
         return Reply::Error(server.arity(&fullname(), given));
     }
     match m.user(ex) {
@@ -138,19 +136,25 @@ pub(crate) fn dispatch(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
 }
 
 /// Runs a command that passed the checks.
-fn run(m: &mut Master, ex: &mut Ex, name: &str, sub: Option<&str>, args: &[Bytes]) -> Reply {
+fn run<'a>(
+    m: &mut Master,
+    ex: &mut Ex<'a>,
+    name: &str,
+    sub: Option<&str>,
+    args: &'a [&'a [u8]],
+) -> Reply {
     let done = |r: Result<Reply, String>| r.unwrap_or_else(Reply::Error);
     match (name, sub) {
-        ("get", _) => strings::get(m, ex, &args[1]),
+        ("get", _) => strings::get(m, ex, args[1]),
         ("set", _) => done(strings::set(m, ex, args)),
-        ("pttl", _) => strings::pttl(m, ex, &args[1]),
+        ("pttl", _) => strings::pttl(m, ex, args[1]),
         ("del", _) => strings::del(m, ex, &args[1..]),
-        ("incr", _) => done(strings::incr(m, ex, &args[1]).map(Reply::Int)),
+        ("incr", _) => done(strings::incr(m, ex, args[1]).map(Reply::Int)),
         ("pexpire", _) => done(strings::pexpire(m, ex, args).map(Reply::Int)),
-        ("delifeq", _) => strings::delifeq(m, ex, &args[1], &args[2]),
+        ("delifeq", _) => strings::delifeq(m, ex, args[1], args[2]),
         ("delex", _) => done(strings::delex(m, ex, args)),
         ("ping", _) => session::ping(args),
-        ("select", _) => session::select(m, ex, &args[1]),
+        ("select", _) => session::select(m, ex, args[1]),
         ("auth", _) => session::auth(m, ex, args),
         ("hello", _) => session::hello(m, ex, args),
         ("client", Some(sub)) => session::client(m, ex, sub, args),

@@ -58,7 +58,7 @@ pub(crate) struct Conn {
     /// long (0: at once).
     pub(crate) need: usize,
     /// Bytes to send, in order.
-    pub(crate) out: BytesMut,
+    pub(crate) out: Vec<u8>,
     /// The connection speaks RESP3 (`HELLO 3`).
     pub(crate) resp3: bool,
     /// The selected database.
@@ -81,7 +81,7 @@ impl Conn {
             decoder: Decoder::new(request_limits()),
             decoding: false,
             need: 0,
-            out: BytesMut::new(),
+            out: Vec::new(),
             resp3: false,
             db: 0,
             login,
@@ -117,5 +117,65 @@ impl Conn {
             self.closed = true;
             self.inb.clear();
         }
+    }
+}
+
+/// A master's connections by id: a slot per id ever given (ids grow from 1 and are never
+/// reused), so that finding one is an index, not a search.
+#[derive(Debug, Default)]
+pub(crate) struct Conns {
+    slots: Vec<Option<Box<Conn>>>,
+    /// The first id whose slot is still kept (the slots before it went with a crash).
+    base: u64,
+    open: usize,
+}
+
+impl Conns {
+    fn slot(&self, id: super::ConnId) -> Option<usize> {
+        id.0.checked_sub(self.base).map(|i| i as usize)
+    }
+
+    pub(crate) fn get(&self, id: &super::ConnId) -> Option<&Conn> {
+        self.slots.get(self.slot(*id)?)?.as_deref()
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &super::ConnId) -> Option<&mut Conn> {
+        let i = self.slot(*id)?;
+        self.slots.get_mut(i)?.as_deref_mut()
+    }
+
+    /// Adds connection `id`, the highest yet.
+    pub(crate) fn insert(&mut self, id: super::ConnId, conn: Conn) {
+        if self.slots.is_empty() {
+            self.base = id.0;
+        }
+        let i = (id.0 - self.base) as usize;
+        if self.slots.len() <= i {
+            self.slots.resize_with(i + 1, || None);
+        }
+        self.open += usize::from(self.slots[i].is_none());
+        self.slots[i] = Some(Box::new(conn));
+    }
+
+    pub(crate) fn remove(&mut self, id: &super::ConnId) {
+        if let Some(slot) = self.slot(*id).and_then(|i| self.slots.get_mut(i)) {
+            self.open -= usize::from(slot.take().is_some());
+        }
+        // Slots before the first open one are dropped, so the table stays as long as the
+        // span of open connections.
+        let gone = self.slots.iter().take_while(|s| s.is_none()).count();
+        if gone >= 64 && gone * 2 >= self.slots.len() {
+            self.slots.drain(..gone);
+            self.base += gone as u64;
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.slots.clear();
+        self.open = 0;
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.open
     }
 }

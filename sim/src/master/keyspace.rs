@@ -37,7 +37,7 @@ pub(crate) type Tracked = BTreeMap<Bytes, BTreeSet<ConnId>>;
 /// The command being run: its connection, database and time, and the invalidations owed to
 /// its own connection after its reply.
 #[derive(Debug)]
-pub(crate) struct Ex {
+pub(crate) struct Ex<'a> {
     pub(crate) conn: ConnId,
     pub(crate) db: u32,
     pub(crate) now: u64,
@@ -46,30 +46,37 @@ pub(crate) struct Ex {
     /// Keys this command invalidated for its own connection, pushed after its reply.
     pub(crate) pending: Vec<Bytes>,
     /// While a script runs: the keys its command declared (`EVAL sha n keys...`).
-    pub(crate) script_keys: Option<Vec<Bytes>>,
+    pub(crate) script_keys: Option<&'a [&'a [u8]]>,
 }
 
 impl Master {
     /// The live entry of `key`, for a command that reads it: expires it first, and remembers
     /// the key for tracking (whether or not it exists). A read inside a script remembers, on
     /// servers that do so, every key the script's command declared instead.
-    pub(crate) fn read(&mut self, ex: &mut Ex, key: &Bytes) -> Option<Entry> {
+    pub(crate) fn read(&mut self, ex: &mut Ex, key: &[u8]) -> Option<Entry> {
         let e = self.lookup(ex, key);
         if ex.remember {
             let declared = ex
                 .script_keys
-                .as_ref()
                 .filter(|_| self.profile.server.tracks_declared_script_keys());
-            let keys = declared.map_or(std::slice::from_ref(key), |k| &k[..]);
+            let keys = declared.unwrap_or(std::slice::from_ref(&key));
             for k in keys {
-                self.tracked.entry(k.clone()).or_default().insert(ex.conn);
+                match self.tracked.get_mut(&k[..]) {
+                    Some(conns) => {
+                        conns.insert(ex.conn);
+                    }
+                    None => {
+                        let conns = BTreeSet::from([ex.conn]);
+                        self.tracked.insert(Bytes::copy_from_slice(k), conns);
+                    }
+                }
             }
         }
         e
     }
 
     /// The live entry of `key`, for a command that may write it: expires it first.
-    pub(crate) fn lookup(&mut self, ex: &mut Ex, key: &Bytes) -> Option<Entry> {
+    pub(crate) fn lookup(&mut self, ex: &mut Ex, key: &[u8]) -> Option<Entry> {
         let db = self.keys.dbs.get_mut(&ex.db)?;
         match db.get(key) {
             Some(e) if e.expired(ex.now) => {
@@ -82,17 +89,19 @@ impl Master {
     }
 
     /// Stores `entry` under `key`, a write.
-    pub(crate) fn store(&mut self, ex: &mut Ex, key: &Bytes, entry: Entry) {
-        self.keys
-            .dbs
-            .entry(ex.db)
-            .or_default()
-            .insert(key.clone(), entry);
+    pub(crate) fn store(&mut self, ex: &mut Ex, key: &[u8], entry: Entry) {
+        let db = self.keys.dbs.entry(ex.db).or_default();
+        match db.get_mut(key) {
+            Some(e) => *e = entry,
+            None => {
+                db.insert(Bytes::copy_from_slice(key), entry);
+            }
+        }
         self.invalidate(ex, key);
     }
 
     /// Deletes `key` (after [`lookup`](Master::lookup)); whether it was there.
-    pub(crate) fn remove(&mut self, ex: &mut Ex, key: &Bytes) -> bool {
+    pub(crate) fn remove(&mut self, ex: &mut Ex, key: &[u8]) -> bool {
         let gone = self
             .keys
             .dbs
@@ -108,7 +117,7 @@ impl Master {
     /// Tells every connection that remembered `key` that it changed, and forgets them: at
     /// once, or, for the connection running the command, after its reply where the server
     /// does so.
-    pub(crate) fn invalidate(&mut self, ex: &mut Ex, key: &Bytes) {
+    pub(crate) fn invalidate(&mut self, ex: &mut Ex, key: &[u8]) {
         let Some(targets) = self.tracked.remove(key) else {
             return;
         };
@@ -124,7 +133,7 @@ impl Master {
                 continue;
             }
             if id == ex.conn && defer {
-                ex.pending.push(key.clone());
+                ex.pending.push(Bytes::copy_from_slice(key));
             } else if conn.resp3 && !conn.closed {
                 // RESP2 without a redirection has nowhere to send it: Redis sends nothing.
                 encode_invalidation(key, &mut conn.out);

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use resp::Frame;
 
 use crate::profile::Profile;
@@ -27,7 +27,7 @@ mod strings;
 #[cfg(test)]
 mod tests;
 
-use conn::{Conn, Login};
+use conn::{Conn, Conns, Login};
 use keyspace::{Ex, Keyspace, Tracked};
 use reply::Reply;
 
@@ -42,7 +42,7 @@ pub struct ConnId(pub u64);
 #[derive(Debug)]
 pub struct Master {
     profile: Profile,
-    conns: BTreeMap<ConnId, Conn>,
+    conns: Conns,
     keys: Keyspace,
     /// The script cache: digest to the script it runs (`None`: a text this simulation does
     /// not model, cached all the same).
@@ -51,9 +51,9 @@ pub struct Master {
     libraries: BTreeMap<String, Library>,
     tracked: Tracked,
     next_id: u64,
-    /// The arguments of the command being run, and where they lie in its frame (kept between
+    /// The bytes of the command being run, and where its arguments lie in them (kept between
     /// commands, so that reading one allocates nothing).
-    args: Vec<Bytes>,
+    frame: Vec<u8>,
     ranges: Vec<(usize, usize)>,
 }
 
@@ -62,13 +62,13 @@ impl Master {
     pub fn new(profile: Profile) -> Master {
         Master {
             profile,
-            conns: BTreeMap::new(),
+            conns: Conns::default(),
             keys: Keyspace::default(),
             scripts: BTreeMap::new(),
             libraries: BTreeMap::new(),
             tracked: Tracked::new(),
             next_id: 1,
-            args: Vec::new(),
+            frame: Vec::new(),
             ranges: Vec::new(),
         }
     }
@@ -101,13 +101,14 @@ impl Master {
             Some(c) if !c.closed => c.inb.extend_from_slice(bytes),
             _ => return false,
         }
-        // One vector for every command's arguments, kept between calls.
-        let mut args = std::mem::take(&mut self.args);
-        while self.next_command(conn, &mut args) {
-            self.execute(conn, &args, now_ms);
-            args.clear();
+        // One buffer for every command's bytes, kept between calls.
+        let mut frame = std::mem::take(&mut self.frame);
+        let mut ranges = std::mem::take(&mut self.ranges);
+        while self.next_command(conn, &mut frame, &mut ranges) {
+            self.execute(conn, &frame, &ranges, now_ms);
         }
-        self.args = args;
+        self.frame = frame;
+        self.ranges = ranges;
         true
     }
 
@@ -190,9 +191,15 @@ impl Master {
         self.conns.len()
     }
 
-    /// The next whole command on `conn`, if one has arrived, its arguments put in `args`
-    /// (empty); closes the connection on bytes that are not a command.
-    fn next_command(&mut self, id: ConnId, args: &mut Vec<Bytes>) -> bool {
+    /// The next whole command on `conn`, if one has arrived: its bytes put in `frame`, where
+    /// each argument lies in them in `ranges`; closes the connection on bytes that are not a
+    /// command.
+    fn next_command(
+        &mut self,
+        id: ConnId,
+        frame: &mut Vec<u8>,
+        ranges: &mut Vec<(usize, usize)>,
+    ) -> bool {
         let Some(conn) = self.conns.get_mut(&id) else {
             return false;
         };
@@ -207,14 +214,15 @@ impl Master {
                 if conn.inb.len() < conn.need && conn.inb.len() <= MAX_QUERY {
                     return false;
                 }
-                match multibulk(&conn.inb, &mut self.ranges) {
+                match multibulk(&conn.inb, ranges) {
                     Multibulk::Whole { end, count } => {
                         conn.need = 0;
-                        let frame = conn.inb.split_to(end).freeze();
+                        frame.clear();
+                        frame.extend_from_slice(&conn.inb[..end]);
+                        conn.inb.advance(end);
                         if count == 0 {
                             continue;
                         }
-                        args.extend(self.ranges.iter().map(|&(s, e)| frame.slice(s..e)));
                         return true;
                     }
                     Multibulk::Partial(need) if conn.inb.len() <= MAX_QUERY => {
@@ -224,7 +232,7 @@ impl Master {
                     Multibulk::Partial(_) | Multibulk::Other => conn.need = 0,
                 }
             }
-            let frame = match conn.decoder.decode(&mut conn.inb) {
+            let decoded = match conn.decoder.decode(&mut conn.inb) {
                 Ok(Some(f)) => {
                     conn.decoding = false;
                     f
@@ -242,11 +250,11 @@ impl Master {
                     return false;
                 }
             };
-            match frame {
+            match decoded {
                 // Redis skips an empty or null multibulk.
                 Frame::NullArray => continue,
                 Frame::Array(items) if items.is_empty() => continue,
-                Frame::Array(items) => match bulk_args(items, args) {
+                Frame::Array(items) => match bulk_args(items, frame, ranges) {
                     Ok(()) => return true,
                     Err(got) => {
                         let msg = format!("ERR Protocol error: expected '$', got '{got}'");
@@ -263,9 +271,22 @@ impl Master {
         }
     }
 
-    /// Runs one command on `id` and writes its reply, then the invalidations it owes its own
-    /// connection.
-    fn execute(&mut self, id: ConnId, args: &[Bytes], now: u64) {
+    /// Runs one command on `id` (its arguments `ranges` of `frame`) and writes its reply, then
+    /// the invalidations it owes its own connection.
+    fn execute(&mut self, id: ConnId, frame: &[u8], ranges: &[(usize, usize)], now: u64) {
+        // The arguments as slices: on the stack for a command of a few (all but the largest
+        // locks').
+        let mut few: [&[u8]; 16] = [&[]; 16];
+        let many: Vec<&[u8]>;
+        let args: &[&[u8]] = if ranges.len() <= few.len() {
+            for (a, &(s, e)) in few.iter_mut().zip(ranges) {
+                *a = &frame[s..e];
+            }
+            &few[..ranges.len()]
+        } else {
+            many = ranges.iter().map(|&(s, e)| &frame[s..e]).collect();
+            &many
+        };
         let Some(conn) = self.conns.get(&id) else {
             return;
         };
@@ -368,16 +389,22 @@ fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
     parse().unwrap_or_else(|m| m)
 }
 
-/// A command's arguments put in `args`, or the type byte of the first that is not a bulk
-/// string.
-fn bulk_args(items: Vec<Frame>, args: &mut Vec<Bytes>) -> Result<(), char> {
+/// A command's arguments put in `frame` (emptied first), where each lies in `ranges`, or the
+/// type byte of the first that is not a bulk string.
+fn bulk_args(
+    items: Vec<Frame>,
+    frame: &mut Vec<u8>,
+    ranges: &mut Vec<(usize, usize)>,
+) -> Result<(), char> {
+    frame.clear();
+    ranges.clear();
     for f in items {
         match f {
-            Frame::Bulk(b) => args.push(b),
-            other => {
-                args.clear();
-                return Err(type_byte(&other));
+            Frame::Bulk(b) => {
+                ranges.push((frame.len(), frame.len() + b.len()));
+                frame.extend_from_slice(&b);
             }
+            other => return Err(type_byte(&other)),
         }
     }
     Ok(())

@@ -1,6 +1,6 @@
 //! A reply, written in the protocol of the connection it goes to.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 #[cfg(test)]
 use resp::Frame;
 use resp::IntBuf;
@@ -67,29 +67,29 @@ impl Reply {
 
     /// Writes the reply in the protocol `resp3` or RESP2: the bytes
     /// [`to_frame`](Reply::to_frame)'s frame encodes to, written straight into `out`.
-    pub(crate) fn encode(&self, resp3: bool, out: &mut BytesMut) {
+    pub(crate) fn encode(&self, resp3: bool, out: &mut Vec<u8>) {
         match self {
             Reply::Simple(s) => {
-                out.put_u8(b'+');
-                out.put_slice(s.as_bytes());
-                out.put_slice(b"\r\n");
+                out.push(b'+');
+                out.extend_from_slice(s.as_bytes());
+                out.extend_from_slice(b"\r\n");
             }
             Reply::Error(m) => {
-                out.put_u8(b'-');
+                out.push(b'-');
                 let m = m.as_bytes();
                 if m.iter().any(|c| matches!(c, b'\r' | b'\n')) {
                     for &c in m {
-                        out.put_u8(if matches!(c, b'\r' | b'\n') { b' ' } else { c });
+                        out.push(if matches!(c, b'\r' | b'\n') { b' ' } else { c });
                     }
                 } else {
-                    out.put_slice(m);
+                    out.extend_from_slice(m);
                 }
-                out.put_slice(b"\r\n");
+                out.extend_from_slice(b"\r\n");
             }
             Reply::Int(n) => header(out, b':', *n),
             Reply::Bulk(b) => bulk(out, b),
-            Reply::Null if resp3 => out.put_slice(b"_\r\n"),
-            Reply::Null => out.put_slice(b"$-1\r\n"),
+            Reply::Null if resp3 => out.extend_from_slice(b"_\r\n"),
+            Reply::Null => out.extend_from_slice(b"$-1\r\n"),
             Reply::Array(items) => {
                 header(out, b'*', count(items.len()));
                 for r in items {
@@ -117,22 +117,22 @@ fn count(n: usize) -> i64 {
 }
 
 /// A type byte, a number and CRLF.
-fn header(out: &mut BytesMut, ty: u8, n: i64) {
+fn header(out: &mut Vec<u8>, ty: u8, n: i64) {
     let mut ib = IntBuf::new();
-    out.put_u8(ty);
-    out.put_slice(ib.format(n));
-    out.put_slice(b"\r\n");
+    out.push(ty);
+    out.extend_from_slice(ib.format(n));
+    out.extend_from_slice(b"\r\n");
 }
 
 /// A bulk string.
-fn bulk(out: &mut BytesMut, b: &[u8]) {
+fn bulk(out: &mut Vec<u8>, b: &[u8]) {
     header(out, b'$', count(b.len()));
-    out.put_slice(b);
-    out.put_slice(b"\r\n");
+    out.extend_from_slice(b);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Writes the invalidation push for `key` (`>2 invalidate [key]`), RESP3 only.
-pub(crate) fn encode_invalidation(key: &Bytes, out: &mut BytesMut) {
-    out.put_slice(b">2\r\n$10\r\ninvalidate\r\n*1\r\n");
+pub(crate) fn encode_invalidation(key: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(b">2\r\n$10\r\ninvalidate\r\n*1\r\n");
     bulk(out, key);
 }

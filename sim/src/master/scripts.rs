@@ -29,12 +29,12 @@ enum Stop {
     Unsimulated,
 }
 
+/// A command's arguments, each a slice of its bytes.
+type Args<'a> = &'a [&'a [u8]];
+
 /// The keys and arguments of `EVAL`/`EVALSHA`/`FCALL` (`args[2]` is the key count).
-fn keys_and_args<'a>(
-    args: &'a [Bytes],
-    bad_count: &str,
-) -> Result<(&'a [Bytes], &'a [Bytes]), Reply> {
-    let n = parse_i64(&args[2]).ok_or_else(|| Reply::err(bad_count))?;
+fn keys_and_args<'a>(args: Args<'a>, bad_count: &str) -> Result<(Args<'a>, Args<'a>), Reply> {
+    let n = parse_i64(args[2]).ok_or_else(|| Reply::err(bad_count))?;
     let rest = &args[3..];
     if n > i64::try_from(rest.len()).unwrap_or(i64::MAX) {
         return Err(Reply::err(
@@ -45,18 +45,18 @@ fn keys_and_args<'a>(
     Ok(rest.split_at(n))
 }
 
-pub(crate) fn eval(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
+pub(crate) fn eval<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -> Reply {
     let (keys, argv) = match keys_and_args(args, NOT_AN_INTEGER) {
         Ok(ka) => ka,
         Err(r) => return r,
     };
-    let sha = digest(&args[1]);
+    let sha = digest(args[1]);
     let script = by_digest(&sha);
     m.scripts.insert(sha.clone(), script);
     run(m, ex, script, ScriptName::Eval(&sha), keys, argv)
 }
 
-pub(crate) fn evalsha(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
+pub(crate) fn evalsha<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -> Reply {
     let (keys, argv) = match keys_and_args(args, NOT_AN_INTEGER) {
         Ok(ka) => ka,
         Err(r) => return r,
@@ -65,14 +65,14 @@ pub(crate) fn evalsha(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
     // length (the usual case).
     let mut buf: [u8; 40];
     let lowered;
-    let sha: &str = match <[u8; 40]>::try_from(&args[1][..]) {
+    let sha: &str = match <[u8; 40]>::try_from(args[1]) {
         Ok(raw) => {
             buf = raw;
             buf.make_ascii_lowercase();
             std::str::from_utf8(&buf).unwrap_or("")
         }
         Err(_) => {
-            lowered = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+            lowered = String::from_utf8_lossy(args[1]).to_ascii_lowercase();
             &lowered
         }
     };
@@ -85,8 +85,8 @@ pub(crate) fn evalsha(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
     }
 }
 
-pub(crate) fn fcall(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
-    let name = String::from_utf8_lossy(&args[1]).into_owned();
+pub(crate) fn fcall<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -> Reply {
+    let name = String::from_utf8_lossy(args[1]).into_owned();
     let found = m.libraries.values().find_map(|lib| {
         lib.functions
             .iter()
@@ -111,10 +111,10 @@ pub(crate) fn fcall(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
 }
 
 /// `SCRIPT LOAD text` (its digest; cached whatever the text) and `SCRIPT FLUSH [ASYNC|SYNC]`.
-pub(crate) fn script(m: &mut Master, sub: &str, args: &[Bytes]) -> Reply {
+pub(crate) fn script(m: &mut Master, sub: &str, args: &[&[u8]]) -> Reply {
     match sub {
         "load" => {
-            let sha = digest(&args[2]);
+            let sha = digest(args[2]);
             m.scripts.insert(sha.clone(), by_digest(&sha));
             Reply::bulk(sha)
         }
@@ -128,7 +128,7 @@ pub(crate) fn script(m: &mut Master, sub: &str, args: &[Bytes]) -> Reply {
     }
 }
 
-fn flush_mode_ok(args: &[Bytes]) -> bool {
+fn flush_mode_ok(args: &[&[u8]]) -> bool {
     match args {
         [_, _] => true,
         [_, _, mode] => mode.eq_ignore_ascii_case(b"async") || mode.eq_ignore_ascii_case(b"sync"),
@@ -137,7 +137,7 @@ fn flush_mode_ok(args: &[Bytes]) -> bool {
 }
 
 /// `FUNCTION LOAD [REPLACE] code` and `FUNCTION FLUSH [ASYNC|SYNC]`.
-pub(crate) fn function(m: &mut Master, sub: &str, args: &[Bytes]) -> Reply {
+pub(crate) fn function(m: &mut Master, sub: &str, args: &[&[u8]]) -> Reply {
     if sub == "flush" {
         if !flush_mode_ok(args) {
             return Reply::err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option");
@@ -153,7 +153,7 @@ pub(crate) fn function(m: &mut Master, sub: &str, args: &[Bytes]) -> Reply {
         }
         replace = true;
     }
-    let code = &args[args.len() - 1];
+    let code = args[args.len() - 1];
     let (name, functions) = match parse_library(code) {
         Ok(lib) => lib,
         Err(why) => return Reply::err(format!("ERR {why}")),
@@ -178,15 +178,15 @@ pub(crate) fn function(m: &mut Master, sub: &str, args: &[Bytes]) -> Reply {
 }
 
 /// Runs `script` (`None`: a text not simulated) named `by`, and returns its reply.
-fn run(
+fn run<'a>(
     m: &mut Master,
-    ex: &mut Ex,
+    ex: &mut Ex<'a>,
     script: Option<Script>,
     by: ScriptName<'_>,
-    keys: &[Bytes],
-    argv: &[Bytes],
+    keys: &'a [&'a [u8]],
+    argv: &[&[u8]],
 ) -> Reply {
-    ex.script_keys = Some(keys.to_vec());
+    ex.script_keys = Some(keys);
     let result = match script {
         Some(Script::Acquire) => acquire(m, ex, keys, argv),
         Some(Script::Release) => release(m, ex, keys, argv),
@@ -214,12 +214,12 @@ fn lua_number(n: i64) -> i64 {
 }
 
 /// `GET` from a script: the value, or `false` (`None`).
-fn script_get(m: &mut Master, ex: &mut Ex, key: &Bytes) -> Option<Bytes> {
+fn script_get(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Option<Bytes> {
     m.read(ex, key).map(|e| e.value)
 }
 
 /// `acquire.lua`.
-fn acquire(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result<i64, Stop> {
+fn acquire(m: &mut Master, ex: &mut Ex, keys: &[&[u8]], argv: &[&[u8]]) -> Result<i64, Stop> {
     let [token, ttl, n, ..] = argv else {
         return Err(Stop::Unsimulated);
     };
@@ -228,14 +228,7 @@ fn acquire(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Resul
         .filter(|n| *n <= keys.len())
         .ok_or(Stop::Unsimulated)?;
     for (i, key) in keys[..n].iter().enumerate() {
-        let set = [
-            Bytes::from_static(b"SET"),
-            key.clone(),
-            token.clone(),
-            Bytes::from_static(b"NX"),
-            Bytes::from_static(b"PX"),
-            ttl.clone(),
-        ];
+        let set: [&[u8]; 6] = [b"SET", key, token, b"NX", b"PX", ttl];
         match strings::set(m, ex, &set) {
             Ok(Reply::Null) => {
                 for k in &keys[..i] {
@@ -254,12 +247,12 @@ fn acquire(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Resul
 }
 
 /// `release.lua`.
-fn release(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result<i64, Stop> {
+fn release(m: &mut Master, ex: &mut Ex, keys: &[&[u8]], argv: &[&[u8]]) -> Result<i64, Stop> {
     let token = argv.first();
     let (mut held, mut gone) = (false, false);
     for key in keys {
         match script_get(m, ex, key) {
-            Some(v) if Some(&v) == token => {
+            Some(v) if Some(&&v[..]) == token => {
                 strings::del(m, ex, std::slice::from_ref(key));
             }
             None => gone = true,
@@ -276,7 +269,7 @@ fn release(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Resul
 }
 
 /// `extend.lua`.
-fn extend(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result<i64, Stop> {
+fn extend(m: &mut Master, ex: &mut Ex, keys: &[&[u8]], argv: &[&[u8]]) -> Result<i64, Stop> {
     let [token, ttl, ..] = argv else {
         return Err(Stop::Unsimulated);
     };
@@ -284,7 +277,7 @@ fn extend(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result
     for key in keys {
         match script_get(m, ex, key) {
             None => gone = true,
-            Some(v) if v != token => return Ok(0),
+            Some(v) if v != *token => return Ok(0),
             Some(_) => {}
         }
     }
@@ -292,14 +285,14 @@ fn extend(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result
         return Ok(-1);
     }
     for key in keys {
-        let call = [Bytes::from_static(b"PEXPIRE"), key.clone(), ttl.clone()];
+        let call: [&[u8]; 3] = [b"PEXPIRE", key, ttl];
         strings::pexpire(m, ex, &call).map_err(|msg| Stop::Call(msg, 7))?;
     }
     Ok(1)
 }
 
 /// `fence.lua`.
-fn fence(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result<i64, Stop> {
+fn fence(m: &mut Master, ex: &mut Ex, keys: &[&[u8]], argv: &[&[u8]]) -> Result<i64, Stop> {
     let ([token, t, ..], Some((counter, resources))) = (argv, keys.split_last()) else {
         return Err(Stop::Unsimulated);
     };
@@ -307,7 +300,7 @@ fn fence(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result<
     for key in resources {
         match script_get(m, ex, key) {
             None => gone = true,
-            Some(v) if v != token => return Ok(0),
+            Some(v) if v != *token => return Ok(0),
             Some(_) => {}
         }
     }
@@ -316,10 +309,10 @@ fn fence(m: &mut Master, ex: &mut Ex, keys: &[Bytes], argv: &[Bytes]) -> Result<
     }
     let raise = match script_get(m, ex, counter) {
         None => true,
-        Some(c) => c.len() < t.len() || (c.len() == t.len() && c < t),
+        Some(c) => c.len() < t.len() || (c.len() == t.len() && c[..] < **t),
     };
     if raise {
-        let call = [Bytes::from_static(b"SET"), counter.clone(), t.clone()];
+        let call: [&[u8]; 3] = [b"SET", counter, t];
         strings::set(m, ex, &call).map_err(|msg| Stop::Call(msg, 9))?;
     }
     Ok(1)

@@ -1,8 +1,6 @@
 //! The connection's own commands: `HELLO` (with `AUTH` and `SETNAME`), `AUTH`, `SELECT`,
 //! `PING`, `CLIENT TRACKING` / `CACHING` / `ID`, `CONFIG GET`.
 
-use bytes::Bytes;
-
 use super::conn::{Login, Tracking};
 use super::keyspace::Ex;
 use super::reply::Reply;
@@ -15,15 +13,15 @@ pub(crate) const DATABASES: i64 = 16;
 
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
-pub(crate) fn ping(args: &[Bytes]) -> Reply {
+pub(crate) fn ping(args: &[&[u8]]) -> Reply {
     match args {
         [_] => Reply::Simple("PONG"),
-        [_, msg] => Reply::Bulk(msg.clone()),
+        [_, msg] => Reply::bulk(msg),
         _ => Reply::err("ERR wrong number of arguments for 'ping' command"),
     }
 }
 
-pub(crate) fn select(m: &mut Master, ex: &mut Ex, db: &Bytes) -> Reply {
+pub(crate) fn select(m: &mut Master, ex: &mut Ex, db: &[u8]) -> Reply {
     let Some(db) = parse_i64(db) else {
         return Reply::err(NOT_AN_INTEGER);
     };
@@ -58,7 +56,7 @@ impl Master {
     }
 }
 
-pub(crate) fn auth(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
+pub(crate) fn auth(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Reply {
     let (user, password) = match args {
         [_, password] => {
             if m.profile.default_user.password.is_none() {
@@ -67,10 +65,10 @@ pub(crate) fn auth(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
                      default user. Are you sure your configuration is correct?",
                 );
             }
-            let name = Bytes::from(m.profile.default_user.name.clone());
+            let name = m.profile.default_user.name.clone().into_bytes();
             (name, password)
         }
-        [_, user, password] => (user.clone(), password),
+        [_, user, password] => (user.to_vec(), password),
         _ => return Reply::err(SYNTAX),
     };
     match m.log_in(ex, &user, password) {
@@ -80,7 +78,7 @@ pub(crate) fn auth(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
 }
 
 /// `HELLO [protover [AUTH user password] [SETNAME name]]`.
-pub(crate) fn hello(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
+pub(crate) fn hello(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Reply {
     let mut version = None;
     if let Some(v) = args.get(1) {
         let Some(v) = parse_i64(v) else {
@@ -97,7 +95,7 @@ pub(crate) fn hello(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Reply {
         let more = args.len() - 1 - j;
         let opt = &args[j];
         if opt.eq_ignore_ascii_case(b"auth") && more >= 2 {
-            auth = Some((&args[j + 1], &args[j + 2]));
+            auth = Some((args[j + 1], args[j + 2]));
             j += 3;
         } else if opt.eq_ignore_ascii_case(b"setname") && more >= 1 {
             j += 2;
@@ -153,7 +151,7 @@ fn hello_reply(server: Server, proto: i64, id: u64) -> Reply {
     ])
 }
 
-pub(crate) fn client(m: &mut Master, ex: &mut Ex, sub: &str, args: &[Bytes]) -> Reply {
+pub(crate) fn client(m: &mut Master, ex: &mut Ex, sub: &str, args: &[&[u8]]) -> Reply {
     let id = ex.conn;
     let Some(conn) = m.conns.get_mut(&id) else {
         return Reply::err("ERR sim: no connection");
@@ -187,7 +185,7 @@ pub(crate) fn client(m: &mut Master, ex: &mut Ex, sub: &str, args: &[Bytes]) -> 
 
 /// `CLIENT TRACKING ON|OFF [OPTIN|OPTOUT] [NOLOOP]`. `REDIRECT`, `BCAST` and `PREFIX` are
 /// not simulated (the core uses none).
-fn tracking(conn: &mut super::conn::Conn, args: &[Bytes]) -> Reply {
+fn tracking(conn: &mut super::conn::Conn, args: &[&[u8]]) -> Reply {
     let mut t = Tracking::default();
     for opt in &args[3..] {
         let opt = opt.to_ascii_lowercase();
@@ -225,10 +223,10 @@ fn tracking(conn: &mut super::conn::Conn, args: &[Bytes]) -> Reply {
 
 /// `CONFIG GET parameter...`: `maxmemory-policy` (by its name, or `*`); any other parameter
 /// is not simulated and left out, as Redis leaves out those it does not have.
-pub(crate) fn config_get(m: &mut Master, _ex: &mut Ex, params: &[Bytes]) -> Reply {
+pub(crate) fn config_get(m: &mut Master, _ex: &mut Ex, params: &[&[u8]]) -> Reply {
     let asked = params
         .iter()
-        .any(|p| p.eq_ignore_ascii_case(b"maxmemory-policy") || p.as_ref() == b"*");
+        .any(|p| p.eq_ignore_ascii_case(b"maxmemory-policy") || *p == b"*");
     let mut pairs = Vec::new();
     if asked {
         pairs.push((

@@ -40,18 +40,18 @@ pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
     Some(v)
 }
 
-pub(crate) fn get(m: &mut Master, ex: &mut Ex, key: &Bytes) -> Reply {
+pub(crate) fn get(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Reply {
     match m.read(ex, key) {
         Some(e) => Reply::Bulk(e.value),
         None => Reply::Null,
     }
 }
 
-pub(crate) fn pttl(m: &mut Master, ex: &mut Ex, key: &Bytes) -> Reply {
+pub(crate) fn pttl(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Reply {
     Reply::Int(m.read(ex, key).map_or(-2, |e| pttl_of(&e, ex.now)))
 }
 
-pub(crate) fn del(m: &mut Master, ex: &mut Ex, keys: &[Bytes]) -> Reply {
+pub(crate) fn del(m: &mut Master, ex: &mut Ex, keys: &[&[u8]]) -> Reply {
     let mut n = 0;
     for key in keys {
         if m.lookup(ex, key).is_some() && m.remove(ex, key) {
@@ -62,7 +62,7 @@ pub(crate) fn del(m: &mut Master, ex: &mut Ex, keys: &[Bytes]) -> Reply {
 }
 
 /// `INCR key`: the new value, or the error.
-pub(crate) fn incr(m: &mut Master, ex: &mut Ex, key: &Bytes) -> Result<i64, String> {
+pub(crate) fn incr(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Result<i64, String> {
     let old = m.lookup(ex, key);
     let (value, expire_at) = match &old {
         Some(e) => (parse_i64(&e.value).ok_or(NOT_AN_INTEGER)?, e.expire_at),
@@ -85,18 +85,18 @@ fn deadline(ms: i64, now: u64, command: &str) -> Result<u64, String> {
 }
 
 /// `PEXPIRE key ms`: 1 set (or deleted, for a deadline already past), 0 no key.
-pub(crate) fn pexpire(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Result<i64, String> {
+pub(crate) fn pexpire(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Result<i64, String> {
     if let Some(opt) = args.get(3) {
         let opt = String::from_utf8_lossy(opt);
         return Err(format!("ERR Unsupported option {opt}"));
     }
-    let ms = parse_i64(&args[2]).ok_or(NOT_AN_INTEGER)?;
+    let ms = parse_i64(args[2]).ok_or(NOT_AN_INTEGER)?;
     let at = if ms > 0 {
         Some(deadline(ms, ex.now, "pexpire")?)
     } else {
         None
     };
-    let key = &args[1];
+    let key = args[1];
     let Some(mut e) = m.lookup(ex, key) else {
         return Ok(0);
     };
@@ -115,16 +115,16 @@ pub(crate) fn pexpire(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Result<i64
 
 /// The options of a `SET`.
 #[derive(Debug, Default)]
-struct SetOpts {
+struct SetOpts<'a> {
     nx: bool,
     xx: bool,
     keepttl: bool,
     /// `PX` or `EX` (milliseconds per unit) and its argument.
-    expire: Option<(i64, Bytes)>,
-    ifeq: Option<Bytes>,
+    expire: Option<(i64, &'a [u8])>,
+    ifeq: Option<&'a [u8]>,
 }
 
-fn set_opts(m: &Master, args: &[Bytes]) -> Result<SetOpts, String> {
+fn set_opts<'a>(m: &Master, args: &[&'a [u8]]) -> Result<SetOpts<'a>, String> {
     let mut o = SetOpts::default();
     let ifeq_ok = m.profile.server.has_set_ifeq();
     let mut j = 3;
@@ -133,7 +133,7 @@ fn set_opts(m: &Master, args: &[Bytes]) -> Result<SetOpts, String> {
         let mut buf = [0u8; 8];
         let opt: &[u8] = match buf.get_mut(..args[j].len()) {
             Some(low) => {
-                low.copy_from_slice(&args[j]);
+                low.copy_from_slice(args[j]);
                 low.make_ascii_lowercase();
                 low
             }
@@ -147,11 +147,11 @@ fn set_opts(m: &Master, args: &[Bytes]) -> Result<SetOpts, String> {
             (b"keepttl", _) if o.expire.is_none() => o.keepttl = true,
             (b"px" | b"ex", Some(v)) if o.expire.is_none() && !o.keepttl => {
                 let unit = if opt == b"px" { 1 } else { 1000 };
-                o.expire = Some((unit, v.clone()));
+                o.expire = Some((unit, *v));
                 j += 1;
             }
             (b"ifeq", Some(v)) if ifeq_ok && !conditional => {
-                o.ifeq = Some(v.clone());
+                o.ifeq = Some(*v);
                 j += 1;
             }
             _ => return Err(SYNTAX.into()),
@@ -163,7 +163,7 @@ fn set_opts(m: &Master, args: &[Bytes]) -> Result<SetOpts, String> {
 
 /// `SET key value [NX|XX|IFEQ v] [PX ms|EX s|KEEPTTL]`: `+OK`, or null when the condition
 /// does not hold.
-pub(crate) fn set(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Result<Reply, String> {
+pub(crate) fn set(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Result<Reply, String> {
     let o = set_opts(m, args)?;
     let expire_at = match &o.expire {
         None => None,
@@ -177,10 +177,10 @@ pub(crate) fn set(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Result<Reply, 
             Some(deadline(ms, ex.now, "set")?)
         }
     };
-    let key = &args[1];
+    let key = args[1];
     let old = m.lookup(ex, key);
     let holds = match (&o.ifeq, &old) {
-        (Some(want), Some(e)) => e.value == want,
+        (Some(want), Some(e)) => e.value == *want,
         (Some(_), None) => false,
         (None, _) => !(o.nx && old.is_some() || o.xx && old.is_none()),
     };
@@ -191,30 +191,30 @@ pub(crate) fn set(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Result<Reply, 
         (None, true) => old.and_then(|e| e.expire_at),
         (at, _) => at,
     };
-    let value = args[2].clone();
+    let value = Bytes::copy_from_slice(args[2]);
     m.store(ex, key, Entry { value, expire_at });
     Ok(Reply::OK)
 }
 
 /// Valkey's `DELIFEQ key value`: 1 deleted, 0 not (no key, or another value).
-pub(crate) fn delifeq(m: &mut Master, ex: &mut Ex, key: &Bytes, value: &Bytes) -> Reply {
+pub(crate) fn delifeq(m: &mut Master, ex: &mut Ex, key: &[u8], value: &[u8]) -> Reply {
     match m.lookup(ex, key) {
-        Some(e) if e.value == value => Reply::Int(i64::from(m.remove(ex, key))),
+        Some(e) if e.value == *value => Reply::Int(i64::from(m.remove(ex, key))),
         _ => Reply::Int(0),
     }
 }
 
 /// Redis' `DELEX key [IFEQ value]`: 1 deleted, 0 not. Its other conditions (`IFNE`,
 /// `IFDEQ`, `IFDNE`) are not simulated.
-pub(crate) fn delex(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Result<Reply, String> {
+pub(crate) fn delex(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Result<Reply, String> {
     let want = match args {
         [_, _] => None,
         [_, _, cond, v] if cond.eq_ignore_ascii_case(b"ifeq") => Some(v),
         _ => return Err(SYNTAX.into()),
     };
-    let key = &args[1];
+    let key = args[1];
     Ok(match (m.lookup(ex, key), want) {
-        (Some(e), Some(v)) if e.value != v => Reply::Int(0),
+        (Some(e), Some(v)) if e.value != **v => Reply::Int(0),
         (Some(_), _) => Reply::Int(i64::from(m.remove(ex, key))),
         (None, _) => Reply::Int(0),
     })

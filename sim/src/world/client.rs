@@ -219,6 +219,8 @@ pub(crate) struct Client {
     clock: Clock,
     /// How long a reply may be owed before the connection is replaced.
     stale: Duration,
+    /// The engine's last deadline the pump saw, and its time on the run's clock.
+    timeout_seen: Option<(Instant, u64)>,
 }
 
 /// The most passes one pump makes (each pass takes every input; a pass that changes nothing
@@ -277,6 +279,7 @@ impl Client {
             submitted: false,
             stale,
             clock,
+            timeout_seen: None,
         }
     }
 
@@ -409,10 +412,18 @@ impl Client {
                 break;
             }
         }
-        let mut next = self
-            .engine
-            .poll_timeout()
-            .map_or(NEVER, |t| self.true_of(sim, t).max(now));
+        let mut next = match self.engine.poll_timeout() {
+            None => NEVER,
+            // Mostly the deadline of the last pump: its conversion is kept.
+            Some(t) if self.timeout_seen.is_some_and(|(seen, _)| seen == t) => {
+                self.timeout_seen.map_or(NEVER, |(_, at)| at.max(now))
+            }
+            Some(t) => {
+                let at = self.true_of(sim, t);
+                self.timeout_seen = Some((t, at));
+                at.max(now)
+            }
+        };
         for t in &self.tasks {
             next = next.min(t.timer);
             if let State::Run(run) = &t.state {

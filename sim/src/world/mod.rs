@@ -8,6 +8,7 @@
 //! | module | its job |
 //! |---|---|
 //! | `mod.rs` | the world: the event loop, the store, what the checks ask of the world |
+//! | `queue.rs` | the event queue, by time and sequence number |
 //! | `setup.rs` | a world's setup drawn from the seed, and the fencing debate's scenario |
 //! | `faults.rs` | fault episodes: how each begins and ends |
 //! | `net.rs` | links that behave as TCP does: delay, splits, holds, FIN and RST |
@@ -16,8 +17,6 @@
 //! | `params.rs` | what a run is made of: the seed, faults, negative controls, sizes |
 //! | `liveness.rs` | what the liveness checks know: keys that may still live, masters free of trouble |
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use redlock_core::lock::Names;
@@ -33,6 +32,7 @@ mod faults;
 mod liveness;
 mod net;
 mod params;
+mod queue;
 mod setup;
 
 pub use client::Action;
@@ -142,8 +142,7 @@ struct ResState {
 pub(crate) struct Sim {
     base: Instant,
     pub now: u64,
-    seq: u64,
-    queue: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    queue: queue::Queue,
     pub masters: Vec<MasterSim>,
     pub links: Vec<Link>,
     pub hist: History,
@@ -263,8 +262,7 @@ impl Sim {
         Sim {
             base: base(),
             now: 0,
-            seq: 0,
-            queue: BinaryHeap::new(),
+            queue: queue::Queue::default(),
             masters: Vec::new(),
             links: Vec::new(),
             hist: History::default(),
@@ -301,8 +299,7 @@ impl Sim {
     }
 
     pub(crate) fn push(&mut self, t: u64, ev: Ev) {
-        self.seq += 1;
-        self.queue.push(Reverse((t, self.seq, ev)));
+        self.queue.push(t, ev);
     }
 
     /// The instant `t` nanoseconds into the run.
@@ -484,7 +481,7 @@ impl World {
             self.note_finished(c);
         }
         let mut stuck = None;
-        while let Some(Reverse((t, _, ev))) = self.sim.queue.pop() {
+        while let Some((t, ev)) = self.sim.queue.pop() {
             if self.done == self.clients.len() {
                 break;
             }
