@@ -141,12 +141,17 @@ impl Client {
     }
 
     fn claim(&mut self, r: &str, token: &str) -> i64 {
+        self.claim_handed(r, token, "")
+    }
+
+    /// A claim woken by the bells of the hand-off tagged `handoff`.
+    fn claim_handed(&mut self, r: &str, token: &str, handoff: &str) -> i64 {
         let q = format!("{QUEUE_PREFIX}{r}");
         let id = self.id.clone();
         match self.eval(
             script::CLAIM,
             &[r, &q],
-            &[token, "30000", "1", &id, "60000"],
+            &[token, "30000", "1", &id, "60000", handoff],
         ) {
             Frame::Integer(n) => n,
             other => panic!("claim: {other:?}"),
@@ -414,4 +419,35 @@ fn a_failed_claim_keeps_its_place_at_its_ticket() {
     assert_eq!(queue(&addr, &r), ["a", "b"]);
     assert_eq!(get(&addr, &r).unwrap(), format!("{RESERVED_PREFIX}a"));
     assert!(b.bells().is_empty(), "the next one is not rung");
+}
+
+/// A claim woken by a release's bells from other masters may reach a master before that
+/// release does: it takes the resource from the releasing token there (and only from that
+/// token), rather than fail and cost a wait; the release landing after it finds the new
+/// holder's token and leaves it, ringing nobody.
+#[test]
+fn a_claim_takes_a_master_its_release_has_not_reached_yet() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    let r = resource("fair-overtaken");
+    let mut holder = Client::new(&addr, "h");
+    holder.send(&["SET", &r, TOKEN_H, "NX", "PX", "30000"]);
+    assert_eq!(holder.reply(), Frame::Simple("OK".into()));
+    let mut a = Client::new(&addr, "a");
+    let mut b = Client::new(&addr, "b");
+    assert!(a.wait(&r, 60_000) > 0);
+    assert!(b.wait(&r, 60_000) > 0);
+    // Woken by another hand-off, or by none: the holder's token stays.
+    assert_eq!(a.claim_handed(&r, TOKEN_A, TOKEN_X), -1);
+    assert_eq!(a.claim(&r, TOKEN_A), -1);
+    assert_eq!(get(&addr, &r).unwrap(), TOKEN_H);
+    // Woken by the holder's release: taken, and out of the line.
+    assert_eq!(a.claim_handed(&r, TOKEN_A, TOKEN_H), 0);
+    assert_eq!(get(&addr, &r).unwrap(), TOKEN_A);
+    assert_eq!(queue(&addr, &r), ["b"]);
+    // The release lands after: held by another token, nobody rung, nothing changed.
+    assert_eq!(holder.handoff(&r, TOKEN_H, 60_000), 0);
+    assert_eq!(get(&addr, &r).unwrap(), TOKEN_A);
+    assert!(b.bells().is_empty(), "b is not rung while a holds it");
+    assert_eq!(queue(&addr, &r), ["b"]);
 }

@@ -212,12 +212,24 @@ impl Command<'_> {
     /// carry the lines' keys and the client's id. (A fair command without `fair` is written
     /// with an empty id, which no line holds.)
     pub fn encode_in(&self, dst: &mut impl BufMut, form: Form, fair: Option<&Fair>) {
+        self.encode_handed(dst, form, fair, b"");
+    }
+
+    /// [`encode_in`](Command::encode_in), with for a claim ([`OpKind::Claim`]) the tag of the
+    /// hand-off whose bells woke the waiter (see [`script::CLAIM`]; empty: none).
+    pub fn encode_handed(
+        &self,
+        dst: &mut impl BufMut,
+        form: Form,
+        fair: Option<&Fair>,
+        handoff: &[u8],
+    ) {
         let fair_kind = matches!(
             self.kind,
             OpKind::Wait | OpKind::Claim | OpKind::Leave | OpKind::Retick | OpKind::Unclaim
         ) || (self.kind == OpKind::Release && fair.is_some());
         if fair_kind {
-            return self.encode_fair(dst, form, fair);
+            return self.encode_fair(dst, form, fair, handoff);
         }
         let mut ttl_buf = IntBuf::new();
         let ttl = match self.kind {
@@ -306,7 +318,7 @@ impl Command<'_> {
 
     /// The fair scripts: `KEYS` the resources, then their lines (then the counter, for a
     /// fenced claim); `ARGV` as each script says (see [`script::WAIT`] and the others).
-    fn encode_fair(&self, dst: &mut impl BufMut, form: Form, fair: Option<&Fair>) {
+    fn encode_fair(&self, dst: &mut impl BufMut, form: Form, fair: Option<&Fair>, handoff: &[u8]) {
         if self.kind == OpKind::Retick {
             let name = self.resources.first().map_or(&b""[..], Name::as_bytes);
             let mut line: smallvec::SmallVec<[u8; 128]> = smallvec::SmallVec::new();
@@ -368,7 +380,7 @@ impl Command<'_> {
         parts.extend(counter);
         match self.kind {
             OpKind::Wait => parts.extend_from_slice(&[id, claim, n_s, qttl, ttl]),
-            OpKind::Claim => parts.extend_from_slice(&[token, ttl, n_s, id, claim]),
+            OpKind::Claim => parts.extend_from_slice(&[token, ttl, n_s, id, claim, handoff]),
             OpKind::Leave => parts.extend_from_slice(&[id, claim]),
             OpKind::Unclaim => parts.extend_from_slice(&[token, claim, id, b"0", ticket_s]),
             _ => parts.extend_from_slice(&[token, claim, id, b"1", b"0"]),

@@ -147,17 +147,21 @@ pub const WAIT: &str = concat!(
 pub const WAIT_SHA1: &str = "21762f0e8be027b008f0cb993d0b679c75f36c38";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
-/// once the head of its line has been rung (which may be the caller), all or nothing (the
-/// hand-off that reserved it took the caller out of the line); fenced, `INCR`s the counter (`KEYS[2n+1]`). `KEYS` as [`WAIT`]'s;
-/// `ARGV`: token, ttl in ms, `n`, client id, claim lease in ms. Answers as [`ACQUIRE`]:
-/// `0` or the counter, `-i` when resource `i` is held or reserved for another.
+/// once the head of its line has been rung (which may be the caller), or still held by the
+/// token of the release whose bells woke the caller (that release rang it from a quorum of
+/// masters, and is on its way to this one: waiting for it would cost a failed claim and a
+/// wait), all or nothing, and takes the caller out of the line; fenced, `INCR`s the counter
+/// (`KEYS[2n+1]`). `KEYS` as [`WAIT`]'s; `ARGV`: token, ttl in ms, `n`, client id, claim
+/// lease in ms, the hand-off that rang the caller (its tag: the releasing token; empty when
+/// no bell woke it). Answers as [`ACQUIRE`]: `0` or the counter, `-i` when resource `i` is
+/// held or reserved for another.
 pub const CLAIM: &str = concat!(
     include_str!("scripts/ring.lua"),
     include_str!("scripts/claim.lua")
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "bfeee3ce852c0d9a1ec4ab21b5871090db992669";
+pub const CLAIM_SHA1: &str = "1ead87cc82726e8b258d38e9b8ca891f1ef2c8cc";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is

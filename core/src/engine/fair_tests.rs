@@ -103,3 +103,35 @@ fn bells_before_the_watch_count_for_it_within_a_claim_lease() {
     bell(&mut e, 2, b"h2", later);
     assert!(woken(&mut e).is_empty(), "two bells lapsed, one new");
 }
+
+/// The claim of a waiter woken by a hand-off's bells names that hand-off (its tag), so that
+/// a master the release has not reached yet hands the resource over from the releasing
+/// token (see `script::CLAIM`); a claim nobody rang names none.
+#[test]
+fn a_claim_names_the_hand_off_that_woke_it() {
+    use crate::command::{Command, OpKind};
+    let mut e = engine();
+    let t = Instant::now();
+    let names: crate::lock::Names = [crate::lock::Name::new("res")].into_iter().collect();
+    let claim = Command {
+        kind: OpKind::Claim,
+        resources: &names,
+        token: None,
+        ttl_ms: 1000,
+        counter: None,
+        fence_value: 0,
+    };
+    assert_eq!(e.handoff_of(&claim), b"");
+    e.watch(1, b"res"[..].into());
+    bell(&mut e, 0, b"h0", t);
+    for node in 1..4 {
+        bell(&mut e, node, b"h1", t);
+    }
+    assert_eq!(woken(&mut e), vec![1]);
+    assert_eq!(e.handoff_of(&claim), b"h1", "the hand-off with a quorum");
+    let release = claim.with_kind(OpKind::Release);
+    assert_eq!(e.handoff_of(&release), b"", "only claims name it");
+    // Forgotten after a claim lease.
+    bell(&mut e, 4, b"h2", t + LEASE);
+    assert_eq!(e.handoff_of(&claim), b"");
+}

@@ -182,6 +182,10 @@ pub struct Engine<U> {
     /// Fair mode: the bells rung for each resource lately, not yet handed to a waiter (see
     /// `watch.rs`).
     bells: Vec<watch::Bells>,
+    /// Fair mode: the hand-off whose bells last woke a waiter of each resource, and when it
+    /// first rang (kept a claim lease: the waiter's claim names it, see
+    /// [`crate::script::CLAIM`]).
+    handed: Vec<watch::Handed>,
     /// Waiters for a key to change: (id, key). One-shot: a watch leaves when it fires.
     watches: Vec<(u64, Box<[u8]>)>,
     /// Watches that fired, with why, for the driver to tell their waiters.
@@ -233,6 +237,7 @@ impl<U> Engine<U> {
             wakeups: cfg.wakeups,
             fair: cfg.fair.clone(),
             bells: Vec::new(),
+            handed: Vec::new(),
             watches: Vec::new(),
             woken: VecDeque::new(),
             events: VecDeque::new(),
@@ -299,7 +304,8 @@ impl<U> Engine<U> {
     fn queue_everywhere(&mut self, cmd: &Command<'_>, tag: Tag, now: Instant) {
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
-        cmd.encode_in(&mut wire, Form::Evalsha, self.fair.as_ref());
+        let handoff = self.handoff_of(cmd);
+        cmd.encode_handed(&mut wire, Form::Evalsha, self.fair.as_ref(), handoff);
         let scripted = cmd.is_script();
         // Native forms are encoded only where some connection may use one: under Native
         // mode, or under Auto once a server said it has them (not on every release to

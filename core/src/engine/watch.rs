@@ -24,6 +24,14 @@ pub(crate) struct Bells {
     first: Instant,
 }
 
+/// Fair mode: the hand-off whose bells woke a resource's waiter.
+#[derive(Debug)]
+pub(crate) struct Handed {
+    key: bytes::Bytes,
+    handoff: bytes::Bytes,
+    first: Instant,
+}
+
 /// Why a watch fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wake {
@@ -83,6 +91,8 @@ impl<U> Engine<U> {
         let lease = self.claim_lease();
         self.bells
             .retain(|b| now.saturating_duration_since(b.first) < lease);
+        self.handed
+            .retain(|h| now.saturating_duration_since(h.first) < lease);
         let bit = 1u64 << (i.min(63));
         match self
             .bells
@@ -112,13 +122,28 @@ impl<U> Engine<U> {
             return;
         }
         let quorum = self.quorum;
-        let ready = self
+        // The hand-off that wakes the waiter: the one rung by the most masters.
+        let Some(best) = self
             .bells
             .iter()
-            .any(|b| b.key.as_ref() == key && (anyway || b.mask.count_ones() as usize >= quorum));
-        if !ready {
+            .filter(|b| b.key.as_ref() == key)
+            .max_by_key(|b| b.mask.count_ones())
+        else {
+            return;
+        };
+        if !anyway && (best.mask.count_ones() as usize) < quorum {
             return;
         }
+        let handed = Handed {
+            key: best.key.clone(),
+            handoff: best.handoff.clone(),
+            first: best.first,
+        };
+        self.handed.retain(|h| h.key.as_ref() != key);
+        if self.handed.len() >= MAX_PENDING_BELLS {
+            self.handed.remove(0);
+        }
+        self.handed.push(handed);
         // Every hand-off's bells for the key are spent on this wake.
         self.bells.retain(|b| b.key.as_ref() != key);
         self.wake_watches(|k| k == key, Wake::Pushed);
@@ -147,6 +172,21 @@ impl<U> Engine<U> {
         for key in due {
             self.fire_bells(&key, true);
         }
+    }
+
+    /// The tag of the hand-off whose bells woke the waiter `cmd` claims for (fair mode; a
+    /// claim of one resource), or nothing.
+    pub(super) fn handoff_of(&self, cmd: &crate::command::Command<'_>) -> &[u8] {
+        if cmd.kind != crate::command::OpKind::Claim {
+            return b"";
+        }
+        let [name] = cmd.resources else {
+            return b"";
+        };
+        self.handed
+            .iter()
+            .find(|h| h.key.as_ref() == name.as_bytes())
+            .map_or(&b""[..], |h| h.handoff.as_ref())
     }
 
     /// Fires (and forgets) every watch whose key `matches`.

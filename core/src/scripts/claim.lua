@@ -1,5 +1,6 @@
 local n = tonumber(ARGV[3])
 local mine = "redlock-mux:reserved:" .. ARGV[4]
+local handed = ARGV[6]
 for i = 1, n do
   local v = redis.call("GET", KEYS[i])
   if v == false then
@@ -7,7 +8,7 @@ for i = 1, n do
       v = redis.call("GET", KEYS[i])
     end
   end
-  if v ~= false and v ~= mine then return -i end
+  if v ~= false and v ~= mine and not (handed ~= "" and v == handed) then return -i end
 end
 for i = 1, n do
   redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2])
