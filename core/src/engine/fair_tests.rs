@@ -135,3 +135,29 @@ fn a_claim_names_the_hand_off_that_woke_it() {
     bell(&mut e, 4, b"h2", t + LEASE);
     assert_eq!(e.handoff_of(&claim), b"");
 }
+
+/// The bells of a hand-off that come after it woke the waiter (slower masters) are spent:
+/// they never wake the client's next wait (half a lease later, for a claim that would find
+/// the resource held by the client's own successor).
+#[test]
+fn bells_after_their_hand_off_woke_a_waiter_are_spent() {
+    let mut e = engine();
+    let t = Instant::now();
+    e.watch(1, b"res"[..].into());
+    for node in 0..3 {
+        bell(&mut e, node, b"h1", t);
+    }
+    assert_eq!(woken(&mut e), vec![1]);
+    bell(&mut e, 3, b"h1", t);
+    bell(&mut e, 4, b"h1", t);
+    // The client's next wait: nothing pending, no timer.
+    e.watch(2, b"res"[..].into());
+    assert_eq!(e.bells_due(), None);
+    e.handle_timeout(t + LEASE / 2);
+    assert!(woken(&mut e).is_empty());
+    // The next hand-off's bells wake it.
+    for node in 0..3 {
+        bell(&mut e, node, b"h2", t + LEASE / 2);
+    }
+    assert_eq!(woken(&mut e), vec![2]);
+}

@@ -93,6 +93,15 @@ impl<U> Engine<U> {
             .retain(|b| now.saturating_duration_since(b.first) < lease);
         self.handed
             .retain(|h| now.saturating_duration_since(h.first) < lease);
+        if self
+            .handed
+            .iter()
+            .any(|h| h.key == key && h.handoff == handoff)
+        {
+            // A slower master's bell of a hand-off that already woke the waiter: spent (kept,
+            // it would wake the client's next wait half a lease later for a claim that fails).
+            return;
+        }
         let bit = 1u64 << (i.min(63));
         match self
             .bells
