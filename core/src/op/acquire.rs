@@ -127,7 +127,10 @@ impl Acquisition {
             Phase::Acquire if self.claim => Some((cmd(OpKind::Claim, 0), cfg.until())),
             Phase::Acquire => Some((cmd(OpKind::Acquire, 0), cfg.until())),
             Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
-            Phase::Release(_) if self.claim => {
+            // Fair mode: a failed try keeps the client's place in the lines (a claim's back at
+            // its ticket; a first try's, that of the client's other waiters): a release proper
+            // would take the client out of them.
+            Phase::Release(_) if self.claim || cfg.fair.is_some() => {
                 Some((cmd(OpKind::Unclaim, self.ticket), Until::AllIn))
             }
             Phase::Release(_) => Some((cmd(OpKind::Release, 0), Until::AllIn)),

@@ -198,3 +198,46 @@ where
     );
     waiter.unlock(&lock).unwrap();
 }
+
+/// A failed try of a client that already waits in line (another of its threads or tasks)
+/// keeps the client's place: the release of what the try may have taken, sent when a quorum
+/// refused before the last master answered, is not a release proper (which takes its client
+/// out of the lines).
+pub fn a_failed_try_keeps_its_clients_place_in_line<F: Flavor>()
+where
+    F::Client: Sync + Send,
+{
+    let c = LocalCluster::start(3).expect("redis-server");
+    let (proxies, addrs) = crate::proxy::in_front(&c, 2..3);
+    let key = resource("fair-shared-place");
+    let fair = || {
+        redlock_mux::Redlock::builder()
+            .nodes(&addrs)
+            .node_timeout(Duration::from_secs(10))
+            .fair(true)
+            .retry(1000, Duration::from_secs(60))
+    };
+    let holder = F::build(fair()).unwrap();
+    let held = holder.lock(&key, Duration::from_secs(120)).unwrap();
+    let client = F::build(fair()).unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| client.lock_within(&key, TTL, Duration::from_secs(120)));
+        wait_until(Duration::from_secs(20), "the waiter is in line", || {
+            line_lengths(&c.addrs(), &key).iter().all(|&n| n == 1)
+        });
+        // The third master answers late: the try is refused by the first two, and its
+        // release goes to all three (and returns once all have run it).
+        proxies[0].set(crate::proxy::latency(Duration::from_millis(300)));
+        let r = client.try_lock(&key, TTL);
+        proxies[0].set(crate::proxy::Fault::Pass);
+        assert!(matches!(r, Err(Error::Conflict { .. })), "{r:?}");
+        assert_eq!(
+            line_lengths(&c.addrs(), &key),
+            vec![1, 1, 1],
+            "the client keeps its place"
+        );
+        holder.unlock(&held).unwrap();
+        let lock = waiting.join().unwrap().expect("the waiter gets it");
+        client.unlock(&lock).unwrap();
+    });
+}

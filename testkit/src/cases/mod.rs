@@ -45,6 +45,7 @@ macro_rules! for_each_case {
             a_fair_waiter_that_gives_up_or_is_gone_costs_the_others_nothing,
             a_reserved_resource_is_not_taken_by_a_newcomer,
             a_fair_waiter_whose_holder_vanished_takes_the_lock_when_its_ttl_runs_out,
+            a_failed_try_keeps_its_clients_place_in_line,
         );
     };
 }
