@@ -39,6 +39,8 @@ pub struct Acquisition {
     /// Fair mode: the waiter's ticket (its place in the lines), given back to the lines its
     /// claim took it out of if the claim fails overall.
     ticket: u64,
+    /// Fair mode (the client's): its releases keep the client's place in the lines.
+    fair: bool,
 }
 
 #[derive(Debug)]
@@ -96,19 +98,28 @@ impl Acquisition {
             phase: Phase::Acquire,
             claim: false,
             ticket: 0,
+            fair: cfg.fair.is_some(),
         })
     }
 
     /// The release of this acquisition's token on every resource: what a client sends when
     /// the acquisition is abandoned half-way (an async caller that went away).
     pub fn release(&self) -> Command<'_> {
+        // Fair mode: a failed or abandoned try keeps the client's place in the lines (a
+        // claim's back at its ticket; a first try's, that of the client's other waiters): a
+        // release proper would take the client out of them.
+        let (kind, ticket) = if self.claim || self.fair {
+            (OpKind::Unclaim, self.ticket)
+        } else {
+            (OpKind::Release, 0)
+        };
         Command {
-            kind: OpKind::Release,
+            kind,
             resources: &self.names,
             token: Some(&self.token),
             ttl_ms: 0,
             counter: None,
-            fence_value: 0,
+            fence_value: ticket,
         }
     }
 
@@ -127,13 +138,7 @@ impl Acquisition {
             Phase::Acquire if self.claim => Some((cmd(OpKind::Claim, 0), cfg.until())),
             Phase::Acquire => Some((cmd(OpKind::Acquire, 0), cfg.until())),
             Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
-            // Fair mode: a failed try keeps the client's place in the lines (a claim's back at
-            // its ticket; a first try's, that of the client's other waiters): a release proper
-            // would take the client out of them.
-            Phase::Release(_) if self.claim || cfg.fair.is_some() => {
-                Some((cmd(OpKind::Unclaim, self.ticket), Until::AllIn))
-            }
-            Phase::Release(_) => Some((cmd(OpKind::Release, 0), Until::AllIn)),
+            Phase::Release(_) => Some((self.release(), Until::AllIn)),
             Phase::Done(_) => None,
         }
     }

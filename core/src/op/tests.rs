@@ -427,3 +427,24 @@ fn an_acquisition_of_no_resource_or_too_many_is_refused_not_granted() {
         .collect();
     assert!(Acquisition::new(&cfg, full, TTL, &mut Seeded::new(1)).is_ok());
 }
+
+/// In fair mode the release of a try (failed, or abandoned by a caller that went away) keeps
+/// the client's place in the lines: the hand-off in its keeping form, never a release proper,
+/// which would take out the client's other waiters too.
+#[test]
+fn a_fair_tries_release_keeps_the_clients_place() {
+    let fair = crate::Options {
+        fair: true,
+        client_id: "me".into(),
+        ..crate::Options::with_nodes((1..=5).map(|p| format!("127.0.0.1:{p}")))
+    }
+    .validate()
+    .unwrap();
+    let acq = Acquisition::new(&fair, names(&["r"]), TTL, &mut Seeded::new(1)).unwrap();
+    assert_eq!(
+        (acq.release().kind, acq.release().fence_value),
+        (OpKind::Unclaim, 0)
+    );
+    let plain = Acquisition::new(&cfg(false), names(&["r"]), TTL, &mut Seeded::new(1)).unwrap();
+    assert_eq!(plain.release().kind, OpKind::Release);
+}
