@@ -32,11 +32,12 @@ use bytes::{BufMut, BytesMut};
 use resp::{encode_command, Decoder, Frame, Limits};
 
 use crate::command::Expect;
-use crate::config::{NodeAddr, Scripts};
+use crate::config::Scripts;
 use crate::error::NodeOutcome;
 use crate::eviction::Eviction;
 use crate::forms::{self, Forms, Sent, MAX_RESENDS};
 
+mod open;
 mod push;
 mod scripts;
 mod session;
@@ -342,30 +343,6 @@ impl<T> Conn<T> {
         self.subscribed
     }
 
-    /// The same connection, checking every reply against the stream when `on`: each write
-    /// pass ([`seal`](Conn::seal)) ends with a sentinel, and the replies to the commands
-    /// before it are handed over only once its nonce has come back in its place. A stream
-    /// that lost or gained bytes (a broken middlebox; TCP and TLS never do this) then
-    /// cannot give a command another command's reply: whatever shifted the replies also
-    /// moves the nonce, and the connection is dropped with the replies it held. Costs one
-    /// `PING` per connection per write pass. A server that refuses `PING` leaves the
-    /// connection with the checks it has without this.
-    pub fn verifying(mut self, on: bool) -> Self {
-        self.verify = on;
-        self
-    }
-
-    /// Ends a write pass: with [`verifying`](Conn::verifying) on and a command queued since
-    /// the last sentinel, queues one behind it.
-    pub fn seal(&mut self) {
-        if self.unsealed {
-            self.unsealed = false;
-            if self.verify && !self.sync_refused {
-                self.queue_sync();
-            }
-        }
-    }
-
     /// The server's eviction policy, if it said on this connection that it may evict the
     /// fencing counter. A reply to a command queued after the connection opened comes after
     /// the policy's, so it is known by the time such a reply is judged.
@@ -379,74 +356,6 @@ impl<T> Conn<T> {
     /// Bytes of buffer capacity held (read and write buffers).
     pub fn buffered_capacity(&self) -> usize {
         self.inb.capacity() + self.out.capacity() + self.scripted.capacity()
-    }
-
-    /// Starts a fresh connection: clears all state and queues the login commands (and, with
-    /// `wakeups`, the request for RESP3 and tracking).
-    pub fn opened(&mut self, addr: &NodeAddr, scripts: Scripts, wakeups: bool) {
-        let hello = wakeups || matches!(scripts, Scripts::Auto | Scripts::Native);
-        self.resp3 = false;
-        self.tracking = false;
-        self.subscribed = false;
-        self.invalidated.clear();
-        self.forms = Forms::new(scripts);
-        self.load_error = None;
-        self.progress_at = None;
-        self.wrote_since = false;
-        self.sync_refused = false;
-        self.unsealed = false;
-        self.held.clear();
-        self.confirmed = 0;
-        self.out.clear();
-        self.inb.clear();
-        self.owed.clear();
-        self.scripted.clear();
-        self.decoder.reset();
-        match (&addr.user, &addr.password) {
-            (Some(user), Some(pass)) => {
-                self.queue_handshake(&[b"AUTH", user.as_bytes(), pass.as_bytes()])
-            }
-            (None, Some(pass)) => self.queue_handshake(&[b"AUTH", pass.as_bytes()]),
-            _ => {}
-        }
-        if addr.db != 0 {
-            let mut db = resp::IntBuf::new();
-            self.queue_handshake(&[b"SELECT", db.format(i64::from(addr.db))]);
-        }
-        if wakeups {
-            encode_command(&mut self.out, &[b"HELLO", b"3"]);
-            self.owed.push_back(Owner::Hello { resp3: true });
-        } else if hello {
-            encode_command(&mut self.out, &[b"HELLO"]);
-            self.owed.push_back(Owner::Hello { resp3: false });
-        }
-        self.eviction = None;
-        if self.check_eviction {
-            encode_command(&mut self.out, &[b"CONFIG", b"GET", b"maxmemory-policy"]);
-            self.owed.push_back(Owner::Eviction);
-        }
-        // Native mode calls no script unless a command has no native form (a set of
-        // resources, fencing): nothing is loaded ahead (an `EVALSHA` that finds nothing is
-        // sent again as `EVAL`, which caches it).
-        if scripts != Scripts::Native {
-            self.reload_scripts();
-        }
-    }
-
-    /// The native compare-and-delete commands of this connection's server, once it has said
-    /// what it is (`None` before, and for servers without them).
-    pub fn native(&self) -> Option<Native> {
-        self.forms.native()
-    }
-
-    /// Whether the server has answered `HELLO` on this connection.
-    pub fn identified(&self) -> bool {
-        self.forms.is_identified()
-    }
-
-    fn queue_handshake(&mut self, args: &[&[u8]]) {
-        encode_command(&mut self.out, args);
-        self.owed.push_back(Owner::Handshake);
     }
 
     /// Queues a command, written by `write`, whose reply goes to `tag`, and returns the form
@@ -713,30 +622,6 @@ impl<T> Conn<T> {
                 }
             }
         }
-    }
-
-    /// With [`verifying`](Conn::verifying) on (and sentinels answered), keeps `reply` until
-    /// the sentinel behind it comes back; otherwise hands it back to be returned now.
-    fn hold(&mut self, reply: Reply<T>) -> Option<Reply<T>> {
-        if !self.verify || self.sync_refused {
-            return Some(reply);
-        }
-        self.held.push_back(reply);
-        None
-    }
-
-    /// The oldest confirmed reply. An acquisition offered to be sent again (`Reply::again`)
-    /// is offered only if nothing has been queued behind it since it was decoded: no
-    /// command owed, and no other reply held after it.
-    fn release_held(&mut self) -> Option<Reply<T>> {
-        let mut reply = self.held.pop_front()?;
-        self.confirmed -= 1;
-        if reply.again.is_some()
-            && (!self.held.is_empty() || self.owed.iter().any(|o| matches!(o, Owner::Op(..))))
-        {
-            reply.again = None;
-        }
-        Some(reply)
     }
 
     /// The next reply to an operation's command, without its form (tests).

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use resp::{encode_command, Frame};
 
-use super::{Conn, Owner};
+use super::{Conn, Owner, Reply};
 use crate::forms;
 
 /// The start of every sentinel's nonce (`PING redlock-sync:<n>`); a `GET` reply that starts
@@ -47,6 +47,54 @@ pub(super) fn is_ping_refusal(reply: &Frame) -> bool {
 }
 
 impl<T> Conn<T> {
+    /// The same connection, checking every reply against the stream when `on`: each write
+    /// pass ([`seal`](Conn::seal)) ends with a sentinel, and the replies to the commands
+    /// before it are handed over only once its nonce has come back in its place. A stream
+    /// that lost or gained bytes (a broken middlebox; TCP and TLS never do this) then
+    /// cannot give a command another command's reply: whatever shifted the replies also
+    /// moves the nonce, and the connection is dropped with the replies it held. Costs one
+    /// `PING` per connection per write pass. A server that refuses `PING` leaves the
+    /// connection with the checks it has without this.
+    pub fn verifying(mut self, on: bool) -> Self {
+        self.verify = on;
+        self
+    }
+
+    /// Ends a write pass: with [`verifying`](Conn::verifying) on and a command queued since
+    /// the last sentinel, queues one behind it.
+    pub fn seal(&mut self) {
+        if self.unsealed {
+            self.unsealed = false;
+            if self.verify && !self.sync_refused {
+                self.queue_sync();
+            }
+        }
+    }
+
+    /// With [`verifying`](Conn::verifying) on (and sentinels answered), keeps `reply` until
+    /// the sentinel behind it comes back; otherwise hands it back to be returned now.
+    pub(super) fn hold(&mut self, reply: Reply<T>) -> Option<Reply<T>> {
+        if !self.verify || self.sync_refused {
+            return Some(reply);
+        }
+        self.held.push_back(reply);
+        None
+    }
+
+    /// The oldest confirmed reply. An acquisition offered to be sent again (`Reply::again`)
+    /// is offered only if nothing has been queued behind it since it was decoded: no
+    /// command owed, and no other reply held after it.
+    pub(super) fn release_held(&mut self) -> Option<Reply<T>> {
+        let mut reply = self.held.pop_front()?;
+        self.confirmed -= 1;
+        if reply.again.is_some()
+            && (!self.held.is_empty() || self.owed.iter().any(|o| matches!(o, Owner::Op(..))))
+        {
+            reply.again = None;
+        }
+        Some(reply)
+    }
+
     /// Whether a command queued at `now` needs a sentinel ahead of it: some reply is overdue
     /// (owed past the node timeout) and no sentinel has been queued since that command.
     ///

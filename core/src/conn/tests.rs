@@ -1,6 +1,7 @@
 //! The connection's FIFO, handshake, pushes, sentinel and resends, without sockets.
 
 use super::*;
+use crate::config::NodeAddr;
 use crate::command::{Command, Form, OpKind};
 use crate::lock::Name;
 
