@@ -1,8 +1,8 @@
 //! The connection's FIFO, handshake, pushes, sentinel and resends, without sockets.
 
 use super::*;
-use crate::config::NodeAddr;
 use crate::command::{Command, Form, OpKind};
+use crate::config::NodeAddr;
 use crate::lock::Name;
 
 /// A small limit, for the tests.
