@@ -30,6 +30,10 @@ pub enum Until {
     /// When every node has voted or timed out: every node's answer is awaited (the release
     /// after a lost acquisition, and every round when fail-fast is off).
     AllIn,
+    /// Won as soon as a quorum says yes; lost only once every node has voted or timed out (a
+    /// fair client's try: a loss costs it nothing, as it joins the line next, and a loss
+    /// refused by every node needs no release after it).
+    WonOrAllIn,
 }
 
 /// The tally of one round.
@@ -178,7 +182,7 @@ impl Round {
         let (yes, no, quorum) = (self.yes as usize, self.no as usize, self.quorum as usize);
         let all_in = yes + no == n;
         let early = self.until == Until::Decided;
-        if yes >= quorum && (early || all_in) {
+        if yes >= quorum && (early || all_in || self.until == Until::WonOrAllIn) {
             Decision::Won
         } else if (no > n - quorum && early) || all_in {
             Decision::Lost
@@ -331,5 +335,25 @@ mod tests {
         assert_eq!(r.decision(), Decision::Open);
         r.record(2, Held);
         assert_eq!(r.decision(), Decision::Lost);
+    }
+
+    /// A fair try's round: won at a quorum of yeses, as fail-fast; lost only once every node
+    /// has voted (so that a try refused everywhere is known to have taken nothing).
+    #[test]
+    fn won_early_but_lost_only_when_all_are_in() {
+        let mut r = Round::new(5, 3, Until::WonOrAllIn);
+        r.record(0, Held);
+        r.record(1, Held);
+        r.record(2, Held);
+        assert_eq!(r.decision(), Decision::Open, "three noes of five");
+        r.record(3, Held);
+        r.record(4, Held);
+        assert_eq!(r.decision(), Decision::Lost);
+        let mut r = Round::new(5, 3, Until::WonOrAllIn);
+        r.record(0, Y);
+        r.record(1, Y);
+        assert_eq!(r.decision(), Decision::Open);
+        r.record(2, Y);
+        assert_eq!(r.decision(), Decision::Won, "three yeses of five");
     }
 }

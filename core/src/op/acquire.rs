@@ -135,11 +135,22 @@ impl Acquisition {
             fence_value,
         };
         match self.phase {
-            Phase::Acquire if self.claim => Some((cmd(OpKind::Claim, 0), cfg.until())),
-            Phase::Acquire => Some((cmd(OpKind::Acquire, 0), cfg.until())),
+            Phase::Acquire if self.claim => Some((cmd(OpKind::Claim, 0), self.try_until(cfg))),
+            Phase::Acquire => Some((cmd(OpKind::Acquire, 0), self.try_until(cfg))),
             Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
             Phase::Release(_) => Some((self.release(), Until::AllIn)),
             Phase::Done(_) => None,
+        }
+    }
+
+    /// When a try's round ends: as configured, but in fair mode a loss waits for every node
+    /// (fail-fast or not): the waiter joins the line next, where a few hundred microseconds
+    /// are nothing, and a try refused by every node needs no release of what it may have
+    /// taken (a round trip and two calls per master per contended acquisition).
+    fn try_until(&self, cfg: &Config) -> Until {
+        match cfg.until() {
+            Until::Decided if self.fair => Until::WonOrAllIn,
+            until => until,
         }
     }
 

@@ -447,4 +447,10 @@ fn a_fair_tries_release_keeps_the_clients_place() {
     );
     let plain = Acquisition::new(&cfg(false), names(&["r"]), TTL, &mut Seeded::new(1)).unwrap();
     assert_eq!(plain.release().kind, OpKind::Release);
+    // A fair try's round is lost only once every node has voted; a plain one fails fast.
+    assert_eq!(acq.round(&fair).map(|(_, u)| u), Some(Until::WonOrAllIn));
+    assert_eq!(
+        plain.round(&cfg(false)).map(|(_, u)| u),
+        Some(Until::Decided)
+    );
 }
