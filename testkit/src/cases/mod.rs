@@ -44,6 +44,7 @@ macro_rules! for_each_case {
             fair_waiters_get_the_lock_in_the_order_they_started_waiting,
             a_fair_waiter_that_gives_up_or_is_gone_costs_the_others_nothing,
             a_reserved_resource_is_not_taken_by_a_newcomer,
+            inspect_line_shows_each_masters_line_in_order,
         );
     };
 }
@@ -51,7 +52,7 @@ macro_rules! for_each_case {
 use std::time::{Duration, Instant};
 
 use redlock_mux::resp::Frame;
-use redlock_mux::{Error, Lock, NodeOutcome, Token};
+use redlock_mux::{Error, Holder, Lock, NodeOutcome, Token};
 
 use crate::local::LocalCluster;
 use crate::*;
