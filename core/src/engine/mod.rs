@@ -578,6 +578,7 @@ impl<U> Engine<U> {
                 .iter()
                 .map(|n| NodeStats {
                     buffered_bytes: n.conn.buffered_capacity(),
+                    replies: n.conn.replies(),
                     ..n.stats.clone()
                 })
                 .collect(),
