@@ -197,7 +197,9 @@ where
             })
             .collect()
     };
-    let mut seen: Vec<String> = Vec::new();
+    // Read while the holder holds, checked once it has let go (a failed check then leaves no
+    // waiter waiting out its deadline).
+    let mut views = Vec::new();
     std::thread::scope(|s| {
         for (i, w) in waiters.iter().enumerate() {
             let key = &key;
@@ -207,34 +209,40 @@ where
                     .expect("the waiter gets the lock");
                 w.unlock(&lock).unwrap();
             });
-            wait_until(
-                Duration::from_secs(20),
-                "the waiter is in every line",
-                || line_lengths(&addrs, key).iter().all(|&n| n == i as i64 + 1),
-            );
-            let view = holder.inspect_line(key).unwrap();
-            let lines = ids(&view);
-            // The one that joined now is last everywhere, behind the ones before.
-            let new = lines[0].last().cloned().expect("a waiter");
-            assert!(!seen.contains(&new), "{lines:?}");
-            seen.push(new);
-            assert!(lines.iter().all(|l| *l == seen), "{lines:?} != {seen:?}");
-            let agreed = view.agreed_line().expect("lines read");
-            let order: Vec<&str> = agreed.waiters.iter().map(|w| w.id.as_str()).collect();
-            assert_eq!(order, seen.iter().map(String::as_str).collect::<Vec<_>>());
-            assert!(agreed.agreed() && agreed.in_order == 3, "{agreed:?}");
-            for n in &view.nodes {
-                assert_eq!(n.holder, Holder::Token(*held.token()), "{n:?}");
-                let line = n.line.as_ref().unwrap();
-                let ttl = line.ttl.expect("the line's lease");
-                assert!(ttl > Duration::from_secs(60), "{ttl:?}");
-                assert!(!line.more);
-                let tickets: Vec<u64> = line.waiters.iter().map(|w| w.ticket).collect();
-                assert!(tickets.windows(2).all(|t| t[0] < t[1]), "{tickets:?}");
-            }
+            let joined = std::panic::catch_unwind(|| {
+                wait_until(
+                    Duration::from_secs(20),
+                    "the waiter is in every line",
+                    || line_lengths(&addrs, key).iter().all(|&n| n == i as i64 + 1),
+                )
+            });
+            views.push(joined.map(|()| holder.inspect_line(key)));
         }
         holder.unlock(&held).unwrap();
     });
+    let mut seen: Vec<String> = Vec::new();
+    for view in views {
+        let view = view.expect("the waiter joined").unwrap();
+        let lines = ids(&view);
+        // The one that joined last is last everywhere, behind the ones before.
+        let new = lines[0].last().cloned().expect("a waiter");
+        assert!(!seen.contains(&new), "{lines:?}");
+        seen.push(new);
+        assert!(lines.iter().all(|l| *l == seen), "{lines:?} != {seen:?}");
+        let agreed = view.agreed_line().expect("lines read");
+        let order: Vec<&str> = agreed.waiters.iter().map(|w| w.id.as_str()).collect();
+        assert_eq!(order, seen.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(agreed.agreed() && agreed.in_order == 3, "{agreed:?}");
+        for n in &view.nodes {
+            assert_eq!(n.holder, Holder::Token(*held.token()), "{n:?}");
+            let line = n.line.as_ref().unwrap();
+            let ttl = line.ttl.expect("the line's lease");
+            assert!(ttl > Duration::from_secs(60), "{ttl:?}");
+            assert!(!line.more);
+            let tickets: Vec<u64> = line.waiters.iter().map(|w| w.ticket).collect();
+            assert!(tickets.windows(2).all(|t| t[0] < t[1]), "{tickets:?}");
+        }
+    }
     let view = holder.inspect_line(&key).unwrap();
     assert!(
         ids(&view).iter().all(Vec::is_empty),
