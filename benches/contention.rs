@@ -3,8 +3,16 @@
 //! time, on one resource, on five local masters. Reports acquisitions per second, the hand-off
 //! latency (from one holder starting its release to another client's lock returning; p50 and
 //! p99), the acquire rounds per acquisition (the masters' `SET` count, where the client
-//! acquires with `SET`), the waiters a release woke (redlock-mux's clients: the invalidations
-//! pushed to them over the nodes, per acquisition), and the busiest client's share.
+//! acquires with `SET`), the commands the masters ran per acquisition (every call, a script's
+//! calls inside the server included), the calls the clients sent per master and acquisition
+//! (redlock-mux's clients: the replies they read, one per top-level command, from
+//! `NodeStats::replies`; the masters' statistics cannot tell a script's calls from a client's),
+//! the waiters a release woke (redlock-mux's clients: the invalidations pushed to them over the
+//! nodes, per acquisition), and the busiest client's share.
+//!
+//! `--plot DIR` also draws two pictures there, one line per client: the commands per master
+//! and acquisition against contenders (`contention-commands.svg`), and the hand-off p99
+//! against contenders (`contention-handoff-p99.svg`).
 //!
 //! The time outside the lock (`--think-ms`, as long as the hold by default) is what makes the
 //! lock change hands: a client that looped straight back would take the lock it just released
@@ -16,7 +24,7 @@
 //! (each with its own retries; both poll).
 //!
 //! Run: `cargo run --release --manifest-path benches/Cargo.toml --bin contention --
-//! [--seconds 3] [--levels 2,8,32] [--hold-ms 1] [--think-ms 1]`
+//! [--seconds 3] [--levels 2,8,32] [--hold-ms 1] [--think-ms 1] [--only NAME] [--plot DIR]`
 
 mod common;
 
@@ -36,10 +44,16 @@ const TTL: Duration = Duration::from_secs(10);
 /// waiters a release woke, counted over the cell.
 static PUSHES: AtomicU64 = AtomicU64::new(0);
 
-/// Adds a client's pushes to [`PUSHES`].
+/// Replies the cell's redlock-mux clients read (each client's `NodeStats::replies`, summed
+/// over nodes and clients): one per top-level command a master ran for them.
+static REPLIES: AtomicU64 = AtomicU64::new(0);
+
+/// Adds a client's pushes to [`PUSHES`], and its replies to [`REPLIES`].
 fn count_pushes(stats: &redlock_mux::Stats) {
     let n: u64 = stats.nodes.iter().map(|n| n.invalidations).sum();
     PUSHES.fetch_add(n, Ordering::Relaxed);
+    let r: u64 = stats.nodes.iter().map(|n| n.replies).sum();
+    REPLIES.fetch_add(r, Ordering::Relaxed);
 }
 
 /// One holder's tenure: when its lock returned, and when it started to release (ns since the
@@ -81,16 +95,40 @@ fn calls(addr: &str) -> (u64, u64) {
     (sets, all)
 }
 
+/// What a cell measured, beside its row: for the pictures.
+struct Figures {
+    /// Commands the masters ran, per master and acquisition.
+    commands: f64,
+    /// The hand-off p99, ms (NaN without hand-offs).
+    p99: f64,
+}
+
+/// What a cell's clients and masters counted.
+struct Counts {
+    /// The masters' `SET` calls, per master (where the client acquires with `SET`).
+    set_rounds: Option<u64>,
+    /// Every command the masters ran, per master.
+    commands: u64,
+    /// The invalidations pushed to redlock-mux's clients, over nodes.
+    pushes: Option<u64>,
+    /// The replies redlock-mux's clients read, over nodes: the calls they sent.
+    replies: Option<u64>,
+}
+
 fn report(
     name: &str,
     clients: usize,
     mut t: Vec<Tenure>,
     elapsed: Duration,
-    set_rounds: Option<u64>,
-    commands: u64,
-    pushes: Option<u64>,
+    counts: Counts,
     nodes: usize,
-) -> String {
+) -> (String, Figures) {
+    let Counts {
+        set_rounds,
+        commands,
+        pushes,
+        replies,
+    } = counts;
     t.sort_by_key(|t| t.acquired);
     // A hand-off is to another client.
     let mut handoffs: Vec<u64> = t
@@ -119,15 +157,28 @@ fn report(
         Some(p) if !t.is_empty() => format!("{:.1}", p as f64 / nodes as f64 / t.len() as f64),
         _ => "–".to_string(),
     };
-    format!(
-        "| {clients} | {name} | {:.0} | {} | {:.2} | {:.2} | {rounds} | {:.1} | {woken} | {:.0}% |",
+    let sent = match replies {
+        Some(r) if !t.is_empty() => format!("{:.1}", r as f64 / nodes as f64 / t.len() as f64),
+        _ => "–".to_string(),
+    };
+    let per_acquisition = commands as f64 / t.len().max(1) as f64;
+    let row = format!(
+        "| {clients} | {name} | {:.0} | {} | {:.2} | {:.2} | {rounds} | {per_acquisition:.1} | {sent} | {woken} | {:.0}% |",
         t.len() as f64 / elapsed.as_secs_f64(),
         handoffs.len(),
         q(0.5),
         q(0.99),
-        commands as f64 / t.len().max(1) as f64,
         100.0 * top as f64 / t.len().max(1) as f64
-    )
+    );
+    let figures = Figures {
+        commands: if t.is_empty() {
+            f64::NAN
+        } else {
+            per_acquisition
+        },
+        p99: q(0.99),
+    };
+    (row, figures)
 }
 
 struct Cell<'a> {
@@ -318,11 +369,14 @@ fn main() {
     let cluster = LocalCluster::start(5).expect("five redis-server (scripts/install-deps)");
     let nodes = cluster.addrs();
     println!(
-        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock - {think:?} outside the lock, on one resource, five local masters, {seconds} s per cell. Hand-off: from a holder starting its release to another client's lock returning, in ms. Rounds: the masters' SET count per acquisition (– where the client does not acquire with SET). Commands: every command a master ran (acquire, release, reads, tracking), per master and acquisition. Wake-ups per release: the invalidations the masters pushed to redlock-mux's clients, per node and acquisition (the waiters each release woke)."
+        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock - {think:?} outside the lock, on one resource, five local masters, {seconds} s per cell. Hand-off: from a holder starting its release to another client's lock returning, in ms. Rounds: the masters' SET count per acquisition (– where the client does not acquire with SET). Commands: every command a master ran (acquire, release, reads, tracking, and every call a script made inside it), per master and acquisition. Calls sent: the top-level commands redlock-mux's clients sent, per master and acquisition (the replies they read; – for the others, whose calls the masters cannot tell from their scripts' calls). Wake-ups per release: the invalidations the masters pushed to redlock-mux's clients, per node and acquisition (the waiters each release woke)."
     );
     println!();
-    println!("| clients | client | acquisitions/s | hand-offs | hand-off p50 | hand-off p99 | rounds per acquisition | commands per acquisition | wake-ups per release | busiest client's share |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| clients | client | acquisitions/s | hand-offs | hand-off p50 | hand-off p99 | rounds per acquisition | commands per acquisition | calls sent per master per acquisition | wake-ups per release | busiest client's share |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    // For the pictures: per client, (contenders, figure) points.
+    let mut commands_lines: Vec<common::plot::Line> = Vec::new();
+    let mut p99_lines: Vec<common::plot::Line> = Vec::new();
     let mut cell_no = 0;
     for n in levels
         .split(',')
@@ -383,6 +437,7 @@ fn main() {
             };
             let before = sum();
             PUSHES.store(0, Ordering::Relaxed);
+            REPLIES.store(0, Ordering::Relaxed);
             let started = Instant::now();
             let Some(tenures) = run(&cell) else { continue };
             let elapsed = started.elapsed().min(slice.mul_f64(1.5)).max(slice);
@@ -390,23 +445,66 @@ fn main() {
             let per_node = |d: u64| d / nodes.len() as u64;
             let rounds = counts_sets.then(|| per_node(after.0 - before.0));
             let commands = per_node(after.1 - before.1);
-            // Only redlock-mux's clients count the pushes they get (wake-ups).
-            let pushes = name
-                .starts_with("redlock-mux")
-                .then(|| PUSHES.load(Ordering::Relaxed));
-            println!(
-                "{}",
-                report(
-                    name,
-                    n,
-                    tenures,
-                    elapsed,
-                    rounds,
-                    commands,
-                    pushes,
-                    nodes.len()
-                )
-            );
+            // Only redlock-mux's clients count the pushes they get (wake-ups) and the replies
+            // they read (the calls they sent).
+            let ours = name.starts_with("redlock-mux");
+            let pushes = ours.then(|| PUSHES.load(Ordering::Relaxed));
+            let replies = ours.then(|| REPLIES.load(Ordering::Relaxed));
+            let counts = Counts {
+                set_rounds: rounds,
+                commands,
+                pushes,
+                replies,
+            };
+            let (row, figures) = report(name, n, tenures, elapsed, counts, nodes.len());
+            println!("{row}");
+            for (lines, y) in [
+                (&mut commands_lines, figures.commands),
+                (&mut p99_lines, figures.p99),
+            ] {
+                let at = match lines.iter().position(|l| l.label == name) {
+                    Some(at) => at,
+                    None => {
+                        lines.push(common::plot::Line {
+                            label: name.to_string(),
+                            ours,
+                            points: Vec::new(),
+                        });
+                        lines.len() - 1
+                    }
+                };
+                lines[at].points.push((n as f64, y));
+            }
+        }
+    }
+    let plot_dir: Option<std::path::PathBuf> = std::env::args()
+        .position(|a| a == "--plot")
+        .and_then(|i| std::env::args().nth(i + 1))
+        .map(Into::into);
+    if let Some(dir) = plot_dir {
+        let setting = format!(
+            "one resource, hold {hold:?}, {think:?} out, 5 local masters, {} vCPU",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        let pictures = [
+            (
+                "contention-commands.svg",
+                format!("Commands per master per acquisition ({setting})"),
+                "commands per master per acquisition",
+                &commands_lines,
+            ),
+            (
+                "contention-handoff-p99.svg",
+                format!("Hand-off p99 ({setting})"),
+                "hand-off p99, ms",
+                &p99_lines,
+            ),
+        ];
+        for (file, caption, y_desc, lines) in pictures {
+            let path = dir.join(file);
+            common::plot::against_count(&path, &caption, "contenders", y_desc, lines)
+                .unwrap_or_else(|e| panic!("drawing {}: {e}", path.display()));
+            eprintln!("drew {}", path.display());
         }
     }
 }

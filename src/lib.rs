@@ -91,10 +91,10 @@ pub use crate::drivers::OsRandom;
 pub use crate::lock::Lock;
 pub use redlock_core::script;
 pub use redlock_core::{
-    loss_margin, Config, ConfigError, Endpoint, Error, Event, FencingFault, Holder, Inspection,
-    KeepAlive, Loss, NodeAddr, NodeOutcome, NodeReport, NodeReports, NodeState, NodeStats, Options,
-    Scripts, Stats, Token, DEFAULT_FENCING_KEY, DEFAULT_MAX_HOLD, DEFAULT_PORT, MAX_FENCING_TOKEN,
-    MAX_OPTION_DURATION, MAX_RESOURCES, MAX_TTL,
+    loss_margin, AgreedLine, Config, ConfigError, Endpoint, Error, Event, FencingFault, Holder,
+    Inspection, KeepAlive, Line, Loss, NodeAddr, NodeOutcome, NodeReport, NodeReports, NodeState,
+    NodeStats, Options, Scripts, Stats, Token, Waiter, DEFAULT_FENCING_KEY, DEFAULT_MAX_HOLD,
+    DEFAULT_PORT, MAX_FENCING_TOKEN, MAX_OPTION_DURATION, MAX_RESOURCES, MAX_TTL,
 };
 
 /// Re-exported: the deterministic core these clients drive.

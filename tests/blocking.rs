@@ -368,3 +368,65 @@ fn a_blocking_guard_reports_loss_before_the_validity_ends() {
         ))
     ));
 }
+
+/// The calls of `command` a master has run since its statistics were reset, from `INFO
+/// commandstats` (which counts the calls scripts make inside the server too).
+fn calls(addr: &str, command: &str) -> u64 {
+    let info = match redis(addr, &["INFO", "commandstats"]) {
+        redlock_mux::resp::Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("INFO: {other:?}"),
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `NodeStats::replies` counts the commands each master ran for the client, one per command
+/// it sent, whatever a script does inside the server: a `SET NX`, a release and an
+/// acquisition of two resources by script are one reply each, where the master's own
+/// statistics count the calls inside the script as well.
+#[test]
+fn stats_count_one_reply_per_command_a_node_ran() {
+    let c = testkit::cluster(3);
+    let addrs = c.addrs();
+    let client = testkit::builder(&c)
+        .wakeups(false)
+        .scripts(redlock_mux::Scripts::Eval)
+        .build()
+        .unwrap();
+    let (a, b) = (
+        testkit::resource("replies-a"),
+        testkit::resource("replies-b"),
+    );
+    let ttl = Duration::from_secs(10);
+    // Connections open, scripts loaded.
+    let lock = client.lock_many(&[&a, &b], ttl).unwrap();
+    client.unlock(&lock).unwrap();
+    let replies = |client: &redlock_mux::Redlock| -> Vec<u64> {
+        // A round decided by a quorum leaves the last node's reply to be read.
+        assert!(
+            client.poll_idle(Duration::from_secs(10)),
+            "replies still owed"
+        );
+        client.stats().nodes.iter().map(|n| n.replies).collect()
+    };
+    let before = replies(&client);
+    assert!(before.iter().all(|&n| n >= 2), "{before:?}");
+    for addr in &addrs {
+        redis(addr, &["CONFIG", "RESETSTAT"]);
+    }
+    let lock = client.try_lock(&a, ttl).unwrap();
+    client.unlock(&lock).unwrap();
+    let lock = client.lock_many(&[&a, &b], ttl).unwrap();
+    client.unlock(&lock).unwrap();
+    let after = replies(&client);
+    for (i, addr) in addrs.iter().enumerate() {
+        assert_eq!(after[i] - before[i], 4, "{addr}: {before:?} -> {after:?}");
+        let scripts = calls(addr, "evalsha") + calls(addr, "eval");
+        let sets = calls(addr, "set");
+        assert_eq!(scripts, 3, "{addr}: three commands were scripts");
+        assert_eq!(sets, 3, "{addr}: one SET NX, two inside the script");
+    }
+}

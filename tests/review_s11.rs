@@ -488,7 +488,7 @@ fn inspect_of_a_reserved_resource_is_neither_free_nor_locked() {
     assert!(
         seen.nodes
             .iter()
-            .all(|n| n.holder == redlock_mux::redlock_core::inspect::Holder::Other),
+            .all(|n| n.holder == redlock_mux::Holder::Reserved("someone".into())),
         "{seen:?}"
     );
     assert!(

@@ -168,6 +168,37 @@ fn draw(
 
 /// Pairs per second against the number of callers, one line per client.
 pub fn throughput(path: &Path, caption: &str, lines: &[Line]) -> Result<(), String> {
+    against_count(
+        path,
+        caption,
+        "concurrent callers",
+        "lock + unlock pairs per second",
+        lines,
+    )
+}
+
+/// A figure against a count on the x axis (callers, contenders), both axes logarithmic, one
+/// line per client; points that are not positive numbers are left out.
+pub fn against_count(
+    path: &Path,
+    caption: &str,
+    x_desc: &str,
+    y_desc: &str,
+    lines: &[Line],
+) -> Result<(), String> {
+    let lines: Vec<Line> = lines
+        .iter()
+        .map(|l| Line {
+            label: l.label.clone(),
+            ours: l.ours,
+            points: l
+                .points
+                .iter()
+                .copied()
+                .filter(|p| p.0.is_finite() && p.0 > 0.0 && p.1.is_finite() && p.1 > 0.0)
+                .collect(),
+        })
+        .collect();
     let (lo, hi) = lines
         .iter()
         .flat_map(|l| l.points.iter().map(|p| p.0))
@@ -177,13 +208,13 @@ pub fn throughput(path: &Path, caption: &str, lines: &[Line]) -> Result<(), Stri
         path,
         caption,
         XAxis {
-            desc: "concurrent callers",
+            desc: x_desc,
             range: (lo / 1.3, hi * 1.3),
             label: &|x| format!("{x:.0}"),
             keys: None,
         },
-        "lock + unlock pairs per second",
-        lines,
+        y_desc,
+        &lines,
     )
 }
 

@@ -61,6 +61,11 @@ pub struct Global {
     /// being woken by the masters when the holder lets go (RESP3 client-side tracking).
     #[arg(long, env = "REDLOCK_NO_WAKEUPS", global = true)]
     pub no_wakeups: bool,
+    /// Fair mode (experimental): waiters line up on the masters and each release hands the
+    /// lock to the first of them, waking no other (`Builder::fair`). Every client of a
+    /// resource should use it; it needs wake-ups and is off with --scripts function.
+    #[arg(long, env = "REDLOCK_FAIR", global = true)]
+    pub fair: bool,
     /// Check every reply against the stream: each write pass to a master ends with a `PING`
     /// whose nonce must come back in its place before the replies before it count. For a
     /// path that may lose bytes (a broken proxy); costs one command per master per pass.
@@ -155,6 +160,16 @@ pub enum Command {
     /// Show who holds a resource on each node (a token's first 8 characters, or why the node
     /// did not answer), the key's remaining ttl there, and whether a quorum holds it: held,
     /// not held, or unknown when too few nodes answered to tell (exit 69). Changes nothing.
+    ///
+    /// Also the line of fair waiters (--fair) on each node: the waiters in order (client id,
+    /// ticket) and the line's lease (its key's ttl, an hour from the last waiter's arrival),
+    /// a resource a release reserved for the first waiter ("reserved for <id>", for the rest
+    /// of the claim lease), and the order a quorum of nodes agree on. A waiter keeps its
+    /// place while its client is connected to the master: a release skips a waiter whose
+    /// process is gone at no cost (its bell has no listener); one that is alive but paused or
+    /// cut off when its turn comes holds the reservation for the claim lease (100 ms), then
+    /// loses its place at the next waiter's try, which comes within the eight claim leases a
+    /// waiter waits for its bell (800 ms).
     Status(StatusArgs),
     /// Release a lock taken by `redlock lock`, given its token.
     Unlock(UnlockArgs),
@@ -399,6 +414,7 @@ impl Global {
             .fencing(self.fencing)
             .fencing_key(self.fencing_key.clone())
             .wakeups(!self.no_wakeups)
+            .fair(self.fair)
             .verify_stream(self.verify_stream)
             .scripts(self.scripts.into());
         #[cfg(feature = "tls")]

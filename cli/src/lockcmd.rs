@@ -133,7 +133,7 @@ pub fn status(global: &Global, a: &StatusArgs) -> Result<u8, Failure> {
     let redlock = global.blocking(&global.node_list())?;
     let what = || format!("status {:?}", a.resource);
     let view = redlock
-        .inspect(&a.resource)
+        .inspect_line(&a.resource)
         .map_err(|e| Failure::lock(&what(), &e))?;
     let verdict = Verdict::of(&view);
     let total = view.nodes.len();
@@ -167,6 +167,7 @@ fn holder_name(h: &redlock_mux::Holder) -> String {
         Holder::Free => "free".to_string(),
         Holder::Token(t) => prefix(t),
         Holder::Other => "not a lock token".to_string(),
+        Holder::Reserved(id) => format!("reserved for {id}"),
         Holder::Unknown(why) => format!("unknown ({why})"),
         _ => "unknown".to_string(),
     }
@@ -191,19 +192,38 @@ fn status_json(
                 Holder::Unknown(why) => ("unknown".to_string(), json_string(&why.to_string())),
                 h => (holder_name(h), "null".to_string()),
             };
+            let reserved = match &n.holder {
+                Holder::Reserved(id) => json_string(id),
+                _ => "null".to_string(),
+            };
             format!(
-                "{{\"node\":{},\"holder\":{},\"ttl_ms\":{ttl},\"error\":{error}}}",
+                "{{\"node\":{},\"holder\":{},\"ttl_ms\":{ttl},\"error\":{error},\"reserved_for\":{reserved},\"line\":{}}}",
                 json_string(&n.addr),
-                json_string(&shown)
+                json_string(&shown),
+                line_json(n.line.as_ref())
             )
         })
         .collect();
+    let agreed = view.agreed_line().map_or_else(
+        || "null".to_string(),
+        |l| {
+            let ids: Vec<String> = l.waiters.iter().map(|w| json_string(&w.id)).collect();
+            format!(
+                "{{\"waiters\":[{}],\"count\":{},\"in_order\":{},\"read\":{},\"agreed\":{}}}",
+                ids.join(","),
+                l.waiters.len(),
+                l.in_order,
+                l.read,
+                l.agreed()
+            )
+        },
+    );
     let held = match verdict {
         Verdict::Held(t) => json_string(&prefix(t)),
         _ => "null".to_string(),
     };
     format!(
-        "{{\"resource\":{},\"nodes\":[{}],\"quorum\":{},\"answered\":{answered},\"state\":{},\"held_by_quorum\":{held}}}\n",
+        "{{\"resource\":{},\"nodes\":[{}],\"quorum\":{},\"answered\":{answered},\"state\":{},\"held_by_quorum\":{held},\"agreed_line\":{agreed}}}\n",
         json_string(resource),
         nodes.join(","),
         view.quorum,
@@ -211,7 +231,80 @@ fn status_json(
     )
 }
 
-/// `status` as text: a line per node, then the verdict.
+/// A node's line in `status --json`: its waiters (id, ticket), whether there are more, and
+/// the line's lease; `null` when it was not read.
+fn line_json(line: Option<&redlock_mux::Line>) -> String {
+    let Some(line) = line else {
+        return "null".to_string();
+    };
+    let waiters: Vec<String> = line
+        .waiters
+        .iter()
+        .map(|w| format!("{{\"id\":{},\"ticket\":{}}}", json_string(&w.id), w.ticket))
+        .collect();
+    let lease = line
+        .ttl
+        .map_or_else(|| "null".to_string(), |d| d.as_millis().to_string());
+    format!(
+        "{{\"waiters\":[{}],\"more\":{},\"lease_ms\":{lease}}}",
+        waiters.join(","),
+        line.more
+    )
+}
+
+/// A node's line as `status` shows it, under the node: the waiters in order, each with its
+/// ticket, and the line's lease; nothing for an empty line.
+fn line_text(n: &redlock_mux::NodeState) -> String {
+    use redlock_mux::Holder;
+    match &n.line {
+        Some(line) if !line.waiters.is_empty() => {
+            let waiters: Vec<String> = line
+                .waiters
+                .iter()
+                .map(|w| format!("{} #{}", w.id, w.ticket))
+                .collect();
+            let more = if line.more { ", and more" } else { "" };
+            let lease = line
+                .ttl
+                .map_or_else(|| "-".to_string(), |d| format!("{}s", d.as_secs()));
+            format!("  line: {}{more}  lease {lease}\n", waiters.join(", "))
+        }
+        Some(_) => String::new(),
+        None if matches!(n.holder, Holder::Unknown(_)) => String::new(),
+        None => "  line: unknown (not read)\n".to_string(),
+    }
+}
+
+/// The line a quorum of nodes agree on, as `status`'s last line.
+fn agreed_text(view: &redlock_mux::Inspection) -> String {
+    let total = view.nodes.len();
+    let Some(line) = view.agreed_line() else {
+        return format!("line: unknown: no line read of {total} nodes\n");
+    };
+    let ids: Vec<&str> = line.waiters.iter().map(|w| w.id.as_str()).collect();
+    let count = line.waiters.len();
+    let waiters = if count == 1 { "waiter" } else { "waiters" };
+    if line.agreed() {
+        if count == 0 {
+            return format!("line: empty ({} of {total} nodes)\n", line.in_order);
+        }
+        format!(
+            "line: {} ({count} {waiters}, in this order on {} of {total} nodes)\n",
+            ids.join(", "),
+            line.in_order
+        )
+    } else {
+        format!(
+            "line: no order agreed by a quorum ({} of {total}): {} ({count} {waiters} on a quorum, in this order on {} of {total} nodes)\n",
+            line.quorum,
+            ids.join(", "),
+            line.in_order
+        )
+    }
+}
+
+/// `status` as text: a line per node (and its line of waiters, if any), then the verdict and
+/// the line a quorum agrees on.
 fn status_text(view: &redlock_mux::Inspection, verdict: &Verdict, answered: usize) -> String {
     let total = view.nodes.len();
     let mut text = String::new();
@@ -224,6 +317,7 @@ fn status_text(view: &redlock_mux::Inspection, verdict: &Verdict, answered: usiz
             n.addr,
             holder_name(&n.holder)
         ));
+        text.push_str(&line_text(n));
     }
     text.push_str(&match verdict {
         Verdict::Held(t) => format!(
@@ -238,6 +332,7 @@ fn status_text(view: &redlock_mux::Inspection, verdict: &Verdict, answered: usiz
             view.quorum
         ),
     });
+    text.push_str(&agreed_text(view));
     text
 }
 

@@ -60,7 +60,7 @@ pub use crate::config::{
 };
 pub use crate::error::{ConfigError, Error, FencingFault, NodeOutcome, NodeReport, NodeReports};
 pub use crate::event::Event;
-pub use crate::inspect::{Holder, Inspection, NodeState};
+pub use crate::inspect::{AgreedLine, Holder, Inspection, Line, NodeState, Waiter};
 pub use crate::keepalive::{loss_margin, KeepAlive, Loss, DEFAULT_MAX_HOLD};
 pub use crate::lock::{Lock, MAX_RESOURCES};
 pub use crate::stats::{NodeStats, Stats};

@@ -56,6 +56,9 @@ pub struct Round {
     /// What the nodes of an inspection read (a holder, a ttl): empty, and unallocated, for
     /// every other round.
     read: Vec<(u32, Extra)>,
+    /// Replies an inspection keeps whole (see [`Expect::keeps`](crate::command::Expect::keeps)):
+    /// empty, and unallocated, for every other round.
+    kept: Vec<(u32, resp::Frame)>,
 }
 
 /// A node's entry in [`Round::codes`].
@@ -100,6 +103,7 @@ impl Round {
             counter: 0,
             held_key: None,
             read: Vec::new(),
+            kept: Vec::new(),
         }
     }
 
@@ -142,6 +146,30 @@ impl Round {
             self.details
                 .push((u32::try_from(node).unwrap_or(u32::MAX), outcome));
         }
+    }
+
+    /// [`record_with`](Round::record_with), keeping `reply` whole when given (an inspection's
+    /// read: see [`reply`](Round::reply)), only when this is the node's first vote.
+    pub fn record_reply(
+        &mut self,
+        node: usize,
+        outcome: NodeOutcome,
+        extra: Extra,
+        reply: Option<resp::Frame>,
+    ) {
+        if let (true, Some(reply)) = (self.is_pending(node), reply) {
+            self.kept
+                .push((u32::try_from(node).unwrap_or(u32::MAX), reply));
+        }
+        self.record_with(node, outcome, extra);
+    }
+
+    /// The reply node `i` gave in this round, if the round kept it.
+    pub fn reply(&self, i: usize) -> Option<&resp::Frame> {
+        self.kept
+            .iter()
+            .find(|(n, _)| *n as usize == i)
+            .map(|(_, f)| f)
     }
 
     /// The highest fencing counter any yes vote carried (0 if none did): the token of a fenced

@@ -49,6 +49,11 @@ pub struct NodeStats {
     pub invalidations: u64,
     /// Bytes of buffer the node's connection holds now (read and write buffers).
     pub buffered_bytes: usize,
+    /// Replies the node sent to this client's commands: one per command it ran for the
+    /// client, top-level only (a script's calls inside the server, which the server's `INFO
+    /// commandstats` counts too, are not among them); the connections' own commands
+    /// (`HELLO`, `CLIENT CACHING`, sentinel `PING`s, `SCRIPT LOAD`, `SUBSCRIBE`) included.
+    pub replies: u64,
 }
 
 impl NodeStats {

@@ -46,6 +46,7 @@ pub trait LockClient {
     fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error>;
     fn try_lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error>;
     fn inspect(&self, resource: &str) -> Result<redlock_mux::Inspection, Error>;
+    fn inspect_line(&self, resource: &str) -> Result<redlock_mux::Inspection, Error>;
     fn unlock(&self, lock: &Lock) -> Result<(), Error>;
     fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error>;
     fn lock_within(&self, resource: &str, ttl: Duration, max_wait: Duration)
@@ -77,6 +78,9 @@ impl LockClient for redlock_mux::Redlock {
     }
     fn inspect(&self, r: &str) -> Result<redlock_mux::Inspection, Error> {
         redlock_mux::Redlock::inspect(self, r)
+    }
+    fn inspect_line(&self, r: &str) -> Result<redlock_mux::Inspection, Error> {
+        redlock_mux::Redlock::inspect_line(self, r)
     }
     fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         redlock_mux::Redlock::unlock(self, lock)
@@ -393,6 +397,9 @@ impl LockClient for AsyncClient {
     }
     fn inspect(&self, r: &str) -> Result<redlock_mux::Inspection, Error> {
         self.rt.block_on(self.client.inspect(r))
+    }
+    fn inspect_line(&self, r: &str) -> Result<redlock_mux::Inspection, Error> {
+        self.rt.block_on(self.client.inspect_line(r))
     }
     fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         self.rt.block_on(self.client.unlock(lock))

@@ -46,6 +46,9 @@ pub enum OpKind {
     Get,
     /// `PTTL key`: how long it has left (an inspection).
     Pttl,
+    /// `ZRANGE key 0 LINE_READ_MAX WITHSCORES`: the waiters of a fair-mode line, by ticket
+    /// (an inspection of the line; the key is the line's own, [`queue_key`]).
+    Line,
     /// `PTTL key` read by a waiter: the same command, preceded where the connection tracks
     /// keys by `CLIENT CACHING YES`, so that the server notes the key for this connection
     /// (tracking is opt-in: no other read, a script's included, makes the server push).
@@ -82,6 +85,10 @@ pub struct Fair {
     /// The ttl a line's key gets on every visit, in ms.
     pub queue_ttl_ms: u64,
 }
+
+/// The index of the last entry an inspection reads of a line ([`OpKind::Line`]): it reads
+/// at most `LINE_READ_MAX + 1` waiters, and says when there are more than `LINE_READ_MAX`.
+pub const LINE_READ_MAX: usize = 1000;
 
 /// The queue key of a resource: [`script::QUEUE_PREFIX`] + its name, appended to `dst`.
 pub fn queue_key(name: &[u8], dst: &mut Vec<u8>) {
@@ -129,6 +136,9 @@ pub enum Expect {
     Get,
     /// `PTTL`: an integer.
     Pttl,
+    /// `ZRANGE ... WITHSCORES`: an array (RESP2: members and scores in turn; RESP3: a pair
+    /// per member). What it holds is kept with the round and read by the inspection.
+    Line,
     /// The wait script: `[-3 or a PTTL (-2 or more), the caller's ticket (0 or more)]`.
     Wait,
     /// The leave script: how many reservations it passed on.
@@ -136,6 +146,17 @@ pub enum Expect {
 }
 
 impl Expect {
+    /// Whether the round keeps a reply of this shape whole, beside its vote, for the
+    /// inspection to read: a line's waiters, and a value that is not a token (a reservation
+    /// names the waiter it is for). No other reply is kept.
+    pub fn keeps(self, extra: &Extra) -> bool {
+        match self {
+            Expect::Line => true,
+            Expect::Get => *extra == Extra::Foreign,
+            _ => false,
+        }
+    }
+
     /// Whether `reply` is of a shape that can answer a command of this kind: an error reply
     /// answers anything; otherwise only the shapes [`Command::judge`] reads as a vote.
     ///
@@ -162,6 +183,7 @@ impl Expect {
                 matches!(v.as_slice(), [Frame::Integer(t), Frame::Integer(k)] if *t >= -3 && *k >= 0)
             }
             (Expect::Leave, Frame::Integer(n)) => *n >= 0,
+            (Expect::Line, Frame::Array(_)) => true,
             (Expect::NativeRelease, Frame::Integer(n)) => (0..=1).contains(n),
             (Expect::NativeExtend, Frame::Simple(s)) => s.as_ref() == b"OK",
             // A sentinel's answer (see `Conn`) is never a value a lock command reads.
@@ -251,6 +273,13 @@ impl Command<'_> {
             OpKind::Release => (script::RELEASE, script::RELEASE_SHA1),
             OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1),
             OpKind::Fence => (script::FENCE, script::FENCE_SHA1),
+            OpKind::Line => {
+                let key = self.resources.first().map_or(&b""[..], Name::as_bytes);
+                let mut last = IntBuf::new();
+                let last = last.format(LINE_READ_MAX as i64);
+                resp::encode_command(dst, &[b"ZRANGE", key, b"0", last, b"WITHSCORES"]);
+                return;
+            }
             // Reads: plain commands, no script. (The fair kinds went to `encode_fair`.)
             OpKind::Get
             | OpKind::Pttl
@@ -322,7 +351,7 @@ impl Command<'_> {
     pub fn is_script(&self) -> bool {
         match self.kind {
             OpKind::Acquire => !(self.counter.is_none() && self.resources.len() == 1),
-            OpKind::Get | OpKind::Pttl | OpKind::Watch | OpKind::Retick => false,
+            OpKind::Get | OpKind::Pttl | OpKind::Line | OpKind::Watch | OpKind::Retick => false,
             _ => true,
         }
     }
@@ -365,6 +394,7 @@ impl Command<'_> {
             OpKind::Fence | OpKind::Release | OpKind::Extend | OpKind::Unclaim => Expect::Script,
             OpKind::Get => Expect::Get,
             OpKind::Pttl | OpKind::Watch => Expect::Pttl,
+            OpKind::Line => Expect::Line,
             OpKind::Claim if self.counter.is_some() => Expect::Fenced,
             OpKind::Claim => Expect::Acquired,
             OpKind::Wait => Expect::Wait,
@@ -426,6 +456,7 @@ impl Command<'_> {
                 ))),
             },
             (Expect::Leave, Frame::Integer(_)) => plain(NodeOutcome::Ok),
+            (Expect::Line, Frame::Array(_)) => plain(NodeOutcome::Ok),
             (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(server_error(msg)),
             (_, other) => plain(NodeOutcome::Server(format!(
                 "unexpected reply {}",

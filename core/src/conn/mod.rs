@@ -265,6 +265,8 @@ pub struct Conn<T> {
     /// What happened on this connection that the engine counts and reports, until it takes
     /// them (after each read).
     pub(crate) notes: Vec<Note>,
+    /// Replies read to commands this client sent (every connection to the node so far).
+    replies: u64,
 }
 
 /// Whether `reply` has a shape that can answer `owner`'s command (see `Expect::fits` for the
@@ -321,6 +323,7 @@ impl<T> Conn<T> {
             check_eviction: false,
             eviction: None,
             notes: Vec::new(),
+            replies: 0,
         }
     }
 
@@ -465,6 +468,7 @@ impl<T> Conn<T> {
                     && push::is_subscribed(items, self.bell.as_deref())
                 {
                     self.owed.pop_front();
+                    self.replies += 1;
                     self.subscribed = true;
                     continue;
                 }
@@ -472,6 +476,7 @@ impl<T> Conn<T> {
                 continue;
             }
             let owner = self.owed.pop_front().ok_or(ConnError::Unsolicited)?;
+            self.replies += 1;
             if !owner_fits(&owner, &frame) {
                 return Err(ConnError::Desync);
             }
@@ -655,6 +660,14 @@ impl<T> Conn<T> {
             Owner::Op(tag, ..) => Some(tag),
             _ => None,
         }))
+    }
+
+    /// How many replies to this client's commands the node has sent on this connection and
+    /// the ones before it: one per command it ran for the client (top-level: the calls a
+    /// script makes inside the server are not among them), the connection's own commands
+    /// (`HELLO`, `CLIENT CACHING`, sentinels, `SCRIPT LOAD`, `SUBSCRIBE`) included.
+    pub fn replies(&self) -> u64 {
+        self.replies
     }
 
     /// Whether the oldest reply still owed to a command is older than `limit` at `now`.

@@ -74,7 +74,8 @@ impl<U> Engine<U> {
                         // The counter may be evicted there: not a vote a token can rest on.
                         outcome = NodeOutcome::Fencing(FencingFault::EvictionPolicy(policy.into()));
                     }
-                    self.vote_with(tag, i, outcome, extra);
+                    let keep = outcome == NodeOutcome::Ok && expect.keeps(&extra);
+                    self.vote_with(tag, i, outcome, extra, keep.then_some(frame));
                 }
                 Ok(None) => return self.take_invalidated(i, now),
                 Err(e) => {

@@ -584,6 +584,7 @@ impl<U> Engine<U> {
                 .iter()
                 .map(|n| NodeStats {
                     buffered_bytes: n.conn.buffered_capacity(),
+                    replies: n.conn.replies(),
                     ..n.stats.clone()
                 })
                 .collect(),
@@ -640,16 +641,24 @@ impl<U> Engine<U> {
     /// Records node `i`'s vote in the operation `tag` (if it still waits for it), and
     /// completes the operation once decided.
     fn vote(&mut self, tag: Tag, i: usize, outcome: NodeOutcome) {
-        self.vote_with(tag, i, outcome, Extra::None);
+        self.vote_with(tag, i, outcome, Extra::None, None);
     }
 
-    /// [`vote`](Engine::vote), with what the reply said beside its vote.
-    fn vote_with(&mut self, tag: Tag, i: usize, outcome: NodeOutcome, extra: Extra) {
+    /// [`vote`](Engine::vote), with what the reply said beside its vote, and the reply itself
+    /// where the round keeps it (an inspection's read).
+    fn vote_with(
+        &mut self,
+        tag: Tag,
+        i: usize,
+        outcome: NodeOutcome,
+        extra: Extra,
+        reply: Option<resp::Frame>,
+    ) {
         if let Some(stats) = self.nodes.get_mut(i).map(|n| &mut n.stats) {
             stats.count(&outcome);
         }
         let Some(op) = self.op_mut(tag) else { return };
-        op.round.record_with(i, outcome, extra);
+        op.round.record_reply(i, outcome, extra, reply);
         if op.round.decision() == Decision::Open {
             return;
         }

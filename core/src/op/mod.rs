@@ -11,7 +11,7 @@
 //! | [`Acquire`] | acquire; fenced: the write-back; on failure: the release; between tries: a wait, or a watch, its read and a wait (`retry.rs`) |
 //! | [`Extend`]  | the extension, with the lock's validity capped before it goes out |
 //! | [`Release`] | the release |
-//! | [`Inspect`] | `GET`, then `PTTL` |
+//! | [`Inspect`] | `GET`, then `PTTL`; with the line: `ZRANGE ... WITHSCORES` and `PTTL` of the line |
 //!
 //! | module | its job |
 //! |---|---|

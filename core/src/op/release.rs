@@ -54,11 +54,16 @@ impl<L: Borrow<Lock>> Operation for Release<L> {
 }
 
 /// Who holds a resource on every node, and for how long: `GET`, then `PTTL`, each a round
-/// that waits for every node. Nothing is changed.
+/// that waits for every node; [`with_line`](Inspect::with_line), then the line of fair
+/// waiters too: `ZRANGE ... WITHSCORES` and `PTTL` of the line's key, two more such rounds.
+/// Nothing is changed.
 #[derive(Debug)]
 pub struct Inspect {
     name: [Name; 1],
-    get: Option<Round>,
+    /// The line's key, when the line is read.
+    line: Option<[Name; 1]>,
+    /// The rounds read so far.
+    rounds: Vec<Round>,
     result: Option<Result<Inspection, Error>>,
 }
 
@@ -67,8 +72,17 @@ impl Inspect {
     pub fn new(resource: &str) -> Inspect {
         Inspect {
             name: [Name::new(resource)],
-            get: None,
+            line: None,
+            rounds: Vec::new(),
             result: None,
+        }
+    }
+
+    /// The inspection of `resource` and of its line of fair waiters on every node.
+    pub fn with_line(resource: &str) -> Inspect {
+        Inspect {
+            line: Some([inspect::line_key(resource)]),
+            ..Inspect::new(resource)
         }
     }
 }
@@ -78,15 +92,25 @@ impl Operation for Inspect {
 
     fn step<'a>(&'a mut self, input: Input, cfg: &'a Config, _: &mut Cx<'_>) -> Step<'a> {
         let [get, pttl] = inspect::commands(&self.name);
+        let mut all = vec![get, pttl];
+        if let Some(line) = &self.line {
+            all.extend(inspect::line_commands(line));
+        }
         match input {
-            Input::Start => Step::Round(get, Until::AllIn),
-            Input::Round(Ok((round, _))) if self.get.is_none() => {
-                self.get = Some(round);
-                Step::Round(pttl, Until::AllIn)
-            }
-            Input::Round(Ok((pttl, _))) => {
-                let get = self.get.take();
-                self.result = get.map(|get| Ok(Inspection::from_rounds(cfg, &get, &pttl)));
+            Input::Start => Step::Round(all[0], Until::AllIn),
+            Input::Round(Ok((round, _))) => {
+                self.rounds.push(round);
+                if let Some(next) = all.get(self.rounds.len()) {
+                    return Step::Round(*next, Until::AllIn);
+                }
+                self.result = match self.rounds.as_slice() {
+                    [get, pttl] => Some(Ok(Inspection::from_rounds(cfg, get, pttl))),
+                    [get, pttl, line, line_pttl] => Some(Ok(Inspection::from_rounds(
+                        cfg, get, pttl,
+                    )
+                    .with_lines(line, line_pttl))),
+                    _ => None,
+                };
                 Step::Done
             }
             Input::Round(Err(e)) => {

@@ -685,6 +685,18 @@ impl Redlock {
         result
     }
 
+    /// [`inspect`](Redlock::inspect), and each node's line of fair waiters for `resource`
+    /// ([`Builder::fair`](crate::Builder::fair)): `ZRANGE` and `PTTL` of the line's key, two
+    /// more rounds that wait for every node ([`NodeState::line`](crate::NodeState::line),
+    /// [`Inspection::agreed_line`](crate::Inspection::agreed_line)). Any client can read a
+    /// line, fair or not. Nothing is changed.
+    pub fn inspect_line(&self, resource: &str) -> Result<crate::Inspection, Error> {
+        let span = OpSpan::new("inspect", resource);
+        let result = self.run(op::Inspect::with_line(resource));
+        span.finish(&result, None, None);
+        result
+    }
+
     /// Releases the lock on every node, with the compare-and-delete script.
     ///
     /// `Ok` once a quorum deleted the key. Otherwise [`Error::NotHeld`] if another token holds

@@ -323,6 +323,15 @@ impl AsyncRedlock {
         result
     }
 
+    /// Reads who holds `resource` and each node's line of fair waiters for it. As
+    /// [`Redlock::inspect_line`](crate::Redlock::inspect_line).
+    pub async fn inspect_line(&self, resource: &str) -> Result<crate::Inspection, Error> {
+        let span = OpSpan::new("inspect", resource);
+        let result = self.run(op::Inspect::with_line(resource)).await;
+        span.finish(&result, None, None);
+        result
+    }
+
     /// Releases the lock on every node. Errors as [`Redlock::unlock`](crate::Redlock::unlock).
     pub async fn unlock(&self, lock: &Lock) -> Result<(), Error> {
         let span = OpSpan::new("release", lock.resource());

@@ -243,3 +243,101 @@ where
         client.unlock(&lock).unwrap();
     });
 }
+
+/// `inspect_line` reads each master's line of fair waiters: a holder and two waiters that
+/// joined one after the other show as those two, in that order, on every master and agreed
+/// by the quorum, with the line's lease; the holder's token is not a waiter. Once everyone
+/// has been served the lines are empty. A reservation shows as the waiter it is for.
+pub fn inspect_line_shows_each_masters_line_in_order<F: Flavor>()
+where
+    F::Client: Sync + Send,
+{
+    let c = LocalCluster::start(3).expect("redis-server");
+    let addrs = c.addrs();
+    let key = resource("fair-inspect-line");
+    let fair = || {
+        builder(&c)
+            .fair(true)
+            .retry(1000, Duration::from_secs(60))
+            .claim_lease(Duration::from_secs(30))
+    };
+    let holder = F::build(fair()).unwrap();
+    let waiters: Vec<F::Client> = (0..2).map(|_| F::build(fair()).unwrap()).collect();
+    let held = holder.lock(&key, Duration::from_secs(120)).unwrap();
+    // A plain inspection reads no line.
+    let plain = holder.inspect(&key).unwrap();
+    assert!(plain.nodes.iter().all(|n| n.line.is_none()), "{plain:?}");
+    assert_eq!(plain.agreed_line(), None);
+    let ids = |view: &redlock_mux::Inspection| -> Vec<Vec<String>> {
+        view.nodes
+            .iter()
+            .map(|n| {
+                let line = n.line.as_ref().expect("every master's line read");
+                line.waiters.iter().map(|w| w.id.clone()).collect()
+            })
+            .collect()
+    };
+    // Read while the holder holds, checked once it has let go (a failed check then leaves no
+    // waiter waiting out its deadline).
+    let mut views = Vec::new();
+    std::thread::scope(|s| {
+        for (i, w) in waiters.iter().enumerate() {
+            let key = &key;
+            s.spawn(move || {
+                let lock = w
+                    .lock_within(key, TTL, Duration::from_secs(120))
+                    .expect("the waiter gets the lock");
+                w.unlock(&lock).unwrap();
+            });
+            let joined = std::panic::catch_unwind(|| {
+                wait_until(
+                    Duration::from_secs(20),
+                    "the waiter is in every line",
+                    || line_lengths(&addrs, key).iter().all(|&n| n == i as i64 + 1),
+                )
+            });
+            views.push(joined.map(|()| holder.inspect_line(key)));
+        }
+        holder.unlock(&held).unwrap();
+    });
+    let mut seen: Vec<String> = Vec::new();
+    for view in views {
+        let view = view.expect("the waiter joined").unwrap();
+        let lines = ids(&view);
+        // The one that joined last is last everywhere, behind the ones before.
+        let new = lines[0].last().cloned().expect("a waiter");
+        assert!(!seen.contains(&new), "{lines:?}");
+        seen.push(new);
+        assert!(lines.iter().all(|l| *l == seen), "{lines:?} != {seen:?}");
+        let agreed = view.agreed_line().expect("lines read");
+        let order: Vec<&str> = agreed.waiters.iter().map(|w| w.id.as_str()).collect();
+        assert_eq!(order, seen.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(agreed.agreed() && agreed.in_order == 3, "{agreed:?}");
+        for n in &view.nodes {
+            assert_eq!(n.holder, Holder::Token(*held.token()), "{n:?}");
+            let line = n.line.as_ref().unwrap();
+            let ttl = line.ttl.expect("the line's lease");
+            assert!(ttl > Duration::from_secs(60), "{ttl:?}");
+            assert!(!line.more);
+            let tickets: Vec<u64> = line.waiters.iter().map(|w| w.ticket).collect();
+            assert!(tickets.windows(2).all(|t| t[0] < t[1]), "{tickets:?}");
+        }
+    }
+    let view = holder.inspect_line(&key).unwrap();
+    assert!(
+        ids(&view).iter().all(Vec::is_empty),
+        "the lines are empty: {view:?}"
+    );
+    assert!(view.agreed_line().unwrap().waiters.is_empty());
+    // A reservation names its waiter.
+    let reserved = format!("{}{}", redlock_mux::script::RESERVED_PREFIX, seen[0]);
+    for a in &addrs {
+        redis(a, &["SET", &key, &reserved, "PX", "60000"]);
+    }
+    let view = holder.inspect_line(&key).unwrap();
+    for n in &view.nodes {
+        assert_eq!(n.holder, Holder::Reserved(seen[0].clone()), "{n:?}");
+        assert!(n.ttl.is_some_and(|t| t > Duration::from_secs(30)), "{n:?}");
+    }
+    assert_eq!(view.quorum_holder(), None);
+}

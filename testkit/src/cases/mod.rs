@@ -46,6 +46,7 @@ macro_rules! for_each_case {
             a_reserved_resource_is_not_taken_by_a_newcomer,
             a_fair_waiter_whose_holder_vanished_takes_the_lock_when_its_ttl_runs_out,
             a_failed_try_keeps_its_clients_place_in_line,
+            inspect_line_shows_each_masters_line_in_order,
         );
     };
 }
@@ -53,7 +54,7 @@ macro_rules! for_each_case {
 use std::time::{Duration, Instant};
 
 use redlock_mux::resp::Frame;
-use redlock_mux::{Error, Lock, NodeOutcome, Token};
+use redlock_mux::{Error, Holder, Lock, NodeOutcome, Token};
 
 use crate::local::LocalCluster;
 use crate::*;
