@@ -1,0 +1,160 @@
+//! A hostile review of session 12's changes to fair mode, against real masters: the claim that
+//! takes a master from the token of the hand-off that woke it (`script::CLAIM`'s `ARGV[6]`),
+//! spent bells, and the keeping release of a failed or abandoned try. Each test states the
+//! claim it holds the code to.
+
+use std::time::{Duration, Instant};
+
+use redlock_mux::resp::Frame;
+use redlock_mux::Redlock;
+use testkit::proxy::{set_all, Fault};
+use testkit::{cluster, redis, resource, wait_until};
+
+const TTL: Duration = Duration::from_secs(20);
+
+/// How many of `addrs` hold `value` in `key` (read directly, not through any proxy).
+fn holding(addrs: &[String], key: &str, value: &[u8]) -> usize {
+    addrs
+        .iter()
+        .filter(|a| matches!(redis(a, &["GET", key]), Frame::Bulk(b) if b.as_ref() == value))
+        .count()
+}
+
+/// How many of `addrs` have `id` in the line of `key`.
+fn in_line(addrs: &[String], key: &str, id: &str) -> usize {
+    let q = format!("{}{key}", redlock_mux::script::QUEUE_PREFIX);
+    addrs
+        .iter()
+        .filter(|a| matches!(redis(a, &["ZSCORE", &q, id]), Frame::Bulk(_)))
+        .count()
+}
+
+/// A blocking client on `nodes`, its client id given (fair mode only).
+fn client(nodes: &[String], fair: bool, id: &str, lease: Duration, tries: u32) -> Redlock {
+    let opts = redlock_mux::redlock_core::config::Options {
+        nodes: nodes.to_vec(),
+        node_timeout: Duration::from_millis(300),
+        tries,
+        retry_delay: Duration::from_millis(50),
+        fair,
+        client_id: if fair { id.to_string() } else { String::new() },
+        claim_lease: lease,
+        ..Default::default()
+    };
+    Redlock::with_config(opts.validate().unwrap()).unwrap()
+}
+
+/// The sequence of `a_failed_unlock_then_an_extension_*`: holder H (its paths to masters
+/// 2, 3, 4 through proxies) holds the resource, waiter W (direct paths) waits for it. H's
+/// paths to 2, 3, 4 are cut (the proxies close every connection) and H unlocks: the release
+/// lands on masters 0 and 1 only (and, in fair mode, rings W there with H's token as the tag),
+/// and `unlock` answers `NoQuorum`. The paths heal and H extends its lock, which masters 2, 3
+/// and 4 still hold with its token: a quorum, so the extension is confirmed. Returns the
+/// violations: W granted the lock while H's extended lock is valid.
+fn failed_unlock_then_extend(fair: bool) -> Vec<String> {
+    let c = cluster(5);
+    let direct = c.addrs();
+    let (proxies, h_addrs) = testkit::proxy::in_front(&c, 2..5);
+    // A long claim lease: W's bells (two of five masters) wake it only half a lease after
+    // the first, which leaves H time to extend before W claims.
+    let lease = Duration::from_secs(2);
+    let h = client(&h_addrs, fair, "holder", lease, 1);
+    let w = client(&direct, fair, "waiter", lease, 10_000);
+    let key = resource(if fair { "cut-fair" } else { "cut-unfair" });
+    let mut held = h.lock(&key, TTL).expect("H takes the free resource");
+    let token = held.token().as_bytes().to_vec();
+    let mut violations = Vec::new();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let r = w.lock_within(&key, TTL, Duration::from_secs(3) + lease);
+            (r, Instant::now())
+        });
+        if fair {
+            wait_until(
+                Duration::from_secs(10),
+                "W waits in line everywhere",
+                || in_line(&direct, &key, "waiter") == 5,
+            );
+        } else {
+            // W polls every 50 ms; a few polls refused.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        set_all(&proxies, Fault::Drop);
+        // The proxies close their connections within one poll (20 ms); until H's client has
+        // seen them closed its release could still be written to them: either way it is lost.
+        std::thread::sleep(Duration::from_millis(100));
+        let unlocked = h.unlock(&held);
+        assert!(unlocked.is_err(), "the release reached only two masters");
+        assert_eq!(
+            holding(&direct, &key, &token),
+            3,
+            "2, 3, 4 still hold H's token"
+        );
+        set_all(&proxies, Fault::Pass);
+        // H keeps its lock: it still holds a quorum. Tries until its connections are back.
+        let start = Instant::now();
+        let mut extended = None;
+        while start.elapsed() < lease / 2 {
+            match h.extend(&mut held, TTL) {
+                Ok(()) => {
+                    extended = Some(Instant::now());
+                    break;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        let (got, at) = waiter.join().unwrap();
+        if let (Some(ext), Ok(l)) = (extended, &got) {
+            if !held.is_expired_at(at) {
+                violations.push(format!(
+                    "W granted {:?} after H's extension confirmed at +{:?} (H valid {:?} more); \
+                     masters holding W's token: {}, H's: {}",
+                    at.saturating_duration_since(start),
+                    ext.saturating_duration_since(start),
+                    held.validity_at(at),
+                    holding(&direct, &key, l.token().as_bytes()),
+                    holding(&direct, &key, &token),
+                ));
+            }
+        }
+        if extended.is_none() {
+            eprintln!("(H's extension did not get in before W's claim: nothing shown)");
+        }
+        if let Ok(l) = got {
+            let _ = w.unlock(&l);
+        }
+    });
+    violations
+}
+
+/// Control (fair off): a holder whose release reached two masters of five keeps a quorum, and
+/// its extension after the failed `unlock` keeps the lock; nobody else takes it meanwhile.
+#[test]
+fn a_failed_unlock_then_an_extension_keeps_the_lock_without_fair_mode() {
+    let v = failed_unlock_then_extend(false);
+    assert!(v.is_empty(), "{v:?}");
+}
+
+/// DEFECT (fair mode, 32008eb): a release that lands on a minority of masters still hands the
+/// lock over, whatever the holder does next. The sequence (five masters):
+/// 1. H holds the resource with token T on all five; W waits in line.
+/// 2. H unlocks; its paths to masters 2, 3, 4 are cut. The hand-off lands on 0 and 1 (T
+///    deleted, the resource reserved for W, W rung with tag T there); `unlock` answers
+///    `NoQuorum`. Masters 2, 3, 4 still hold T: H's lock still has a quorum, and
+///    `Lock::is_expired` says it is valid.
+/// 3. The paths heal; H extends its lock: 2, 3, 4 run the `PEXPIRE` (T is theirs), a quorum,
+///    and `extend` answers `Ok`: H holds the lock for another ttl.
+/// 4. Half a claim lease after its first bell, W (two bells, fewer than a quorum) is woken
+///    anyway and claims naming tag T: 0 and 1 are reserved for it, and 2, 3, 4 hold T, the
+///    tag, so the claim takes all five. W is granted the lock: two holders within validity.
+///
+/// Without fair mode the same sequence keeps H the only holder (the control above): W can
+/// take 0 and 1 only. The safety argument of 32008eb ("that token's holder is releasing")
+/// holds only while a failed release is the end of the lock; the API gives the lock back
+/// after a failed `unlock`, valid and extendable.
+#[test]
+#[ignore = "defect: a minority release hands the lock over in fair mode (see the doc comment)"]
+fn a_failed_unlock_then_an_extension_keeps_the_lock_in_fair_mode() {
+    let v = failed_unlock_then_extend(true);
+    assert!(v.is_empty(), "two holders: {v:?}");
+}
