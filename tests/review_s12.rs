@@ -3,10 +3,12 @@
 //! spent bells, and the keeping release of a failed or abandoned try. Each test states the
 //! claim it holds the code to.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redlock_mux::resp::Frame;
-use redlock_mux::Redlock;
+use redlock_mux::{AsyncRedlock, Lock, Redlock};
 use testkit::proxy::{set_all, Fault};
 use testkit::{cluster, redis, resource, wait_until};
 
@@ -31,7 +33,18 @@ fn in_line(addrs: &[String], key: &str, id: &str) -> usize {
 
 /// A blocking client on `nodes`, its client id given (fair mode only).
 fn client(nodes: &[String], fair: bool, id: &str, lease: Duration, tries: u32) -> Redlock {
-    let opts = redlock_mux::redlock_core::config::Options {
+    Redlock::with_config(options(nodes, fair, id, lease, tries).validate().unwrap()).unwrap()
+}
+
+/// The options of [`client`].
+fn options(
+    nodes: &[String],
+    fair: bool,
+    id: &str,
+    lease: Duration,
+    tries: u32,
+) -> redlock_mux::redlock_core::config::Options {
+    redlock_mux::redlock_core::config::Options {
         nodes: nodes.to_vec(),
         node_timeout: Duration::from_millis(300),
         tries,
@@ -40,8 +53,7 @@ fn client(nodes: &[String], fair: bool, id: &str, lease: Duration, tries: u32) -
         client_id: if fair { id.to_string() } else { String::new() },
         claim_lease: lease,
         ..Default::default()
-    };
-    Redlock::with_config(opts.validate().unwrap()).unwrap()
+    }
 }
 
 /// The sequence of `a_failed_unlock_then_an_extension_*`: holder H (its paths to masters
@@ -209,5 +221,208 @@ fn a_waiter_of_the_releasing_client_is_not_left_waiting() {
     assert!(
         within < 2 * lease,
         "the same client's waiter waited {within:?} for a free lock (another client's: {across:?})"
+    );
+}
+
+/// One holder's tenure: from when its lock was granted (as its call returned) to when it
+/// called `unlock`, or its validity's end if that came first; its fencing token.
+#[derive(Debug)]
+struct Tenure {
+    who: &'static str,
+    from: Instant,
+    to: Instant,
+    fence: u64,
+}
+
+impl Tenure {
+    fn of(who: &'static str, l: &Lock, from: Instant) -> Tenure {
+        Tenure {
+            who,
+            from,
+            to: l.valid_until(),
+            fence: l.fencing_token().unwrap_or(0),
+        }
+    }
+
+    /// Ends where its holder called `unlock` (or its validity ended).
+    fn end(mut self, unlocking: Instant, l: &Lock) -> Tenure {
+        self.to = unlocking.min(l.valid_until());
+        self
+    }
+}
+
+/// The violations among `tenures`: two that overlap, fencing tokens that do not increase in
+/// the order of the tenures.
+fn check(mut tenures: Vec<Tenure>) -> Vec<String> {
+    tenures.sort_by_key(|t| t.from);
+    let mut v = Vec::new();
+    for (i, a) in tenures.iter().enumerate() {
+        for b in &tenures[i + 1..] {
+            if b.from < a.to {
+                v.push(format!(
+                    "{} granted {:?} before {}'s tenure ended",
+                    b.who,
+                    a.to.saturating_duration_since(b.from),
+                    a.who
+                ));
+            }
+        }
+    }
+    for w in tenures.windows(2) {
+        if w[1].fence <= w[0].fence {
+            v.push(format!(
+                "{} fenced {} after {}'s {}",
+                w[1].who, w[1].fence, w[0].who, w[0].fence
+            ));
+        }
+    }
+    v
+}
+
+/// Attack on the hand-off tag (fair mode, 32008eb) and the keeping release (8de994d,
+/// c8d4d0b) for two holders: fair blocking clients (two sharing one client id), a fair async
+/// client and an unfair client, fenced, contend for one resource on five masters. Each client
+/// reaches masters 2, 3 and 4 through its own proxies, which close its connections in short
+/// bursts (releases, claims and tries that land on some masters only: hand-offs rung from a
+/// minority, claims taking masters from the tag's token, failed tries cleaned up by the
+/// keeping release), and master 2 is paused for a while (a release and a claim queued there
+/// together run in either order). Holders extend now and then, and stop using a lock whose
+/// `unlock` failed. No two tenures overlap, fencing tokens increase in their order, and every
+/// client gets the lock every round.
+#[test]
+fn fair_hand_offs_under_cut_paths_never_give_two_holders() {
+    const ROUNDS: usize = 25;
+    const TTL: Duration = Duration::from_secs(2);
+    let mut c = cluster(5);
+    let lease = Duration::from_millis(100);
+    let named: [(&'static str, bool, &str); 4] = [
+        ("fair-a", true, "same"),
+        ("fair-b", true, "same"),
+        ("fair-c", true, "c"),
+        ("unfair-e", false, ""),
+    ];
+    let mut all_proxies = Vec::new();
+    let mut clients = Vec::new();
+    for (who, fair, id) in named {
+        let (proxies, addrs) = testkit::proxy::in_front(&c, 2..5);
+        let mut o = options(&addrs, fair, id, lease, 10_000);
+        o.fencing = true;
+        clients.push((who, Redlock::with_config(o.validate().unwrap()).unwrap()));
+        all_proxies.push(proxies);
+    }
+    let (async_proxies, async_addrs) = testkit::proxy::in_front(&c, 2..5);
+    all_proxies.push(async_proxies);
+    let key = resource("cut-paths");
+    let tenures = Mutex::new(Vec::<Tenure>::new());
+    let failures = Mutex::new(Vec::<String>::new());
+    let stop = AtomicBool::new(false);
+    let cut = std::sync::atomic::AtomicU64::new(0);
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for (who, client) in &clients {
+            let (key, tenures, failures, cut) = (&key, &tenures, &failures, &cut);
+            s.spawn(move || {
+                for round in 0..ROUNDS {
+                    let mut l = match client.lock_within(key, TTL, Duration::from_secs(30)) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("{who}: gave up: {e}"));
+                            return;
+                        }
+                    };
+                    let t = Tenure::of(who, &l, Instant::now());
+                    std::thread::sleep(Duration::from_millis(3));
+                    if round % 3 == 0 {
+                        let _ = client.extend(&mut l, TTL);
+                    }
+                    let t = t.end(Instant::now(), &l);
+                    tenures.lock().unwrap().push(t);
+                    if client.unlock(&l).is_err() {
+                        cut.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        {
+            let (key, tenures, failures, addrs, cut) =
+                (&key, &tenures, &failures, &async_addrs, &cut);
+            s.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let mut o = options(addrs, true, "d", lease, 10_000);
+                    o.fencing = true;
+                    let client = AsyncRedlock::with_config(o.validate().unwrap()).unwrap();
+                    for round in 0..ROUNDS {
+                        let lw = client.lock_within(key, TTL, Duration::from_secs(30));
+                        let mut l = match lw.await {
+                            Ok(l) => l,
+                            Err(e) => {
+                                failures
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("async-d: gave up: {e}"));
+                                return;
+                            }
+                        };
+                        let t = Tenure::of("async-d", &l, Instant::now());
+                        tokio::time::sleep(Duration::from_millis(3)).await;
+                        if round % 3 == 0 {
+                            let _ = client.extend(&mut l, TTL).await;
+                        }
+                        let t = t.end(Instant::now(), &l);
+                        tenures.lock().unwrap().push(t);
+                        if client.unlock(&l).await.is_err() {
+                            cut.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+            });
+        }
+        // Cuts: one client's paths to 2, 3, 4 closed for a moment, client after client, until
+        // every client is done (bounded by the clients' own deadlines).
+        let cutter = s.spawn(|| {
+            let mut i = 0usize;
+            while !stop.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(120) {
+                let p = &all_proxies[i % all_proxies.len()];
+                set_all(p, Fault::Drop);
+                std::thread::sleep(Duration::from_millis(20 + (i as u64 * 7) % 40));
+                set_all(p, Fault::Pass);
+                std::thread::sleep(Duration::from_millis(5 + (i as u64 * 13) % 20));
+                i += 1;
+            }
+        });
+        std::thread::sleep(Duration::from_millis(400));
+        c.server(2).pause().unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        c.server(2).resume().unwrap();
+        // The clients' threads end on their own; the cutter once they have.
+        wait_until(Duration::from_secs(150), "every client's rounds", || {
+            tenures.lock().unwrap().len() + failures.lock().unwrap().len() >= 5 * ROUNDS
+                || !failures.lock().unwrap().is_empty()
+        });
+        stop.store(true, Ordering::SeqCst);
+        cutter.join().unwrap();
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    let tenures = tenures.into_inner().unwrap();
+    assert_eq!(tenures.len(), 5 * ROUNDS);
+    let v = check(tenures);
+    assert!(
+        v.is_empty(),
+        "{} violations: {:?}",
+        v.len(),
+        &v[..v.len().min(10)]
+    );
+    eprintln!(
+        "done in {:?}, {} unlocks failed",
+        started.elapsed(),
+        cut.load(Ordering::SeqCst)
     );
 }
