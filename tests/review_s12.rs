@@ -426,3 +426,91 @@ fn fair_hand_offs_under_cut_paths_never_give_two_holders() {
         cut.load(Ordering::SeqCst)
     );
 }
+
+/// Attack on the keeping release of a failed first try (fair mode, 8de994d): a holder X has
+/// the resource on masters 2, 3, 4 only (its keys on 0 and 1 lost), W waits in line, and a
+/// second thread of client N waits behind it. N's first try wins 0 and 1 and is refused by
+/// the others; its cleanup hands 0 and 1 to the line's head (W) without taking N out of the
+/// line. Then: N holds nothing anywhere and keeps its place (its waiter is still in line on
+/// every master); W's claims fail while X holds 2, 3, 4 and W gets the lock once X's keys
+/// expire; N's waiter gets it once W unlocks, within two claim leases; nothing of the line
+/// is left after.
+#[test]
+fn a_failed_fair_try_leaves_no_holder_and_strands_no_waiter() {
+    let c = cluster(5);
+    let addrs = c.addrs();
+    let lease = Duration::from_millis(200);
+    let w = client(&addrs, true, "w", lease, 10_000);
+    let n = client(&addrs, true, "n", lease, 10_000);
+    let key = resource("failed-try");
+    let x_ttl = Duration::from_millis(2500);
+    for a in &addrs[2..] {
+        redis(a, &["SET", &key, "x", "PX", &x_ttl.as_millis().to_string()]);
+    }
+    let planted = Instant::now();
+    std::thread::scope(|s| {
+        let wt = s.spawn(|| {
+            let l = w.lock_within(&key, TTL, Duration::from_secs(30)).unwrap();
+            (l, Instant::now())
+        });
+        wait_until(Duration::from_secs(10), "W in line everywhere", || {
+            in_line(&addrs, &key, "w") == 5
+        });
+        let nt = s.spawn(|| {
+            let l = n.lock_within(&key, TTL, Duration::from_secs(30)).unwrap();
+            (l, Instant::now())
+        });
+        wait_until(
+            Duration::from_secs(10),
+            "N's waiter in line everywhere",
+            || in_line(&addrs, &key, "n") == 5,
+        );
+        let tried = n.try_lock(&key, TTL);
+        assert!(tried.is_err(), "X holds three masters: {tried:?}");
+        assert_eq!(
+            in_line(&addrs, &key, "n"),
+            5,
+            "N's failed try took its waiter out"
+        );
+        let values: Vec<Frame> = addrs.iter().map(|a| redis(a, &["GET", &key])).collect();
+        let reserved_w = format!("{}w", redlock_mux::script::RESERVED_PREFIX);
+        for v in &values {
+            let ok = match v {
+                Frame::Null => true,
+                Frame::Bulk(b) => b.as_ref() == b"x" || b.as_ref() == reserved_w.as_bytes(),
+                _ => false,
+            };
+            assert!(ok, "after N's failed try the masters hold {values:?}");
+        }
+        let (wl, w_at) = wt.join().unwrap();
+        let x_gone = planted + x_ttl;
+        assert!(w_at >= x_gone, "W granted while X held three masters");
+        eprintln!("W granted {:?} after X's keys expired", w_at - x_gone);
+        assert!(
+            w_at - x_gone < 8 * lease + 2 * lease,
+            "W waited {:?} past X's expiry",
+            w_at - x_gone
+        );
+        let released = Instant::now();
+        w.unlock(&wl).unwrap();
+        let (nl, n_at) = nt.join().unwrap();
+        let waited = n_at.saturating_duration_since(released);
+        eprintln!("N's waiter granted {waited:?} after W's unlock");
+        assert!(
+            waited < 2 * lease,
+            "N's waiter waited {waited:?} for the lock"
+        );
+        n.unlock(&nl).unwrap();
+    });
+    let q = format!("{}{key}", redlock_mux::script::QUEUE_PREFIX);
+    wait_until(
+        Duration::from_secs(10),
+        "the resource and its line are gone",
+        || {
+            addrs.iter().all(|a| {
+                redis(a, &["EXISTS", &key]) == Frame::Integer(0)
+                    && redis(a, &["ZCARD", &q]) == Frame::Integer(0)
+            })
+        },
+    );
+}
