@@ -161,3 +161,39 @@ fn bells_after_their_hand_off_woke_a_waiter_are_spent() {
     }
     assert_eq!(woken(&mut e), vec![2]);
 }
+
+/// Woken by a minority of a hand-off's bells (half a lease after the first), the claim names
+/// no hand-off: that release may have failed, and its holder, still holding a quorum, may
+/// extend its lock; the claim must not take the masters that still hold its token.
+#[test]
+fn a_claim_woken_by_a_minority_names_no_hand_off() {
+    use crate::command::{Command, OpKind};
+    let mut e = engine();
+    let t = Instant::now();
+    let names: crate::lock::Names = [crate::lock::Name::new("res")].into_iter().collect();
+    let claim = Command {
+        kind: OpKind::Claim,
+        resources: &names,
+        token: None,
+        ttl_ms: 1000,
+        counter: None,
+        fence_value: 0,
+    };
+    e.watch(1, b"res"[..].into());
+    bell(&mut e, 0, b"h1", t);
+    bell(&mut e, 1, b"h1", t);
+    e.handle_timeout(t + LEASE / 2);
+    assert_eq!(woken(&mut e), vec![1], "woken anyway");
+    assert_eq!(
+        e.handoff_of(&claim),
+        b"",
+        "a minority's hand-off is not named"
+    );
+    // Its remaining bells are not spent: they still count for the next wait.
+    e.watch(2, b"res"[..].into());
+    bell(&mut e, 2, b"h1", t + LEASE / 2);
+    bell(&mut e, 3, b"h1", t + LEASE / 2);
+    bell(&mut e, 4, b"h1", t + LEASE / 2);
+    assert_eq!(woken(&mut e), vec![2]);
+    assert_eq!(e.handoff_of(&claim), b"h1");
+}

@@ -140,19 +140,27 @@ impl<U> Engine<U> {
         else {
             return;
         };
-        if !anyway && (best.mask.count_ones() as usize) < quorum {
+        let rung = best.mask.count_ones() as usize >= quorum;
+        if !anyway && !rung {
             return;
         }
-        let handed = Handed {
-            key: best.key.clone(),
-            handoff: best.handoff.clone(),
-            first: best.first,
-        };
         self.handed.retain(|h| h.key.as_ref() != key);
-        if self.handed.len() >= MAX_PENDING_BELLS {
-            self.handed.remove(0);
+        // Only a hand-off rung by a quorum is named by the claim (and its late bells spent):
+        // its releasing token is then gone from a quorum of masters, so that its holder can
+        // never again confirm it on a quorum (an extension after a release that failed), and
+        // taking it from the others takes nothing anyone holds. Rung by a minority, the
+        // release may have failed, and its holder kept the lock: the claim takes only what is
+        // reserved for it or free.
+        if rung {
+            if self.handed.len() >= MAX_PENDING_BELLS {
+                self.handed.remove(0);
+            }
+            self.handed.push(Handed {
+                key: best.key.clone(),
+                handoff: best.handoff.clone(),
+                first: best.first,
+            });
         }
-        self.handed.push(handed);
         // Every hand-off's bells for the key are spent on this wake.
         self.bells.retain(|b| b.key.as_ref() != key);
         self.wake_watches(|k| k == key, Wake::Pushed);
