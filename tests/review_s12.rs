@@ -202,14 +202,14 @@ fn hand_off_time(
     })
 }
 
-/// Attack on the line (fair mode, liveness): a client's waiters share one place, and a
-/// release proper takes its client out of the lines. A thread that unlocks while another
-/// thread of the same client waits in line takes that waiter's place too: nobody is rung, the
-/// resource is free, and the waiter sits until its timer (eight claim leases) instead of
-/// taking the lock at once as a waiter of another client does. Measured against a waiter of
+/// Found in review (fair mode, liveness; fixed): a client's waiters share one place, and a
+/// release proper takes its client out of the lines. A thread that unlocked while another
+/// thread of the same client waited in line took that waiter's place too: nobody was rung,
+/// the resource was free, and the waiter sat until its timer (eight claim leases: 4 s here)
+/// instead of taking the lock at once as a waiter of another client does. Now the release
+/// keeps the client's place and wakes its waiter. Measured against a waiter of
 /// another client in the same run; the waiter must get the lock within two claim leases.
 #[test]
-#[ignore = "defect (liveness): a release takes its own client's waiter out of the line (see the doc comment)"]
 fn a_waiter_of_the_releasing_client_is_not_left_waiting() {
     let c = cluster(3);
     let lease = Duration::from_millis(500);

@@ -302,6 +302,23 @@ impl<U> Engine<U> {
     /// [`crate::forms`]), with its native forms where the mode and the command allow
     /// them. A node that cannot take it votes at once.
     fn queue_everywhere(&mut self, cmd: &Command<'_>, tag: Tag, now: Instant) {
+        // Fair mode: a release while another waiter of this client waits for the resource
+        // keeps the client's place (the waiters of a client share one), and wakes that waiter
+        // for its claim, queued behind the release on every connection (a release proper
+        // would take the client out of the lines, and ring nobody for the waiter).
+        let kept;
+        let own_waiter = self.own_waiter(cmd);
+        let cmd = match own_waiter {
+            Some(_) => {
+                kept = Command {
+                    kind: crate::command::OpKind::Unclaim,
+                    fence_value: 0,
+                    ..*cmd
+                };
+                &kept
+            }
+            None => cmd,
+        };
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
         let handoff = self.handoff_of(cmd);
@@ -348,6 +365,9 @@ impl<U> Engine<U> {
         }
         self.wire = wire;
         self.native_wire = natives;
+        if let Some(key) = own_waiter {
+            self.wake_watches(|k| *k == *key, watch::Wake::Pushed);
+        }
     }
 
     /// Under [`Scripts::Native`], the vote of node `i` for a command with a native form when

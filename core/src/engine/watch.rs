@@ -206,6 +206,21 @@ impl<U> Engine<U> {
             .map_or(&b""[..], |h| h.handoff.as_ref())
     }
 
+    /// Fair mode: the resource of a release (of one resource) that another waiter of this
+    /// client waits for.
+    pub(super) fn own_waiter(&self, cmd: &crate::command::Command<'_>) -> Option<Box<[u8]>> {
+        if self.fair.is_none() || cmd.kind != crate::command::OpKind::Release {
+            return None;
+        }
+        let [name] = cmd.resources else {
+            return None;
+        };
+        self.watches
+            .iter()
+            .find(|(_, k)| **k == *name.as_bytes())
+            .map(|(_, k)| k.clone())
+    }
+
     /// Fires (and forgets) every watch whose key `matches`.
     pub(super) fn wake_watches(&mut self, matches: impl Fn(&[u8]) -> bool, why: Wake) {
         let woken = &mut self.woken;
