@@ -451,3 +451,31 @@ fn a_claim_takes_a_master_its_release_has_not_reached_yet() {
     assert!(b.bells().is_empty(), "b is not rung while a holds it");
     assert_eq!(queue(&addr, &r), ["b"]);
 }
+
+/// A waiter rung, served and back in the line is rung again by the next release: the ring's
+/// record of whom it rang last names it, but a release by the holder is no lapse (taken for
+/// one, the waiter was taken out of the line and left to its timer: with two clients taking
+/// turns, every other hand-off).
+#[test]
+fn a_waiter_served_and_back_in_line_is_rung_again() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    let r = resource("fair-again");
+    let mut h = Client::new(&addr, "h");
+    let mut a = Client::new(&addr, "a");
+    h.send(&["SET", &r, TOKEN_H, "NX", "PX", "30000"]);
+    assert_eq!(h.reply(), Frame::Simple("OK".into()));
+    assert!(a.wait(&r, 60_000) > 0);
+    assert_eq!(h.handoff(&r, TOKEN_H, 60_000), 1);
+    assert_eq!(a.bells(), vec![r.as_str()]);
+    assert_eq!(a.claim(&r, TOKEN_A), 0);
+    // a releases with nobody in line; h takes the free resource; a waits again.
+    assert_eq!(a.handoff(&r, TOKEN_A, 60_000), 1);
+    h.send(&["SET", &r, TOKEN_X, "NX", "PX", "30000"]);
+    assert_eq!(h.reply(), Frame::Simple("OK".into()));
+    assert!(a.wait(&r, 60_000) > 0);
+    assert_eq!(h.handoff(&r, TOKEN_X, 60_000), 1);
+    assert_eq!(a.bells(), vec![r.as_str()], "rung again");
+    assert_eq!(get(&addr, &r).unwrap(), format!("{RESERVED_PREFIX}a"));
+    assert_eq!(queue(&addr, &r), ["a"]);
+}

@@ -124,7 +124,8 @@ pub const BELL_PREFIX: &str = "redlock-mux:bell:";
 /// every line). A head whose bell reaches nobody (`PUBLISH` counts the receivers, and a
 /// client whose process is gone has none) leaves the line, and so does one this resource was
 /// rung for last (`redlock-mux:rung:<resource>`) and that never claimed it: its reservation
-/// lapsed. Written at the head of each fair script.
+/// lapsed (not on a release by the holder, the sixth argument: the head rung last may have
+/// claimed, held and come back to the line since). Written at the head of each fair script.
 pub const RING: &str = include_str!("scripts/ring.lua");
 
 /// Fair mode, a waiter joins the queues of its resources (`KEYS[1..=n]` the resources,
@@ -144,7 +145,7 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "21762f0e8be027b008f0cb993d0b679c75f36c38";
+pub const WAIT_SHA1: &str = "a8b4245a4447921ec484c2ff6be4770ab043d9e0";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the
@@ -161,7 +162,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "1ead87cc82726e8b258d38e9b8ca891f1ef2c8cc";
+pub const CLAIM_SHA1: &str = "5bc654bec4ceae63ee233b16e195dbc8c3360210";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -179,7 +180,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "c9580d69860892dcdfd5e9641f994bfd721e279c";
+pub const HANDOFF_SHA1: &str = "d20022951125cbb851ad18b2d94af23cedddb76f";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. `KEYS`: the
@@ -191,7 +192,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "c083b0f799a0cb89196d44e8ed41ec0b1c02c4f7";
+pub const LEAVE_SHA1: &str = "b38a1c95c3a760a3cdd11da997fca0b3416cbe3e";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave.
 pub const FAIR: [(&str, &str); 4] = [

@@ -13,7 +13,7 @@ for i = 1, n do
   local v = redis.call("GET", KEYS[i])
   if v == ARGV[1] or v == false or v == mine then
     if v ~= ARGV[1] then gone = true end
-    if not ring(KEYS[i], KEYS[n + i], ARGV[2], me, ARGV[1]) and v then
+    if not ring(KEYS[i], KEYS[n + i], ARGV[2], me, ARGV[1], v == ARGV[1]) and v then
       redis.call("DEL", KEYS[i])
     end
   else

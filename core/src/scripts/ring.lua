@@ -1,10 +1,10 @@
-local function ring(r, q, claim, me, tag)
+local function ring(r, q, claim, me, tag, released)
   local marker = "redlock-mux:rung:" .. r
   local last = redis.call("GET", marker)
   for _ = 1, 1024 do
     local id = redis.call("ZRANGE", q, 0, 0)[1]
     if id == nil then return false end
-    if id ~= me and id == last then
+    if id ~= me and id == last and not released then
       redis.call("ZREM", q, id)
       last = false
     elseif id == me or redis.call("PUBLISH", "redlock-mux:bell:" .. id, tag .. " " .. r) > 0 then
