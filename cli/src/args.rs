@@ -163,7 +163,7 @@ pub enum Command {
     ///
     /// Also the line of fair waiters (--fair) on each node: the waiters in order (client id,
     /// ticket) and the line's lease (its key's ttl, an hour from the last waiter's arrival),
-    /// a resource a release reserved for the first waiter ("reserved for <id>", for the rest
+    /// a resource a release reserved for the first waiter (`reserved for <id>`, for the rest
     /// of the claim lease), and the order a quorum of nodes agree on. A waiter keeps its
     /// place while its client is connected to the master: a release skips a waiter whose
     /// process is gone at no cost (its bell has no listener); one that is alive but paused or
