@@ -230,7 +230,7 @@ fn parse_log(text: &str) -> Vec<(bool, usize, u128)> {
 /// around a 50 ms sleep. Checked: every command ran exactly once, and the log alternates
 /// start/end of the same run (no two commands' windows overlap); no run slept its retry delay
 /// (30 s, and no wait ended by `delay` in their traces); every release rang the next waiter on
-/// every master (at least one `PUBLISH` per master per hand-off); and the hand-offs took, all
+/// a quorum of masters (at least a quorum's `PUBLISH`es per hand-off); and the hand-offs took, all
 /// together, less time than 31 uncontended runs of the same command measured in this test (a
 /// hand-off by a waiter's timer, up to eight claim leases, would take several times that).
 #[test]
@@ -296,14 +296,16 @@ fn thirty_two_fair_runs_take_turns_handed_on_by_bells() {
     }
     assert_eq!(seen.len(), RUNS);
 
-    // Every release rang the next waiter on every master: the holder's and 31 runs'.
-    for a in &nodes {
-        let published = calls(a, "publish");
-        assert!(
-            published >= RUNS as u64,
-            "{a}: {published} bells for {RUNS} hand-offs"
-        );
-    }
+    // Every release rang the next waiter on a quorum of masters at least (the holder's and 31
+    // runs'): a waiter wakes at a quorum of bells, and its claim may take a slower master
+    // from the releasing token before that release lands there, which then rings nobody.
+    let quorum = nodes.len() / 2 + 1;
+    let published: u64 = nodes.iter().map(|a| calls(a, "publish")).sum();
+    assert!(
+        published >= (RUNS * quorum) as u64,
+        "{published} bells over {} masters for {RUNS} hand-offs",
+        nodes.len()
+    );
     // The hand-offs: from one command's end to the next one's start.
     let handoffs: u128 = entries
         .chunks(2)
