@@ -157,7 +157,7 @@ pub(crate) fn zadd(m: &mut Master, ex: &mut Ex, args: &[Bytes]) -> Result<Reply,
     if nx && xx {
         return Err("ERR XX and NX options at the same time are not compatible".into());
     }
-    if (gt && nx) || (lt && nx) || (gt && lt) {
+    if ((gt || lt) && nx) || (gt && lt) {
         return Err("ERR GT, LT, and/or NX options at the same time are not compatible".into());
     }
     let mut scores = Vec::with_capacity(pairs.len() / 2);
