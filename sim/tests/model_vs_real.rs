@@ -45,6 +45,8 @@ use testkit::local::LocalServer;
 /// harness, which another test's start must not see.
 static START: Mutex<()> = Mutex::new(());
 
+#[path = "model_vs_real/fair.rs"]
+mod fair;
 #[path = "model_vs_real/sequences.rs"]
 mod sequences;
 
@@ -288,7 +290,14 @@ fn label(step: &Step, reply: &Frame) -> String {
                 .iter()
                 .zip(script::FUNCTIONS)
                 .position(|((sha, body), f)| text == *sha || text == *body || text == f)
-                .map_or("?", |i| ["acquire", "release", "extend", "fence"][i]);
+                .map(|i| ["acquire", "release", "extend", "fence"][i])
+                .or_else(|| {
+                    let fair = script::FAIR
+                        .iter()
+                        .position(|(sha, body)| text == *sha || text == *body);
+                    fair.map(|i| ["wait", "claim", "handoff", "leave"][i])
+                })
+                .unwrap_or("?");
             format!("{verb} {which}")
         }
         _ => verb,
@@ -398,6 +407,101 @@ fn the_model_answers_as_redis_server_does() {
     model_matches(&server);
 }
 
+/// Fair mode's commands and scripts, over several connections of several client ids with
+/// their bells (`fair.rs`), against `redis-server`: replies and every connection's pushes.
+/// `REDLOCK_SIM_SEQUENCES` / `REDLOCK_SIM_SEQUENCE` as for the others.
+#[test]
+fn the_fair_model_answers_as_redis_server_does() {
+    let server = {
+        let _g = START.lock().unwrap_or_else(|e| e.into_inner());
+        LocalServer::start().expect("redis-server")
+    };
+    let addr = server.addr().to_string();
+    let kind = match server_kind(&addr) {
+        Ok(k) => k,
+        Err(why) => return eprintln!("fair model vs real skipped: {why}"),
+    };
+    let mut master = Master::new(redlock_sim::Profile::new(kind));
+    let clock = Instant::now();
+    let mut tally: std::collections::BTreeMap<String, usize> = Default::default();
+    let (mut commands, mut pushes) = (0, 0);
+    let all = sequences();
+    for &i in &all {
+        let seq = fair::fair_sequence(i);
+        let (sim, real) = fair::run_fair(&seq, &mut master, &addr, clock);
+        if let Err(why) = fair::compare_fair(&seq, &sim, &real) {
+            let listing: Vec<String> = seq
+                .steps
+                .iter()
+                .map(|s| format!("c{}: {}", s.conn, describe(&s.step.args)))
+                .collect();
+            panic!(
+                "{kind:?}, fair sequence {i} (REDLOCK_SIM_SEQUENCE={i}): {why}\nsequence:\n  {}",
+                listing.join("\n  ")
+            );
+        }
+        for (c, answers) in real.iter().enumerate() {
+            commands += answers.replies.len();
+            pushes += answers.pushes.len();
+            let steps = seq.steps.iter().filter(|s| s.conn == c && seq.replied(s));
+            for (s, r) in steps.zip(&answers.replies) {
+                *tally.entry(label(&s.step, r)).or_default() += 1;
+            }
+            for (_, p) in &answers.pushes {
+                let Frame::Push(items) = p else { continue };
+                let what = items
+                    .first()
+                    .and_then(|f| f.as_bytes().cloned())
+                    .unwrap_or_default();
+                *tally
+                    .entry(format!("push {}", String::from_utf8_lossy(&what)))
+                    .or_default() += 1;
+            }
+        }
+    }
+    eprintln!("fair model vs real, {kind:?}: {commands} commands agree, {pushes} pushes; reached:");
+    for (l, n) in &tally {
+        eprintln!("  {n:6}  {l}");
+    }
+    if all.len() >= 300 {
+        let missed: Vec<&&str> = FAIR_MUST_REACH
+            .iter()
+            .filter(|m| !tally.keys().any(|l| l.contains(**m)))
+            .collect();
+        assert!(
+            missed.is_empty(),
+            "{kind:?}: fair paths not reached: {missed:?}"
+        );
+    }
+}
+
+/// Fair paths every full run must reach.
+const FAIR_MUST_REACH: &[&str] = &[
+    "wait: array",
+    "wait: error WRONGTYPE",
+    "claim: 0",
+    "claim: -1",
+    "claim: >1",
+    "handoff: 1",
+    "handoff: 0",
+    "handoff: -1",
+    "leave: 1",
+    "leave: 0",
+    "EVALSHA wait: error NOSCRIPT",
+    "claim: error WRONGTYPE",
+    "ZADD: error WRONGTYPE",
+    "ZADD: error ERR GT, LT",
+    "ZRANGE: array",
+    "ZSCORE: bulk",
+    "ZSCORE: null",
+    "PUBLISH: 1",
+    "PUBLISH: 0",
+    "GET: error WRONGTYPE",
+    "push message",
+    "push subscribe",
+    "push invalidate",
+];
+
 /// Valkey 9.1's binary, where the project's compat script installed it.
 fn valkey_binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("REDLOCK_VALKEY_SERVER") {
@@ -473,6 +577,26 @@ fn the_sims_digests_are_the_cores_scripts() {
             loaded,
             Frame::Bulk(Bytes::from(sha.to_string())),
             "SCRIPT LOAD {i}"
+        );
+    }
+    let fair = [Script::Wait, Script::Claim, Script::Handoff, Script::Leave];
+    for (i, (sha, text)) in script::FAIR.iter().enumerate() {
+        assert_eq!(
+            sha1_hex(text.as_bytes()),
+            *sha,
+            "the sim's SHA-1 of fair script {i}"
+        );
+        assert_eq!(
+            sim_scripts::FAIR[i],
+            (*sha, fair[i]),
+            "the sim's fair table, {i}"
+        );
+        assert_eq!(sim_scripts::by_text(text.as_bytes()), Some(fair[i]));
+        let loaded = testkit::redis(&addr, &["SCRIPT", "LOAD", text]);
+        assert_eq!(
+            loaded,
+            Frame::Bulk(Bytes::from(sha.to_string())),
+            "SCRIPT LOAD fair {i}"
         );
     }
     let (name, functions) = sim_scripts::parse_library(script::LIBRARY.as_bytes()).unwrap();
