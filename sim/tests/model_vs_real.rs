@@ -47,6 +47,8 @@ static START: Mutex<()> = Mutex::new(());
 
 #[path = "model_vs_real/fair.rs"]
 mod fair;
+#[path = "model_vs_real/fair_run.rs"]
+mod fair_run;
 #[path = "model_vs_real/sequences.rs"]
 mod sequences;
 
@@ -416,91 +418,8 @@ fn the_fair_model_answers_as_redis_server_does() {
         let _g = START.lock().unwrap_or_else(|e| e.into_inner());
         LocalServer::start().expect("redis-server")
     };
-    let addr = server.addr().to_string();
-    let kind = match server_kind(&addr) {
-        Ok(k) => k,
-        Err(why) => return eprintln!("fair model vs real skipped: {why}"),
-    };
-    let mut master = Master::new(redlock_sim::Profile::new(kind));
-    let clock = Instant::now();
-    let mut tally: std::collections::BTreeMap<String, usize> = Default::default();
-    let (mut commands, mut pushes) = (0, 0);
-    let all = sequences();
-    for &i in &all {
-        let seq = fair::fair_sequence(i);
-        let (sim, real) = fair::run_fair(&seq, &mut master, &addr, clock);
-        if let Err(why) = fair::compare_fair(&seq, &sim, &real) {
-            let listing: Vec<String> = seq
-                .steps
-                .iter()
-                .map(|s| format!("c{}: {}", s.conn, describe(&s.step.args)))
-                .collect();
-            panic!(
-                "{kind:?}, fair sequence {i} (REDLOCK_SIM_SEQUENCE={i}): {why}\nsequence:\n  {}",
-                listing.join("\n  ")
-            );
-        }
-        for (c, answers) in real.iter().enumerate() {
-            commands += answers.replies.len();
-            pushes += answers.pushes.len();
-            let steps = seq.steps.iter().filter(|s| s.conn == c && seq.replied(s));
-            for (s, r) in steps.zip(&answers.replies) {
-                *tally.entry(label(&s.step, r)).or_default() += 1;
-            }
-            for (_, p) in &answers.pushes {
-                let Frame::Push(items) = p else { continue };
-                let what = items
-                    .first()
-                    .and_then(|f| f.as_bytes().cloned())
-                    .unwrap_or_default();
-                *tally
-                    .entry(format!("push {}", String::from_utf8_lossy(&what)))
-                    .or_default() += 1;
-            }
-        }
-    }
-    eprintln!("fair model vs real, {kind:?}: {commands} commands agree, {pushes} pushes; reached:");
-    for (l, n) in &tally {
-        eprintln!("  {n:6}  {l}");
-    }
-    if all.len() >= 300 {
-        let missed: Vec<&&str> = FAIR_MUST_REACH
-            .iter()
-            .filter(|m| !tally.keys().any(|l| l.contains(**m)))
-            .collect();
-        assert!(
-            missed.is_empty(),
-            "{kind:?}: fair paths not reached: {missed:?}"
-        );
-    }
+    fair_run::fair_model_matches(&server);
 }
-
-/// Fair paths every full run must reach.
-const FAIR_MUST_REACH: &[&str] = &[
-    "wait: array",
-    "wait: error WRONGTYPE",
-    "claim: 0",
-    "claim: -1",
-    "claim: >1",
-    "handoff: 1",
-    "handoff: 0",
-    "handoff: -1",
-    "leave: 1",
-    "leave: 0",
-    "EVALSHA wait: error NOSCRIPT",
-    "claim: error WRONGTYPE",
-    "ZADD: error WRONGTYPE",
-    "ZADD: error ERR GT, LT",
-    "ZRANGE: array",
-    "ZSCORE: bulk",
-    "ZSCORE: null",
-    "PUBLISH: 1",
-    "PUBLISH: 0",
-    "GET: error WRONGTYPE",
-    "push message",
-    "push subscribe",
-    "push invalidate",
-];
 
 /// Valkey 9.1's binary, where the project's compat script installed it.
 fn valkey_binary() -> Option<PathBuf> {

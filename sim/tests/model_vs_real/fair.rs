@@ -11,15 +11,9 @@
 //! still lives), at most three more commands (which meet the lapsed reservation), and a pause
 //! of 70 ms (the record gone), so that no command reads a key at its deadline.
 
-use std::time::{Duration, Instant};
-
-use bytes::BytesMut;
 use redlock_mux::script;
-use redlock_sim::Master;
-use resp::{Decoder, Frame};
 
 use super::sequences::{Kind, Rng, Step};
-use super::{describe, normalize_hello, Answers, Real};
 
 /// One step: on connection `conn`.
 pub(crate) struct FairStep {
@@ -279,7 +273,7 @@ impl FairSequence {
     /// `SUBSCRIBE`, answered by a push).
     pub(crate) fn replied(&self, s: &FairStep) -> bool {
         let sleep = matches!(s.step.kind, Kind::Sleep(_));
-        !sleep && !(s.step.args[0] == b"SUBSCRIBE" && self.resp3[s.conn])
+        !(sleep || s.step.args[0] == b"SUBSCRIBE" && self.resp3[s.conn])
     }
 }
 
@@ -372,146 +366,4 @@ pub(crate) fn fair_sequence(index: u64) -> FairSequence {
         steps: g.steps,
         short,
     }
-}
-
-/// Runs `seq` on both sides: each connection's answers.
-pub(crate) fn run_fair(
-    seq: &FairSequence,
-    master: &mut Master,
-    addr: &str,
-    clock: Instant,
-) -> (Vec<Answers>, Vec<Answers>) {
-    let mut sim: Vec<Answers> = (0..seq.conns).map(|_| Answers::default()).collect();
-    let mut real: Vec<Answers> = (0..seq.conns).map(|_| Answers::default()).collect();
-    let ids: Vec<_> = (0..seq.conns).map(|_| master.connect()).collect();
-    let mut servers: Vec<Real> = (0..seq.conns).map(|_| Real::connect(addr)).collect();
-    let mut decoders: Vec<Decoder> = (0..seq.conns).map(|_| Decoder::default()).collect();
-    let mut worst_rtt = 0u64;
-    for s in &seq.steps {
-        if let Kind::Sleep(ms) = s.step.kind {
-            std::thread::sleep(Duration::from_millis(ms));
-            continue;
-        }
-        let mut bytes = BytesMut::new();
-        let args: Vec<&[u8]> = s.step.args.iter().map(|a| &a[..]).collect();
-        resp::encode_command(&mut bytes, &args);
-        let now = clock.elapsed().as_millis() as u64;
-        assert!(
-            master.feed(ids[s.conn], &bytes, now),
-            "the sim closed the connection"
-        );
-        // Every connection's output: the reply here, and pushes anywhere.
-        for (c, &id) in ids.iter().enumerate() {
-            let mut out = BytesMut::from(&master.take_output(id)[..]);
-            while let Some(f) = decoders[c]
-                .decode(&mut out)
-                .expect("the sim writes valid RESP")
-            {
-                sim[c].take(f);
-            }
-            assert!(out.is_empty(), "the sim wrote part of a frame");
-        }
-        let sent = Instant::now();
-        if seq.replied(s) {
-            servers[s.conn].exchange(&bytes, &mut real[s.conn]);
-            worst_rtt = worst_rtt.max(sent.elapsed().as_millis() as u64 + 1);
-            real[s.conn].slack_ms.push(worst_rtt);
-        } else {
-            subscribe(&mut servers[s.conn], &bytes, &mut real[s.conn]);
-        }
-    }
-    for id in ids {
-        master.close(id);
-    }
-    (sim, real)
-}
-
-/// Sends a `SUBSCRIBE` on a RESP3 connection, and reads until its confirmation (a push, in
-/// place of a reply).
-fn subscribe(real: &mut Real, bytes: &[u8], answers: &mut Answers) {
-    use std::io::{Read, Write};
-    real.stream.write_all(bytes).expect("write to the server");
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        while let Some(f) = real.decoder.decode(&mut real.buf).expect("valid RESP") {
-            let confirmed = matches!(&f, Frame::Push(items)
-                if items.first().and_then(|k| k.as_bytes()).is_some_and(|k| k.as_ref() == b"subscribe"));
-            answers.take(f);
-            if confirmed {
-                // (No reply follows: the slack of the next reply is measured then.)
-                return;
-            }
-        }
-        let n = real.stream.read(&mut chunk).expect("a push within 10 s");
-        assert!(n > 0, "the server closed the connection");
-        real.buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// A `PTTL` read on both sides: equal, or both a ttl within the slack.
-fn close(a: &Frame, b: &Frame, slack: u64) -> bool {
-    match (a, b) {
-        (Frame::Integer(x), Frame::Integer(y)) if *x >= 0 && *y >= 0 => {
-            x.abs_diff(*y) <= 2 * slack + 3
-        }
-        _ => a == b,
-    }
-}
-
-/// Where the two sides' answers to `seq` differ, if they do.
-pub(crate) fn compare_fair(
-    seq: &FairSequence,
-    sim: &[Answers],
-    real: &[Answers],
-) -> Result<(), String> {
-    for c in 0..seq.conns {
-        let steps: Vec<&Step> = seq
-            .steps
-            .iter()
-            .filter(|s| s.conn == c && seq.replied(s))
-            .map(|s| &s.step)
-            .collect();
-        let (s, r) = (&sim[c], &real[c]);
-        if s.replies.len() != r.replies.len() {
-            return Err(format!(
-                "connection {c}: {} replies from the sim, {} from the server",
-                s.replies.len(),
-                r.replies.len()
-            ));
-        }
-        for (i, (a, b)) in s.replies.iter().zip(&r.replies).enumerate() {
-            let slack = r.slack_ms[i];
-            let ok = match (steps[i].kind, a, b) {
-                (Kind::Pttl, a, b) => close(a, b, slack),
-                (Kind::Wait, Frame::Array(x), Frame::Array(y)) if x.len() == 2 && y.len() == 2 => {
-                    close(&x[0], &y[0], slack) && x[1] == y[1]
-                }
-                (Kind::Hello, a, b) => normalize_hello(a, "v") == normalize_hello(b, "v"),
-                _ => a == b,
-            };
-            if !ok {
-                return Err(format!(
-                    "connection {c}, reply {i} to {}: sim {a:?}, server {b:?}",
-                    describe(&steps[i].args)
-                ));
-            }
-        }
-        let same = if seq.short {
-            let sorted = |p: &[(usize, Frame)]| {
-                let mut v: Vec<String> = p.iter().map(|(_, f)| format!("{f:?}")).collect();
-                v.sort();
-                v
-            };
-            sorted(&s.pushes) == sorted(&r.pushes)
-        } else {
-            s.pushes == r.pushes
-        };
-        if !same {
-            return Err(format!(
-                "connection {c}: pushes differ (in place: {}): sim {:?}, server {:?}",
-                !seq.short, s.pushes, r.pushes
-            ));
-        }
-    }
-    Ok(())
 }
