@@ -18,8 +18,8 @@
 //! release sent within its validity (no lock ran out, forgotten or lost: a resource that goes
 //! free without a hand-off rings nobody, and the next arrival takes it, as the design
 //! allows); no acquisition by a client without fair mode met it (it may barge); no operation
-//! on `r` was abandoned in it; and no round of the place's own waiters met a vote other than
-//! yes, held or gone (a timeout, an error: the retries and timeouts the promise leaves out).
+//! on `r` was abandoned in it; and no round of the place's own waiters met a timeout or a
+//! connection down (the retries and timeouts the promise leaves out).
 //!
 //! - **`fifo`**: of two places on `r` of different clients, `P` (of `X`, begun at `J`) and
 //!   `Q` (of `Y`), `P` clean until served: if every waiter of `Y` on `r` running when `Q`
@@ -41,7 +41,7 @@ pub struct FairLog {
     /// Whether the world has no fault and no negative control.
     pub fault_free: bool,
     /// Every acquisition (`History::ops` index, client, resources, when it began to wait in
-    /// line, whether a round met a vote other than yes, held or gone).
+    /// line, whether a round met a timeout or a connection down).
     pub acquisitions: Vec<Acq>,
     /// Changes of the lines, in order of time.
     pub events: Vec<Event>,
@@ -60,7 +60,7 @@ pub struct Acq {
     pub resources: Vec<u32>,
     /// When its first wait in line began.
     pub joined: Option<u64>,
-    /// Whether one of its rounds met a vote other than yes, held or gone.
+    /// Whether one of its rounds met a timeout or a connection down.
     pub troubled: bool,
 }
 

@@ -545,13 +545,12 @@ impl Client {
         }
         let round = done.round;
         if sim.fair.fault_free {
+            // A timeout, a connection down or failing: the retries and timeouts fairness
+            // leaves out.
             let troubled = round.reports_iter().any(|o| {
-                !matches!(
+                matches!(
                     o,
-                    NodeOutcome::Ok
-                        | NodeOutcome::Held
-                        | NodeOutcome::Gone
-                        | NodeOutcome::Undecided
+                    NodeOutcome::Timeout | NodeOutcome::Down | NodeOutcome::Io(_)
                 )
             });
             if let (true, State::Run(r)) = (troubled, &self.tasks[k].state) {
