@@ -14,8 +14,9 @@
 //! `try_lock` never wait in line; clients without fair mode never do.
 //!
 //! Judged only in a world with no fault and no negative control, and only over a **clean**
-//! interval of `r`: every lock on `r` that meets it was held by a fair client and let go by a
-//! release sent within its validity (no lock ran out, forgotten or lost: a resource that goes
+//! interval of `r`: every lock on `r` that meets it (a lock that ran out, until its keys are
+//! surely gone: 20 ms and a tenth of its length past its validity) was held by a fair client
+//! and let go by a release sent within its validity (no lock ran out, forgotten or lost: a resource that goes
 //! free without a hand-off rings nobody, and the next arrival takes it, as the design
 //! allows); no acquisition by a client without fair mode met it (it may barge); no operation
 //! on `r` was abandoned in it; and no round of the place's own waiters met a timeout or a
@@ -137,6 +138,10 @@ pub struct Judged {
     pub places: u64,
 }
 
+/// How long after its validity a lock that ran out is taken to hold its keys, beside a tenth
+/// of its length: past the drift, Redis' precision and its round's delivery.
+const EXPIRY_MARGIN: u64 = 20_000_000;
+
 fn ms(t: u64) -> f64 {
     t as f64 / 1e6
 }
@@ -212,7 +217,12 @@ fn clean(log: &FairLog, h: &History, r: u32, client: u32, from: u64, to: u64) ->
             .iter()
             .find(|(l, _)| *l == g.lock)
             .map(|(_, t)| *t);
-        let end = released.unwrap_or(valid).min(valid);
+        // A lock that ran out lets its keys live a little past its validity (the drift, the
+        // expiry's precision, its round): the line is not judged until they are surely gone.
+        let end = match released {
+            Some(t) if t <= valid => t,
+            _ => valid + EXPIRY_MARGIN + (valid.saturating_sub(g.at)) / 10,
+        };
         if !meets(g.at, end) {
             continue;
         }
