@@ -335,3 +335,67 @@ pub fn check(log: &FairLog, h: &History) -> Judged {
     out.violations.sort_by_key(|v| v.at);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::{Holder, OpKind, OpRecord, Window};
+
+    /// Client 0 joins the line of resource 0 at 10 while client 2 holds it; client 1 starts
+    /// later (20) and is served (30) before client 0 (50): both promises broken. With client 1
+    /// served after client 0, nothing.
+    #[test]
+    fn a_later_arrival_served_first_breaks_both_promises() {
+        let op = |client, start, end| OpRecord {
+            holder: Holder { client, task: 0 },
+            kind: OpKind::Acquire,
+            start,
+            bound: u64::MAX,
+            end: Some(end),
+            ends: 1,
+            abandoned: false,
+        };
+        let win = |lock, client, from, until| Window {
+            lock,
+            holder: Holder { client, task: 0 },
+            resources: vec![0],
+            from,
+            until,
+            valid: 1_000,
+            token: None,
+        };
+        let judge = |served1: u64| {
+            let mut h = History::default();
+            h.ops = vec![op(2, 0, 1), op(0, 5, 50), op(1, 20, served1)];
+            h.windows = vec![
+                win(1, 2, 1, 12),
+                win(2, 1, served1, served1 + 5),
+                win(3, 0, 50, 55),
+            ];
+            let acq = |op, client, joined| Acq {
+                op,
+                client,
+                resources: vec![0],
+                joined,
+                troubled: false,
+            };
+            let mut log = FairLog {
+                clients: vec![true; 3],
+                fault_free: true,
+                acquisitions: vec![acq(0, 2, None), acq(1, 0, Some(10)), acq(2, 1, Some(22))],
+                released: vec![(1, 12), (2, served1 + 5), (3, 55)],
+                ..FairLog::default()
+            };
+            log.note(10, 0, &[0], What::Joined(1));
+            log.note(22, 1, &[0], What::Joined(2));
+            log.note(12, 2, &[0], What::Released);
+            log.note(served1 + 5, 1, &[0], What::Released);
+            log.note(55, 0, &[0], What::Released);
+            check(&log, &h)
+        };
+        let names: Vec<&str> = judge(30).violations.iter().map(|v| v.invariant).collect();
+        assert_eq!(names, ["fifo", "passed-over"], "{:?}", judge(30).violations);
+        let fine = judge(60);
+        assert!(fine.violations.is_empty() && fine.places == 2, "{fine:?}");
+    }
+}

@@ -34,7 +34,10 @@ fn native_mode_scripted_acquisitions_on_fresh_connections_win_their_first_round(
 /// (`Expect::fits`), the connection is dropped and the node's vote is a failure.
 #[test]
 fn a_hostile_integer_is_never_a_grant_for_a_set_of_resources() {
-    for seed in [805, 1603] {
+    // 839 and 1141: the same, found again once fair clients joined the mix (seed 805's world
+    // draws fair clients now and no longer meets a hostile integer there); each fails with
+    // the fix undone.
+    for seed in [805, 1603, 839, 1141] {
         let r = run_one(&Params::new(seed));
         assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
     }

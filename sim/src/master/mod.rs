@@ -20,6 +20,8 @@ use crate::profile::Profile;
 mod commands;
 mod conn;
 mod fair_scripts;
+#[cfg(test)]
+mod fair_tests;
 mod keyspace;
 mod pubsub;
 mod reply;
