@@ -365,13 +365,15 @@ mod tests {
             token: None,
         };
         let judge = |served1: u64| {
-            let mut h = History::default();
-            h.ops = vec![op(2, 0, 1), op(0, 5, 50), op(1, 20, served1)];
-            h.windows = vec![
-                win(1, 2, 1, 12),
-                win(2, 1, served1, served1 + 5),
-                win(3, 0, 50, 55),
-            ];
+            let h = History {
+                ops: vec![op(2, 0, 1), op(0, 5, 50), op(1, 20, served1)],
+                windows: vec![
+                    win(1, 2, 1, 12),
+                    win(2, 1, served1, served1 + 5),
+                    win(3, 0, 50, 55),
+                ],
+                ..History::default()
+            };
             let acq = |op, client, joined| Acq {
                 op,
                 client,
