@@ -34,7 +34,10 @@ fn native_mode_scripted_acquisitions_on_fresh_connections_win_their_first_round(
 /// (`Expect::fits`), the connection is dropped and the node's vote is a failure.
 #[test]
 fn a_hostile_integer_is_never_a_grant_for_a_set_of_resources() {
-    for seed in [805, 1603] {
+    // 839 and 1141: the same, found again once fair clients joined the mix (seed 805's world
+    // draws fair clients now and no longer meets a hostile integer there); each fails with
+    // the fix undone.
+    for seed in [805, 1603, 839, 1141] {
         let r = run_one(&Params::new(seed));
         assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
     }
@@ -56,5 +59,37 @@ fn with_verify_stream_byte_loss_never_shifts_a_reply_onto_another_command() {
         p.faults = Faults::NONE.with(redlock_sim::world::Fault::ByteLoss);
         let r = run_one(&p);
         assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+    }
+}
+
+/// The fairness of fair mode (`redlock_sim::fairness`), with no fault: waiters passed over by
+/// clients that were not trying when they joined the line. Not fixed here (the lead is
+/// changing the protocol): `#[ignore]`d until it is. What the traces show:
+///
+/// - seeds 267 and 1504 (`--faults none`): the ring's record of whom it rang last
+///   (`redlock-mux:rung:<resource>`, 16 claim leases) outlives the claim that served that
+///   client. The client releases, joins the line again and heads it; the next release finds
+///   the head equal to the record, takes it out as a lapsed head, finds the line empty and
+///   deletes the key: nobody is rung, the resource lies free, and the releasing client (or
+///   any arrival) takes it with `SET NX` while the waiter sleeps until its timer.
+/// - seed 899: two tasks of one client wait on one resource (one place). One task's first try
+///   fails and its release (a release proper: the hand-off script with `1`) takes the client
+///   out of the line and deletes the reservation the other task's wait had just made for the
+///   client; an arrival takes the free resource.
+/// - seeds 872, 1070, 1648, 1706: passed over the same way (not traced one by one).
+///
+/// In every one of them the wait script's reply is also lost on the client: `Command::judge`
+/// has no arm for its array (`[pttl, ticket]`, `Expect::Wait`), so every node's answer is a
+/// server error, no `Extra::Waited` is made, the timer is the whole fair wait (eight claim
+/// leases) and no ticket is ever moved; a waiter reserved at once (`-3`) waits for a bell.
+#[test]
+#[ignore = "fair mode's fairness: the lead's protocol change; see the doc comment"]
+fn fair_waiters_are_not_passed_over_by_later_arrivals() {
+    for seed in [267, 1504, 899, 872, 1070, 1648, 1706] {
+        let mut p = Params::new(seed);
+        p.faults = Faults::NONE;
+        let r = run_one(&p);
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        assert!(r.fairness.is_empty(), "seed {seed}: {:?}", r.fairness);
     }
 }

@@ -121,6 +121,10 @@ struct Run {
     /// Whether the last round was a try's acquire round and won it (a fenced try's write-back
     /// comes next; otherwise a script round of an acquisition is its release).
     acquire_won: bool,
+    /// Fair mode: a wait script's round went out (the waiter is in line from its wait on, and
+    /// its tries are claims), and whether its first wait in line has begun.
+    in_line: bool,
+    joined: bool,
 }
 
 /// A lock a task holds.
@@ -249,8 +253,16 @@ impl Client {
         let guards = spec.plans.is_empty() && gbeh.chance(400);
         let nt = cfg.node_timeout().as_nanos() as u64;
         let rounds = 3 + u64::from(cfg.fencing_key().is_some());
-        let gap =
-            rounds * nt + cfg.retry_delay().as_nanos() as u64 + op::WAKE_JITTER.as_nanos() as u64;
+        // Fair mode: the wait script's round and the ticket's move, and a wait for the bell
+        // of up to `FAIR_WAIT_LEASES` claim leases in place of the retry delay.
+        let (rounds, delay) = match cfg.fair() {
+            Some(f) => (
+                rounds + 2,
+                fair_wait(f).max(cfg.retry_delay().as_nanos() as u64),
+            ),
+            None => (rounds, cfg.retry_delay().as_nanos() as u64),
+        };
+        let gap = rounds * nt + delay + op::WAKE_JITTER.as_nanos() as u64;
         let gap = gap + (gap as f64 * cfg.drift_factor()).ceil() as u64 + 1_000;
         let stale = redlock_core::conn::stale_after(cfg.node_timeout());
         let clock = Clock { ppm: spec.ppm };
@@ -543,6 +555,21 @@ impl Client {
             return;
         }
         let round = done.round;
+        if sim.fair.fault_free {
+            // A timeout, a connection down or failing: the retries and timeouts fairness
+            // leaves out.
+            let troubled = round.reports_iter().any(|o| {
+                matches!(
+                    o,
+                    NodeOutcome::Timeout | NodeOutcome::Down | NodeOutcome::Io(_)
+                )
+            });
+            if let (true, State::Run(r)) = (troubled, &self.tasks[k].state) {
+                if let Some(a) = sim.fair.acq_mut(r.rec) {
+                    a.troubled = true;
+                }
+            }
+        }
         let (t1, first_live) = match &mut self.tasks[k].state {
             State::Run(r) => {
                 let first = r.first_round && r.live;
@@ -620,6 +647,15 @@ fn short(o: &NodeOutcome) -> String {
         NodeOutcome::Io(k) => format!("io:{k:?}"),
         other => format!("{other}"),
     }
+}
+
+/// How many claim leases a waiter in line waits for its bell at most: the core's
+/// `op::retry::FAIR_WAIT_LEASES` (not exported), as `docs/redlock.md` states it.
+const FAIR_WAIT_LEASES: u64 = 8;
+
+/// Fair mode's longest wait for a bell, in nanoseconds.
+pub(crate) fn fair_wait(f: &redlock_core::command::Fair) -> u64 {
+    f.claim_ms * FAIR_WAIT_LEASES * 1_000_000
 }
 
 /// The instant `base + t` nanoseconds.
