@@ -187,14 +187,57 @@ impl Gen {
         if self.rng.chance(30) {
             keys.push(self.counter.clone());
         }
-        let argv = [
+        let mut argv = vec![
             self.token(),
             b"30000".to_vec(),
             res.len().to_string().into(),
             id,
             self.claim.into(),
         ];
+        // The hand-off that woke the claim: none (no sixth argument, or an empty one), or a
+        // token of the sequence's few, often the holder's.
+        match self.rng.below(4) {
+            0 => {}
+            1 => argv.push(Vec::new()),
+            _ => argv.push(self.token()),
+        }
         self.script(c, 1, &keys, &argv, Kind::Exact);
+    }
+    /// Turns of two clients on one resource: A waits (rung at once if the resource is free:
+    /// the ring's record names A), claims and releases to an empty line (the record stays);
+    /// B claims the free resource, A waits behind it, and B releases: the release rings a
+    /// head that is the ring's record.
+    fn turn(&mut self) {
+        let a = self.conn();
+        let Some(b) = (0..self.conn_id.len()).find(|&d| self.conn_id[d] != self.conn_id[a]) else {
+            return;
+        };
+        let res = vec![self.resources()[0].clone()];
+        let (ida, idb) = (
+            self.ids[self.conn_id[a]].clone(),
+            self.ids[self.conn_id[b]].clone(),
+        );
+        let keys = self.keys_of(&res);
+        let first = self.rng.below(2);
+        let (ta, tb) = (self.tokens[first].clone(), self.tokens[1 - first].clone());
+        let claim = self.claim.as_bytes().to_vec();
+        let wait = [ida.as_bytes(), &claim, b"1", b"3600000", b"30000"].map(<[u8]>::to_vec);
+        self.script(a, 0, &keys, &wait, Kind::Wait);
+        let claim_a = [&ta, b"30000".as_slice(), b"1", ida.as_bytes(), &claim];
+        self.script(a, 1, &keys, &claim_a.map(<[u8]>::to_vec), Kind::Exact);
+        let release_a = [&ta, &claim, ida.as_bytes(), b"1", b"0"];
+        self.script(a, 2, &keys, &release_a.map(<[u8]>::to_vec), Kind::Exact);
+        let mut claim_b = [&tb, b"30000".as_slice(), b"1", idb.as_bytes(), &claim]
+            .map(<[u8]>::to_vec)
+            .to_vec();
+        if self.rng.chance(50) {
+            claim_b.push(self.token());
+        }
+        self.script(b, 1, &keys, &claim_b, Kind::Exact);
+        self.script(a, 0, &keys, &wait, Kind::Wait);
+        let keep: &[u8] = if self.rng.chance(30) { b"0" } else { b"1" };
+        let release_b = [&tb, &claim, idb.as_bytes(), keep, b"0"];
+        self.script(b, 2, &keys, &release_b.map(<[u8]>::to_vec), Kind::Exact);
     }
     fn handoff(&mut self) {
         let c = self.conn();
@@ -236,7 +279,11 @@ impl Gen {
         let id = self.id_of(c);
         let t = self.token();
         match self.rng.below(14) {
-            0 | 1 => self.push(c, Kind::Exact, &[b"SET", &k, &t, b"NX", b"PX", b"30000"]),
+            0 | 1 => {
+                // Now and then an empty value, which a claim's empty tag does not match.
+                let t = if self.rng.chance(15) { Vec::new() } else { t };
+                self.push(c, Kind::Exact, &[b"SET", &k, &t, b"NX", b"PX", b"30000"]);
+            }
             2 => self.push(c, Kind::Exact, &[b"GET", &k]),
             3 => self.push(c, Kind::Pttl, &[b"PTTL", &k]),
             4 => self.push(c, Kind::Exact, &[b"ZRANGE", &q, b"0", b"-1", b"WITHSCORES"]),
@@ -341,6 +388,7 @@ pub(crate) fn fair_sequence(index: u64) -> FairSequence {
             8..=10 => g.handoff(),
             11 => g.leave(),
             12 => g.retick(),
+            13 => g.turn(),
             _ => g.plain(),
         }
     }
