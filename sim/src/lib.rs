@@ -14,6 +14,7 @@
 //   sha1              SHA-1, for script digests
 //   world             the simulated world: clock, event queue, links, faults, clients
 //   check             the history of a run and the checker of every safety claim
+//   fairness          fair mode's promises (order in line, bounded passing), judged apart
 //   run               seeds run, shrunk and reported (the binary's engine)
 //   rng, trace        the simulation's randomness; the trace and its hash
 
@@ -32,6 +33,7 @@
 #![deny(missing_docs)]
 
 pub mod check;
+pub mod fairness;
 pub mod master;
 pub mod profile;
 pub mod rng;

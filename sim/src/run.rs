@@ -33,6 +33,13 @@ pub struct SeedResult {
     pub owed_max: u64,
     /// Connections dropped out of step, and stale.
     pub replaced: (u64, u64),
+    /// Locks granted to clients in fair mode.
+    pub fair_acquisitions: u64,
+    /// Places in line judged by the fairness checks, and what they found (apart from
+    /// `violations`).
+    pub fair_places: u64,
+    /// Fair mode's broken promises.
+    pub fairness: Vec<Violation>,
 }
 
 /// Runs one world (a panic is a violation).
@@ -58,6 +65,9 @@ pub fn run_one(params: &Params) -> SeedResult {
                 guards: o.guards,
                 owed_max: o.owed_max,
                 replaced: o.replaced,
+                fair_acquisitions: o.fair_acquisitions,
+                fair_places: o.fairness.places,
+                fairness: o.fairness.violations,
             }
         }
         Err(e) => {
@@ -83,6 +93,9 @@ pub fn run_one(params: &Params) -> SeedResult {
                 guards: (0, 0),
                 owed_max: 0,
                 replaced: (0, 0),
+                fair_acquisitions: 0,
+                fair_places: 0,
+                fairness: Vec::new(),
             }
         }
     }
@@ -183,6 +196,16 @@ pub struct Report {
     pub replaced: (u64, u64),
     /// Seconds of wall time the seeds took (not the shrinking).
     pub seconds: f64,
+    /// Locks granted to clients in fair mode.
+    pub fair_acquisitions: u64,
+    /// Places in line the fairness checks judged.
+    pub fair_places: u64,
+    /// Fair mode's broken promises (`fifo`, `passed-over`): counted apart from `violations`.
+    pub fairness_violations: u64,
+    /// Seeds with one.
+    pub fairness_failing_seeds: u64,
+    /// The first: its seed, invariant, words and replay (not shrunk).
+    pub first_fairness: Option<(u64, &'static str, String, String)>,
 }
 
 /// The first violation of a batch.
@@ -229,6 +252,17 @@ pub fn run_seeds(base: &Params, seeds: u64, shrinking: bool) -> Report {
         report.replaced.0 += r.replaced.0;
         report.replaced.1 += r.replaced.1;
         hash.u64(r.trace_hash);
+        report.fair_acquisitions += r.fair_acquisitions;
+        report.fair_places += r.fair_places;
+        report.fairness_violations += r.fairness.len() as u64;
+        if let Some(v) = r.fairness.first() {
+            report.fairness_failing_seeds += 1;
+            if report.first_fairness.is_none() {
+                let replay = r.params.replay_command();
+                report.first_fairness =
+                    Some((r.params.seed, v.invariant, v.detail.clone(), replay));
+            }
+        }
         if !r.violations.is_empty() {
             report.failing_seeds += 1;
             if first_failing.is_none() {
@@ -304,13 +338,22 @@ impl Report {
                 )
             }
         };
+        let first_fair = match &self.first_fairness {
+            None => "null".to_string(),
+            Some((seed, invariant, detail, replay)) => format!(
+                "{{\"seed\":{seed},\"invariant\":{},\"detail\":{},\"replay\":{}}}",
+                json_str(invariant),
+                json_str(detail),
+                json_str(replay)
+            ),
+        };
         let ops_per_s = if self.seconds > 0.0 {
             self.operations as f64 / self.seconds
         } else {
             0.0
         };
         format!(
-            "{{\"seeds\":{},\"first_seed\":{},\"faults\":{},\"negative\":{},\"operations\":{},\"acquisitions\":{},\"violations\":{},\"failing_seeds\":{},\"first_violation\":{},\"trace_hash\":\"{:016x}\",\"events\":{},\"fault_episodes\":{},\"bytes_lost\":{},\"hostile_replies\":{},\"expiry_tries_judged\":{},\"guards\":{},\"guards_lost\":{},\"owed_max\":{},\"desynced_connections\":{},\"stale_connections\":{},\"seconds\":{:.3},\"operations_per_second\":{:.0}}}",
+            "{{\"seeds\":{},\"first_seed\":{},\"faults\":{},\"negative\":{},\"operations\":{},\"acquisitions\":{},\"violations\":{},\"failing_seeds\":{},\"first_violation\":{},\"trace_hash\":\"{:016x}\",\"events\":{},\"fault_episodes\":{},\"bytes_lost\":{},\"hostile_replies\":{},\"expiry_tries_judged\":{},\"guards\":{},\"guards_lost\":{},\"owed_max\":{},\"desynced_connections\":{},\"stale_connections\":{},\"fair_acquisitions\":{},\"fair_places_judged\":{},\"fairness_violations\":{},\"fairness_failing_seeds\":{},\"first_fairness_violation\":{},\"seconds\":{:.3},\"operations_per_second\":{:.0}}}",
             self.seeds,
             base.seed,
             json_str(&base.faults.names()),
@@ -331,6 +374,11 @@ impl Report {
             self.owed_max,
             self.replaced.0,
             self.replaced.1,
+            self.fair_acquisitions,
+            self.fair_places,
+            self.fairness_violations,
+            self.fairness_failing_seeds,
+            first_fair,
             self.seconds,
             ops_per_s
         )
@@ -360,6 +408,18 @@ impl Report {
             self.seconds,
             if self.seconds > 0.0 { self.operations as f64 / self.seconds } else { 0.0 }
         );
+        s.push_str(&format!(
+            "fair mode: {} acquisitions, {} places in line judged, fairness violations {} in {} seeds\n",
+            self.fair_acquisitions,
+            self.fair_places,
+            self.fairness_violations,
+            self.fairness_failing_seeds
+        ));
+        if let Some((seed, invariant, detail, replay)) = &self.first_fairness {
+            s.push_str(&format!(
+                "first fairness violation: seed {seed}, {invariant}: {detail}\nreplay: {replay}\n"
+            ));
+        }
         if let Some(f) = &self.first {
             s.push_str(&format!(
                 "first violation: seed {}, {}: {}\nreplay: {}\n",

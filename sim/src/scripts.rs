@@ -20,6 +20,14 @@ pub enum Script {
     Extend,
     /// `fence.lua`: raise the counter to a value, if every key holds the token.
     Fence,
+    /// Fair mode's `ring.lua` + `wait.lua`: join the lines, read the `PTTL`s.
+    Wait,
+    /// Fair mode's `ring.lua` + `claim.lua`: a waiter's try.
+    Claim,
+    /// Fair mode's `ring.lua` + `handoff.lua`: a release that rings the line's head.
+    Handoff,
+    /// Fair mode's `ring.lua` + `leave.lua`: leave the lines, pass a reservation on.
+    Leave,
 }
 
 /// The digests of the scripts the simulation runs, as the core's `script::ALL` lists them:
@@ -31,9 +39,22 @@ pub const KNOWN: [(&str, Script); 4] = [
     ("b224db508a658782c6d808645f06e07be871c097", Script::Fence),
 ];
 
+/// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
+/// hand-off, leave.
+pub const FAIR: [(&str, Script); 4] = [
+    ("a8b4245a4447921ec484c2ff6be4770ab043d9e0", Script::Wait),
+    ("5bc654bec4ceae63ee233b16e195dbc8c3360210", Script::Claim),
+    ("d20022951125cbb851ad18b2d94af23cedddb76f", Script::Handoff),
+    ("b38a1c95c3a760a3cdd11da997fca0b3416cbe3e", Script::Leave),
+];
+
 /// The script a digest (lowercase hex) names, if the simulation knows it.
 pub fn by_digest(sha: &str) -> Option<Script> {
-    KNOWN.iter().find(|(d, _)| *d == sha).map(|(_, s)| *s)
+    KNOWN
+        .iter()
+        .chain(FAIR.iter())
+        .find(|(d, _)| *d == sha)
+        .map(|(_, s)| *s)
 }
 
 /// The script `text` is, if the simulation knows it.
@@ -51,6 +72,10 @@ pub fn digest(text: &[u8]) -> String {
         (core::RELEASE, core::RELEASE_SHA1),
         (core::EXTEND, core::EXTEND_SHA1),
         (core::FENCE, core::FENCE_SHA1),
+        (core::WAIT, core::WAIT_SHA1),
+        (core::CLAIM, core::CLAIM_SHA1),
+        (core::HANDOFF, core::HANDOFF_SHA1),
+        (core::LEAVE, core::LEAVE_SHA1),
     ];
     match known.iter().find(|(t, _)| t.as_bytes() == text) {
         Some((_, sha)) => (*sha).to_string(),

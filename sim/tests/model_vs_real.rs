@@ -45,6 +45,10 @@ use testkit::local::LocalServer;
 /// harness, which another test's start must not see.
 static START: Mutex<()> = Mutex::new(());
 
+#[path = "model_vs_real/fair.rs"]
+mod fair;
+#[path = "model_vs_real/fair_run.rs"]
+mod fair_run;
 #[path = "model_vs_real/sequences.rs"]
 mod sequences;
 
@@ -288,7 +292,14 @@ fn label(step: &Step, reply: &Frame) -> String {
                 .iter()
                 .zip(script::FUNCTIONS)
                 .position(|((sha, body), f)| text == *sha || text == *body || text == f)
-                .map_or("?", |i| ["acquire", "release", "extend", "fence"][i]);
+                .map(|i| ["acquire", "release", "extend", "fence"][i])
+                .or_else(|| {
+                    let fair = script::FAIR
+                        .iter()
+                        .position(|(sha, body)| text == *sha || text == *body);
+                    fair.map(|i| ["wait", "claim", "handoff", "leave"][i])
+                })
+                .unwrap_or("?");
             format!("{verb} {which}")
         }
         _ => verb,
@@ -398,6 +409,18 @@ fn the_model_answers_as_redis_server_does() {
     model_matches(&server);
 }
 
+/// Fair mode's commands and scripts, over several connections of several client ids with
+/// their bells (`fair.rs`), against `redis-server`: replies and every connection's pushes.
+/// `REDLOCK_SIM_SEQUENCES` / `REDLOCK_SIM_SEQUENCE` as for the others.
+#[test]
+fn the_fair_model_answers_as_redis_server_does() {
+    let server = {
+        let _g = START.lock().unwrap_or_else(|e| e.into_inner());
+        LocalServer::start().expect("redis-server")
+    };
+    fair_run::fair_model_matches(&server);
+}
+
 /// Valkey 9.1's binary, where the project's compat script installed it.
 fn valkey_binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("REDLOCK_VALKEY_SERVER") {
@@ -473,6 +496,26 @@ fn the_sims_digests_are_the_cores_scripts() {
             loaded,
             Frame::Bulk(Bytes::from(sha.to_string())),
             "SCRIPT LOAD {i}"
+        );
+    }
+    let fair = [Script::Wait, Script::Claim, Script::Handoff, Script::Leave];
+    for (i, (sha, text)) in script::FAIR.iter().enumerate() {
+        assert_eq!(
+            sha1_hex(text.as_bytes()),
+            *sha,
+            "the sim's SHA-1 of fair script {i}"
+        );
+        assert_eq!(
+            sim_scripts::FAIR[i],
+            (*sha, fair[i]),
+            "the sim's fair table, {i}"
+        );
+        assert_eq!(sim_scripts::by_text(text.as_bytes()), Some(fair[i]));
+        let loaded = testkit::redis(&addr, &["SCRIPT", "LOAD", text]);
+        assert_eq!(
+            loaded,
+            Frame::Bulk(Bytes::from(sha.to_string())),
+            "SCRIPT LOAD fair {i}"
         );
     }
     let (name, functions) = sim_scripts::parse_library(script::LIBRARY.as_bytes()).unwrap();

@@ -15,6 +15,8 @@ fn the_normal_mix_breaks_no_invariant() {
     assert!(r.faults.0 > 500, "fault episodes drawn: {r:?}");
     assert!(r.guards.0 > 100 && r.guards.1 > 20, "guarded locks: {r:?}");
     assert!(r.owed_max > 10, "replies owed: {r:?}");
+    // Fair mode is in the mix, and every safety invariant holds with it.
+    assert!(r.fair_acquisitions > 300, "fair acquisitions: {r:?}");
     assert_eq!(r.violations, 0, "{}", r.text(&Params::new(1)));
 }
 
@@ -27,6 +29,12 @@ fn without_faults_every_free_resource_is_taken_in_the_first_round() {
     assert!(r.acquisitions > 1_000, "{r:?}");
     assert!(r.expiry_judged > 200, "tries judged after expiry: {r:?}");
     assert!(r.guards.0 > 100, "guarded locks: {r:?}");
+    // Fair waiters in line, judged by the fairness checks (whose findings are counted apart:
+    // `findings.rs` replays them).
+    assert!(
+        r.fair_acquisitions > 300 && r.fair_places > 20,
+        "fair mode: {r:?}"
+    );
     assert_eq!(r.violations, 0, "{}", r.text(&p));
 }
 

@@ -5,7 +5,7 @@
 use super::conn::Login;
 use super::keyspace::Ex;
 use super::reply::Reply;
-use super::{scripts, session, strings, Master};
+use super::{pubsub, scripts, session, strings, zset, Master};
 use crate::profile::{Server, User};
 
 /// One command: its name, arity (Redis' convention: `n` exactly, `-n` at least), its
@@ -41,6 +41,13 @@ const TABLE: &[Spec] = &[
     cmd("pexpire", -3),
     cmd("ping", -1),
     cmd("select", 2),
+    cmd("zadd", -4),
+    cmd("zrange", -4),
+    cmd("zrem", -3),
+    cmd("zscore", 3),
+    cmd("zcard", 2),
+    cmd("publish", 3),
+    cmd("subscribe", -2),
     cmd("eval", -3),
     cmd("evalsha", -3),
     Spec {
@@ -155,6 +162,13 @@ fn run<'a>(
         ("delex", _) => done(strings::delex(m, ex, args)),
         ("ping", _) => session::ping(args),
         ("select", _) => session::select(m, ex, args[1]),
+        ("zadd", _) => done(zset::zadd(m, ex, args)),
+        ("zrange", _) => done(zset::zrange(m, ex, args)),
+        ("zrem", _) => done(zset::zrem(m, ex, args[1], &args[2..]).map(Reply::Int)),
+        ("zscore", _) => done(zset::zscore(m, ex, args[1], args[2])),
+        ("zcard", _) => done(zset::zcard(m, ex, args[1])),
+        ("publish", _) => Reply::Int(pubsub::publish(m, args[1], args[2])),
+        ("subscribe", _) => pubsub::subscribe(m, ex, &args[1..]),
         ("auth", _) => session::auth(m, ex, args),
         ("hello", _) => session::hello(m, ex, args),
         ("client", Some(sub)) => session::client(m, ex, sub, args),

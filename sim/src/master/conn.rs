@@ -69,6 +69,8 @@ pub(crate) struct Conn {
     pub(crate) tracking: Option<Tracking>,
     /// `CLIENT CACHING` was the previous command: it applies to this one.
     pub(crate) caching: bool,
+    /// The pub/sub channels it is subscribed to (`pubsub.rs`).
+    pub(crate) channels: Vec<bytes::Bytes>,
     /// The master closed the connection (a protocol error, a limit): what `out` holds is the
     /// last it sends, and nothing more is read.
     pub(crate) closed: bool,
@@ -87,6 +89,7 @@ impl Conn {
             login,
             tracking: None,
             caching: false,
+            channels: Vec::new(),
             closed: false,
         }
     }
@@ -177,5 +180,10 @@ impl Conns {
 
     pub(crate) fn len(&self) -> usize {
         self.open
+    }
+
+    /// The open connections, in the order of their ids.
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Conn> {
+        self.slots.iter_mut().filter_map(|s| s.as_deref_mut())
     }
 }

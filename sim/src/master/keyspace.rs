@@ -12,14 +12,54 @@ use bytes::Bytes;
 use super::reply::encode_invalidation;
 use super::{ConnId, Master};
 
-/// A string value and its deadline on the master's clock, in milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A value (a string, or a sorted set: `zset.rs`) and its deadline on the master's clock, in
+/// milliseconds.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Entry {
-    pub(crate) value: Bytes,
+    pub(crate) value: Value,
     pub(crate) expire_at: Option<u64>,
 }
 
+/// What a key holds.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Value {
+    /// A string.
+    Str(Bytes),
+    /// A sorted set (fair mode's lines).
+    Zset(super::zset::Zset),
+}
+
+/// The error of a command run on a key of the other type, as Redis words it.
+pub(crate) const WRONGTYPE: &str =
+    "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+impl Value {
+    /// The string, if the value is one.
+    pub(crate) fn as_str(&self) -> Option<&Bytes> {
+        match self {
+            Value::Str(b) => Some(b),
+            Value::Zset(_) => None,
+        }
+    }
+
+    /// The string, or the error of a string command run on another type.
+    pub(crate) fn string(self) -> Result<Bytes, String> {
+        match self {
+            Value::Str(b) => Ok(b),
+            Value::Zset(_) => Err(WRONGTYPE.into()),
+        }
+    }
+}
+
 impl Entry {
+    /// A string entry.
+    pub(crate) fn string(value: Bytes, expire_at: Option<u64>) -> Entry {
+        Entry {
+            value: Value::Str(value),
+            expire_at,
+        }
+    }
+
     pub(crate) fn expired(&self, now: u64) -> bool {
         self.expire_at.is_some_and(|at| now > at)
     }

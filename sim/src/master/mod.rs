@@ -19,13 +19,18 @@ use crate::profile::Profile;
 
 mod commands;
 mod conn;
+mod fair_scripts;
+#[cfg(test)]
+mod fair_tests;
 mod keyspace;
+mod pubsub;
 mod reply;
 mod scripts;
 mod session;
 mod strings;
 #[cfg(test)]
 mod tests;
+mod zset;
 
 use conn::{Conn, Conns, Login};
 use keyspace::{Ex, Keyspace, Tracked};
@@ -174,7 +179,7 @@ impl Master {
     /// tracking): for checkers.
     pub fn peek(&self, db: u32, key: &[u8], now_ms: u64) -> Option<&Bytes> {
         let e = self.keys.dbs.get(&db)?.get(key)?;
-        (!e.expired(now_ms)).then_some(&e.value)
+        (!e.expired(now_ms)).then_some(e.value.as_str()).flatten()
     }
 
     /// What `PTTL key` would answer in database `db` at `now_ms`, without any effect: -2 no

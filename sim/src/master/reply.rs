@@ -18,10 +18,14 @@ pub(crate) enum Reply {
     Bulk(Bytes),
     /// RESP2 `$-1`, RESP3 `_`.
     Null,
+    /// A RESP3 double (`,1`); in RESP2 the bulk string of `%.17g` (a sorted set's score).
+    Double(f64),
     /// `*n ...`.
     Array(Vec<Reply>),
     /// A RESP3 map; in RESP2 the flat array of its names and values.
     Map(Vec<(Reply, Reply)>),
+    /// A RESP3 push in place of a reply (`SUBSCRIBE`'s confirmation); an array in RESP2.
+    Push(Vec<Reply>),
 }
 
 impl Reply {
@@ -49,7 +53,13 @@ impl Reply {
             Reply::Bulk(b) => Frame::Bulk(b.clone()),
             Reply::Null if resp3 => Frame::Null,
             Reply::Null => Frame::NullBulk,
+            Reply::Double(d) if resp3 => Frame::Double(*d),
+            Reply::Double(d) => Frame::Bulk(Bytes::from(super::zset::fmt_g17(*d))),
             Reply::Array(items) => Frame::Array(items.iter().map(|r| r.to_frame(resp3)).collect()),
+            Reply::Push(items) if resp3 => {
+                Frame::Push(items.iter().map(|r| r.to_frame(resp3)).collect())
+            }
+            Reply::Push(items) => Frame::Array(items.iter().map(|r| r.to_frame(resp3)).collect()),
             Reply::Map(pairs) if resp3 => Frame::Map(
                 pairs
                     .iter()
@@ -90,8 +100,19 @@ impl Reply {
             Reply::Bulk(b) => bulk(out, b),
             Reply::Null if resp3 => out.extend_from_slice(b"_\r\n"),
             Reply::Null => out.extend_from_slice(b"$-1\r\n"),
-            Reply::Array(items) => {
-                header(out, b'*', count(items.len()));
+            Reply::Double(d) if resp3 => {
+                out.push(b',');
+                out.extend_from_slice(super::zset::fmt_g17(*d).as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Double(d) => bulk(out, super::zset::fmt_g17(*d).as_bytes()),
+            Reply::Array(items) | Reply::Push(items) => {
+                let ty = if resp3 && matches!(self, Reply::Push(_)) {
+                    b'>'
+                } else {
+                    b'*'
+                };
+                header(out, ty, count(items.len()));
                 for r in items {
                     r.encode(resp3, out);
                 }
@@ -135,4 +156,12 @@ fn bulk(out: &mut Vec<u8>, b: &[u8]) {
 pub(crate) fn encode_invalidation(key: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b">2\r\n$10\r\ninvalidate\r\n*1\r\n");
     bulk(out, key);
+}
+
+/// Writes a push of three bulk strings (`>3 message <channel> <payload>`), RESP3 only.
+pub(crate) fn encode_push3(kind: &[u8], channel: &[u8], payload: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(b">3\r\n");
+    bulk(out, kind);
+    bulk(out, channel);
+    bulk(out, payload);
 }

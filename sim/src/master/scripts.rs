@@ -24,7 +24,7 @@ pub struct Library {
 
 /// Why a script stopped: a `redis.call` failed (its error, at a line of the script), or it
 /// was called with arguments the project never sends, which this simulation does not run.
-enum Stop {
+pub(super) enum Stop {
     Call(String, u32),
     Unsimulated,
 }
@@ -187,16 +187,18 @@ fn run<'a>(
     argv: &[&[u8]],
 ) -> Reply {
     ex.script_keys = Some(keys);
+    let int = |n| Reply::Int(lua_number(n));
     let result = match script {
-        Some(Script::Acquire) => acquire(m, ex, keys, argv),
-        Some(Script::Release) => release(m, ex, keys, argv),
-        Some(Script::Extend) => extend(m, ex, keys, argv),
-        Some(Script::Fence) => fence(m, ex, keys, argv),
+        Some(Script::Acquire) => acquire(m, ex, keys, argv).map(int),
+        Some(Script::Release) => release(m, ex, keys, argv).map(int),
+        Some(Script::Extend) => extend(m, ex, keys, argv).map(int),
+        Some(Script::Fence) => fence(m, ex, keys, argv).map(int),
+        Some(fair) => super::fair_scripts::run(m, ex, fair, keys, argv),
         None => Err(Stop::Unsimulated),
     };
     ex.script_keys = None;
     match result {
-        Ok(n) => Reply::Int(lua_number(n)),
+        Ok(reply) => reply,
         Err(Stop::Call(msg, line)) => Reply::Error(m.profile.server.script_error(&msg, &by, line)),
         Err(Stop::Unsimulated) => Reply::err("ERR sim: a script or arguments not simulated"),
     }
@@ -215,7 +217,8 @@ fn lua_number(n: i64) -> i64 {
 
 /// `GET` from a script: the value, or `false` (`None`).
 fn script_get(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Option<Bytes> {
-    m.read(ex, key).map(|e| e.value)
+    // (The lock scripts read locks' keys, which never hold a sorted set.)
+    m.read(ex, key).and_then(|e| e.value.as_str().cloned())
 }
 
 /// `acquire.lua`.

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use super::keyspace::{Entry, Ex};
+use super::keyspace::{Entry, Ex, Value, WRONGTYPE};
 use super::reply::Reply;
 use super::{pttl_of, Master};
 
@@ -42,7 +42,11 @@ pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
 
 pub(crate) fn get(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Reply {
     match m.read(ex, key) {
-        Some(e) => Reply::Bulk(e.value),
+        Some(Entry {
+            value: Value::Str(b),
+            ..
+        }) => Reply::Bulk(b),
+        Some(_) => Reply::err(WRONGTYPE),
         None => Reply::Null,
     }
 }
@@ -65,14 +69,17 @@ pub(crate) fn del(m: &mut Master, ex: &mut Ex, keys: &[&[u8]]) -> Reply {
 pub(crate) fn incr(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Result<i64, String> {
     let old = m.lookup(ex, key);
     let (value, expire_at) = match &old {
-        Some(e) => (parse_i64(&e.value).ok_or(NOT_AN_INTEGER)?, e.expire_at),
+        Some(e) => {
+            let v = e.value.clone().string()?;
+            (parse_i64(&v).ok_or(NOT_AN_INTEGER)?, e.expire_at)
+        }
         None => (0, None),
     };
     let new = value
         .checked_add(1)
         .ok_or("ERR increment or decrement would overflow")?;
     let value = Bytes::from(new.to_string());
-    m.store(ex, key, Entry { value, expire_at });
+    m.store(ex, key, Entry::string(value, expire_at));
     Ok(new)
 }
 
@@ -180,7 +187,8 @@ pub(crate) fn set(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Result<Reply, 
     let key = args[1];
     let old = m.lookup(ex, key);
     let holds = match (&o.ifeq, &old) {
-        (Some(want), Some(e)) => e.value == *want,
+        // (A sorted set is never compared: no lock's key holds one.)
+        (Some(want), Some(e)) => e.value.as_str().map(|b| &b[..]) == Some(*want),
         (Some(_), None) => false,
         (None, _) => !(o.nx && old.is_some() || o.xx && old.is_none()),
     };
@@ -192,14 +200,16 @@ pub(crate) fn set(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Result<Reply, 
         (at, _) => at,
     };
     let value = Bytes::copy_from_slice(args[2]);
-    m.store(ex, key, Entry { value, expire_at });
+    m.store(ex, key, Entry::string(value, expire_at));
     Ok(Reply::OK)
 }
 
 /// Valkey's `DELIFEQ key value`: 1 deleted, 0 not (no key, or another value).
 pub(crate) fn delifeq(m: &mut Master, ex: &mut Ex, key: &[u8], value: &[u8]) -> Reply {
     match m.lookup(ex, key) {
-        Some(e) if e.value == *value => Reply::Int(i64::from(m.remove(ex, key))),
+        Some(e) if e.value.as_str().map(|b| &b[..]) == Some(value) => {
+            Reply::Int(i64::from(m.remove(ex, key)))
+        }
         _ => Reply::Int(0),
     }
 }
@@ -214,7 +224,7 @@ pub(crate) fn delex(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Result<Reply
     };
     let key = args[1];
     Ok(match (m.lookup(ex, key), want) {
-        (Some(e), Some(v)) if e.value != **v => Reply::Int(0),
+        (Some(e), Some(v)) if e.value.as_str().map(|b| &b[..]) != Some(*v) => Reply::Int(0),
         (Some(_), _) => Reply::Int(i64::from(m.remove(ex, key))),
         (None, _) => Reply::Int(0),
     })

@@ -21,6 +21,7 @@ use crate::rng::Rng;
 mod clock;
 mod guard;
 mod ops;
+mod owed;
 mod step;
 
 use clock::Clock;
@@ -121,6 +122,10 @@ struct Run {
     /// Whether the last round was a try's acquire round and won it (a fenced try's write-back
     /// comes next; otherwise a script round of an acquisition is its release).
     acquire_won: bool,
+    /// Fair mode: a wait script's round went out (the waiter is in line from its wait on, and
+    /// its tries are claims), and whether its first wait in line has begun.
+    in_line: bool,
+    joined: bool,
 }
 
 /// A lock a task holds.
@@ -249,8 +254,16 @@ impl Client {
         let guards = spec.plans.is_empty() && gbeh.chance(400);
         let nt = cfg.node_timeout().as_nanos() as u64;
         let rounds = 3 + u64::from(cfg.fencing_key().is_some());
-        let gap =
-            rounds * nt + cfg.retry_delay().as_nanos() as u64 + op::WAKE_JITTER.as_nanos() as u64;
+        // Fair mode: the wait script's round and the ticket's move, and a wait for the bell
+        // of up to `FAIR_WAIT_LEASES` claim leases in place of the retry delay.
+        let (rounds, delay) = match cfg.fair() {
+            Some(f) => (
+                rounds + 2,
+                fair_wait(f).max(cfg.retry_delay().as_nanos() as u64),
+            ),
+            None => (rounds, cfg.retry_delay().as_nanos() as u64),
+        };
+        let gap = rounds * nt + delay + op::WAKE_JITTER.as_nanos() as u64;
         let gap = gap + (gap as f64 * cfg.drift_factor()).ceil() as u64 + 1_000;
         let stale = redlock_core::conn::stale_after(cfg.node_timeout());
         let clock = Clock { ppm: spec.ppm };
@@ -436,51 +449,6 @@ impl Client {
         self.check_owed(sim);
     }
 
-    /// Replies owed per connection stay bounded: never more than the engine's limit
-    /// (`owed-bound`), and no command queued on a connection that owes a reply past
-    /// [`stale_after`](redlock_core::conn::stale_after), where the engine must replace it first
-    /// (`owed-stale`): a connection that lost a command or a reply (byte loss, a blackhole) is
-    /// dropped, or its rounds end at their deadlines, rather than owing more and more.
-    fn check_owed(&mut self, sim: &mut Sim) {
-        let clock = self.clock;
-        let submitted = std::mem::replace(&mut self.submitted, false);
-        for i in 0..self.owed.len() {
-            let (n, oldest) = self.engine.owed(i);
-            let last = std::mem::replace(&mut self.owed[i], n);
-            sim.owed_max = sim.owed_max.max(n as u64);
-            // The sentinel may be queued ahead of the command that reached the limit.
-            if n > MAX_OWED + 1 {
-                sim.hist.note(
-                    "owed-bound",
-                    sim.now,
-                    format!("c{}: node {i}'s connection owes {n} replies", self.id),
-                );
-            }
-            // The rule is the engine's for the rounds it queues (it replaces a stale connection
-            // first). A command a connection sends again in another form after a refusal (a
-            // master that was paused answering its backlog) goes behind replies that are old
-            // but on their way, keeps its first command's time, and rightly stays.
-            let age = || {
-                oldest.map_or(Duration::ZERO, |t| {
-                    clock.local(sim).saturating_duration_since(t)
-                })
-            };
-            if submitted && n > last && age() > self.stale {
-                let age = age();
-                sim.hist.note(
-                    "owed-stale",
-                    sim.now,
-                    format!(
-                        "c{}: node {i}'s connection took commands ({last} -> {n} replies owed) while owing one queued {:.3} ms ago (stale after {:.3} ms)",
-                        self.id,
-                        age.as_secs_f64() * 1e3,
-                        self.stale.as_secs_f64() * 1e3
-                    ),
-                );
-            }
-        }
-    }
-
     /// Hands fired watches to the tasks that await them; returns whether any was.
     fn hand_fired(&mut self, sim: &mut Sim) -> bool {
         let mut any = false;
@@ -543,6 +511,21 @@ impl Client {
             return;
         }
         let round = done.round;
+        if sim.fair.fault_free {
+            // A timeout, a connection down or failing: the retries and timeouts fairness
+            // leaves out.
+            let troubled = round.reports_iter().any(|o| {
+                matches!(
+                    o,
+                    NodeOutcome::Timeout | NodeOutcome::Down | NodeOutcome::Io(_)
+                )
+            });
+            if let (true, State::Run(r)) = (troubled, &self.tasks[k].state) {
+                if let Some(a) = sim.fair.acq_mut(r.rec) {
+                    a.troubled = true;
+                }
+            }
+        }
         let (t1, first_live) = match &mut self.tasks[k].state {
             State::Run(r) => {
                 let first = r.first_round && r.live;
@@ -620,6 +603,15 @@ fn short(o: &NodeOutcome) -> String {
         NodeOutcome::Io(k) => format!("io:{k:?}"),
         other => format!("{other}"),
     }
+}
+
+/// How many claim leases a waiter in line waits for its bell at most: the core's
+/// `op::retry::FAIR_WAIT_LEASES` (not exported), as `docs/redlock.md` states it.
+const FAIR_WAIT_LEASES: u64 = 8;
+
+/// Fair mode's longest wait for a bell, in nanoseconds.
+pub(crate) fn fair_wait(f: &redlock_core::command::Fair) -> u64 {
+    f.claim_ms * FAIR_WAIT_LEASES * 1_000_000
 }
 
 /// The instant `base + t` nanoseconds.

@@ -187,6 +187,8 @@ pub(crate) struct Sim {
     pub negative: Option<Negative>,
     /// The most replies one connection owed.
     pub owed_max: u64,
+    /// What fairness is judged on.
+    pub fair: crate::fairness::FairLog,
     /// Buffers kept between uses: a master's output on its way to a link, and a segment
     /// with a piece lost.
     out: Vec<u8>,
@@ -227,6 +229,11 @@ pub struct Outcome {
     /// Connections the clients' engines dropped: out of step (a reply that did not fit, a
     /// wrong sentinel), and owing a reply past every deadline.
     pub replaced: (u64, u64),
+    /// Locks granted to clients in fair mode.
+    pub fair_acquisitions: u64,
+    /// Fair mode's broken promises (`fairness.rs`), apart from `violations`, and the places
+    /// in line they judged.
+    pub fairness: crate::fairness::Judged,
 }
 
 /// A world: masters, links and clients, ready to run.
@@ -293,6 +300,7 @@ impl Sim {
             expiry_judged: 0,
             negative: None,
             owed_max: 0,
+            fair: crate::fairness::FairLog::default(),
             out: Vec::new(),
             lost: Vec::new(),
         }
@@ -470,9 +478,10 @@ impl World {
             let cfg = client.cfg();
             let words = || {
                 format!(
-                    "c{c}: masters {:?}, quorum {}, node timeout {:?}, tries {}, retry delay {:?}, drift {}, fail-fast {}, fenced {}, scripts {:?}, wake-ups {}, verify {}",
+                    "c{c}: masters {:?}, quorum {}, node timeout {:?}, tries {}, retry delay {:?}, drift {}, fail-fast {}, fenced {}, scripts {:?}, wake-ups {}, verify {}, fair {:?}",
                     client.perm, cfg.quorum(), cfg.node_timeout(), cfg.tries(), cfg.retry_delay(),
-                    cfg.drift_factor(), cfg.fail_fast(), cfg.fencing_key().is_some(), client.scripts(), cfg.wakeups(), cfg.verify_stream()
+                    cfg.drift_factor(), cfg.fail_fast(), cfg.fencing_key().is_some(), client.scripts(), cfg.wakeups(), cfg.verify_stream(),
+                    cfg.fair().map(|f| (String::from_utf8_lossy(&f.id).into_owned(), f.claim_ms))
                 )
             };
             self.sim.trace.ev(0, 40, c as u64, 0, words);
@@ -506,6 +515,16 @@ impl World {
             );
         }
         let violations = check::check(&sim.hist);
+        let fairness = crate::fairness::check(&sim.fair, &sim.hist);
+        let mut fair_acquisitions = 0;
+        let mut last = None;
+        for w in &sim.hist.windows {
+            if last != Some(w.lock) && sim.fair.clients.get(w.holder.client as usize) == Some(&true)
+            {
+                fair_acquisitions += 1;
+            }
+            last = Some(w.lock);
+        }
         let replaced = self.clients.iter().fold((0, 0), |(d, s), c| {
             let (cd, cs) = c.replaced();
             (d + cd, s + cs)
@@ -533,6 +552,8 @@ impl World {
             ),
             owed_max: sim.owed_max,
             replaced,
+            fair_acquisitions,
+            fairness,
         };
         (outcome, std::mem::take(&mut sim.hist))
     }

@@ -102,6 +102,11 @@ impl World {
             .masters
             .iter()
             .all(|m| m.m.profile().server.has_set_ifeq());
+        // Fair mode (waiters in line on the masters) in two worlds of five, for three clients
+        // of four of those that may run it, drawn from streams of their own, so that the other
+        // worlds keep their schedules.
+        let fair_world = Rng::new(seed, 0x4ff).chance(400);
+        sim.fair.fault_free = params.faults.is_empty() && params.negative.is_none();
         let mut cl = Vec::new();
         for id in 0..clients {
             let fenced = rng.chance(350);
@@ -151,6 +156,25 @@ impl World {
             // commands), a fifth of them elsewhere (the mode under every other fault).
             o.verify_stream = params.faults.has(Fault::ByteLoss)
                 || Rng::new(seed, 0x300 + u64::from(id)).chance(200);
+            // Fair mode needs wake-ups (RESP3: every simulated server has it) and scripts by
+            // `EVALSHA`/`EVAL` (the core turns it off under `Scripts::Function`); the user
+            // denied scripting on some masters does not run it. Its id, from the seed.
+            let mut fairs = Rng::new(seed, 0x500 + u64::from(id));
+            if fair_world
+                && o.wakeups
+                && scripts != Scripts::Function
+                && !user.starts_with("limited")
+                && fairs.chance(750)
+            {
+                o.fair = true;
+                o.client_id = format!("{:012x}-{id}", fairs.next_u64() >> 16);
+                let nt = o.node_timeout.as_nanos() as u64;
+                o.claim_lease = if fairs.chance(500) {
+                    redlock_core::DEFAULT_CLAIM_LEASE
+                } else {
+                    Duration::from_millis(fairs.range((4 * nt / 1_000_000).max(10), 200))
+                };
+            }
             let cfg = o.validate().expect("the simulator draws valid options");
             let ttl_min = (cfg.min_ttl().as_nanos() as u64).max(10_000_000);
             let ppm = if params.negative == Some(Negative::ClientClockSlow) && id == 0 {
@@ -177,6 +201,7 @@ impl World {
                 scripts,
                 ppm,
             };
+            sim.fair.clients.push(cfg.fair().is_some());
             cl.push(Client::new(id, cfg, seed, perm, spec));
         }
         sim.cut = vec![0; cl.len()];
@@ -295,6 +320,7 @@ impl World {
                 scripts: Scripts::Auto,
                 ppm: 0,
             };
+            sim.fair.clients.push(false);
             clients.push(Client::new(id as u32, cfg, 7, vec![0, 1, 2], spec));
         }
         sim.cut = vec![0; clients.len()];

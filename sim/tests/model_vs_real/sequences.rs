@@ -9,26 +9,26 @@ use resp::Frame;
 pub(crate) const BASE_SEED: u64 = 0x5eed_0025;
 
 /// A small deterministic generator (SplitMix64): the sequences depend on the seed alone.
-pub(crate) struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next() % (hi - lo + 1)
     }
-    fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
         self.next() % 100 < percent
     }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+    pub(crate) fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
     }
 }
@@ -44,6 +44,8 @@ pub(crate) enum Kind {
     Hello,
     /// No command: a pause (milliseconds) that lets short ttls run out on both sides.
     Sleep(u64),
+    /// Fair mode's wait script: `[-3 or a PTTL, the ticket]`, the `PTTL` compared as `Pttl`.
+    Wait,
 }
 
 /// One step of a sequence.
@@ -51,6 +53,13 @@ pub(crate) enum Kind {
 pub(crate) struct Step {
     pub(crate) args: Vec<Vec<u8>>,
     pub(crate) kind: Kind,
+}
+
+impl Step {
+    /// A step of `kind` with these arguments.
+    pub(crate) fn new(kind: Kind, args: &[&[u8]]) -> Step {
+        step(kind, args)
+    }
 }
 
 fn step(kind: Kind, args: &[&[u8]]) -> Step {
@@ -230,6 +239,8 @@ impl Gen<'_> {
                 keys.push(self.counter.clone());
                 argv.push(self.rng.pick(&FENCE_VALUES).as_bytes().to_vec());
             }
+            // Fair mode's scripts have sequences of their own (`fair.rs`).
+            _ => unreachable!("only the lock scripts are drawn here"),
         }
         let i = which as usize;
         let (sha, text) = script::ALL[i];

@@ -179,8 +179,15 @@ impl Client {
         tries: u32,
     ) {
         let nt = self.nt();
-        let gap = nt + self.cfg.retry_delay().as_nanos() as u64 + op::WAKE_JITTER.as_nanos() as u64;
-        let bound = u64::from(tries) * 3 * nt + u64::from(tries.saturating_sub(1)) * gap;
+        let jitter = op::WAKE_JITTER.as_nanos() as u64;
+        let delay = self.cfg.retry_delay().as_nanos() as u64;
+        // Fair mode: between tries the wait script's round, the ticket's move and a wait of up
+        // to `FAIR_WAIT_LEASES` claim leases; at the end, the leave script's round.
+        let (gap, leave) = match self.cfg.fair() {
+            Some(f) => (2 * nt + super::fair_wait(f).max(delay) + jitter, nt),
+            None => (nt + delay + jitter, 0),
+        };
+        let bound = u64::from(tries) * 3 * nt + u64::from(tries.saturating_sub(1)) * gap + leave;
         let waiter = (tries > 1).then_some(Waiter::Tries(tries));
         self.begin_acquire(sim, k, names, ids, ttl, retry, bound, waiter);
     }
@@ -196,7 +203,10 @@ impl Client {
         retry: Retry,
         max_wait: Duration,
     ) {
-        let bound = max_wait.as_nanos() as u64 + 4 * self.nt() + op::WAKE_JITTER.as_nanos() as u64;
+        // Fair mode: the ticket's move after the last wait, and the leave script's round.
+        let rounds = if self.cfg.fair().is_some() { 6 } else { 4 };
+        let bound =
+            max_wait.as_nanos() as u64 + rounds * self.nt() + op::WAKE_JITTER.as_nanos() as u64;
         let waiter = Waiter::Until(self.after(sim, max_wait.as_nanos() as u64));
         self.begin_acquire(sim, k, names, ids, ttl, retry, bound, Some(waiter));
     }
@@ -276,6 +286,11 @@ impl Client {
             let w = &mut sim.hist.windows[i];
             w.until = w.until.min(sim.now);
         }
+        sim.fair.released.push((held.id, sim.now));
+        if self.cfg.fair().is_some() {
+            sim.fair
+                .note(sim.now, self.id, &held.res, crate::fairness::What::Released);
+        }
         let op = op::Release::new(held.lock);
         let bound = self.nt();
         self.start(
@@ -333,7 +348,26 @@ impl Client {
             },
         );
         sim.touch(&res, self.id, k as u32, 1);
-        let sets_keys = matches!(kind, OpKind::Acquire | OpKind::Extend);
+        if kind == OpKind::Acquire {
+            sim.fair.acquisitions.push(crate::fairness::Acq {
+                op: rec,
+                client: self.id,
+                resources: res.clone(),
+                joined: None,
+                troubled: false,
+            });
+        }
+        // Fair mode: a release may reserve the resource for the line's head, and any
+        // acquisition's scripts (the wait, a failed try's release, the leave) too, for the
+        // claim lease.
+        let claim = self.cfg.fair().map_or(0, |f| f.claim_ms * 1_000_000);
+        let sets_keys = matches!(kind, OpKind::Acquire | OpKind::Extend)
+            || (claim > 0 && kind == OpKind::Release);
+        let ttl = if kind == OpKind::Extend {
+            ttl
+        } else {
+            ttl.max(claim)
+        };
         if sets_keys {
             sim.setting(&res, true, ttl);
         }
@@ -362,6 +396,8 @@ impl Client {
             acquire_round: false,
             alone_at_try: false,
             acquire_won: false,
+            in_line: false,
+            joined: false,
         }));
         self.advance(sim, k, Input::Start);
     }

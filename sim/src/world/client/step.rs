@@ -7,6 +7,7 @@ use redlock_core::Error;
 
 use super::{AnyOp, Client, Held, Role, Sim, State, Wait, Waiter};
 use crate::check::{Holder, Window, Write};
+use crate::fairness::What;
 
 impl Client {
     /// Steps task `k`'s operation with `input` until it waits for something or is done.
@@ -62,6 +63,23 @@ impl Client {
                         && !(run.acquire_won && self.cfg.fencing_key().is_some());
                     run.acquire_round = acquiring;
                     run.acquire_won = false;
+                    if self.cfg.fair().is_some() {
+                        // Fair mode: what the round does to the client's place in line. (A
+                        // failed try's release takes the client out of the lines before it
+                        // waits in one; after, it is a failed claim's, which keeps its place.)
+                        let what = match cmd.expect() {
+                            Expect::Wait => {
+                                run.in_line = true;
+                                None
+                            }
+                            Expect::Leave if cmd.is_script() => Some(What::Left),
+                            _ if release && !run.in_line => Some(What::Released),
+                            _ => None,
+                        };
+                        if let Some(what) = what {
+                            sim.fair.note(sim.now, self.id, &run.res, what);
+                        }
+                    }
                     if release && sim.negative == Some(crate::world::Negative::NoRelease) {
                         self.events.clear();
                         input = Input::Round(Err(Error::Aborted));
@@ -95,29 +113,40 @@ impl Client {
                     run.watch = Some(id);
                     Some(Input::Watching)
                 }
-                Step::Await(deadline) => match (run.watch, deadline) {
-                    (Some(id), Some(deadline)) => {
-                        if let Some(i) = self.fired.iter().position(|(w, _)| *w == id) {
-                            let (_, why) = self.fired.swap_remove(i);
-                            self.engine.unwatch(id);
+                Step::Await(deadline) => {
+                    if run.in_line && !run.joined {
+                        // Its first wait in line begins: it has joined the line.
+                        run.joined = true;
+                        if let Some(a) = sim.fair.acq_mut(run.rec) {
+                            a.joined = Some(sim.now);
+                        }
+                        sim.fair
+                            .note(sim.now, self.id, &run.res, What::Joined(run.rec));
+                    }
+                    match (run.watch, deadline) {
+                        (Some(id), Some(deadline)) => {
+                            if let Some(i) = self.fired.iter().position(|(w, _)| *w == id) {
+                                let (_, why) = self.fired.swap_remove(i);
+                                self.engine.unwatch(id);
+                                run.watch = None;
+                                Some(Input::Woken(Some(why)))
+                            } else {
+                                run.wait = Wait::Await(id);
+                                let wait = deadline.saturating_duration_since(now);
+                                let wait = stretch(sim, wait.as_nanos() as u64);
+                                self.tasks[k].timer = clock.after(sim, wait);
+                                None
+                            }
+                        }
+                        (id, _) => {
+                            if let Some(id) = id {
+                                self.engine.unwatch(id);
+                            }
                             run.watch = None;
-                            Some(Input::Woken(Some(why)))
-                        } else {
-                            run.wait = Wait::Await(id);
-                            let wait = deadline.saturating_duration_since(now);
-                            let wait = stretch(sim, wait.as_nanos() as u64);
-                            self.tasks[k].timer = clock.after(sim, wait);
-                            None
+                            Some(Input::Woken(None))
                         }
                     }
-                    (id, _) => {
-                        if let Some(id) = id {
-                            self.engine.unwatch(id);
-                        }
-                        run.watch = None;
-                        Some(Input::Woken(None))
-                    }
-                },
+                }
                 Step::Done => {
                     self.events.clear();
                     self.finish(sim, k);
@@ -313,6 +342,14 @@ impl Client {
         let fired = match &run.op {
             AnyOp::Acquire(o) => match o.abandon() {
                 Some(cmd) => {
+                    if self.cfg.fair().is_some() {
+                        // A try's release takes the client out of the lines; a waiter's leave too.
+                        let what = match cmd.expect() {
+                            Expect::Leave => What::Left,
+                            _ => What::Released,
+                        };
+                        sim.fair.note(sim.now, self.id, &run.res, what);
+                    }
                     self.engine.fire(&cmd, self.local(sim));
                     true
                 }

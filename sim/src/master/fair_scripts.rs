@@ -1,0 +1,343 @@
+//! Fair mode's scripts run natively: `wait.lua`, `claim.lua`, `handoff.lua` and `leave.lua`,
+//! each with `ring.lua`'s hand-off at its head (`redlock_core::script::{WAIT, CLAIM, HANDOFF,
+//! LEAVE}`). Each function below follows its Lua line by line: the same `redis.call`s in the
+//! same order through the same commands (so expiry, invalidations, pushes and errors are the
+//! commands' own), the same values returned. A failed call stops the script with its error at
+//! the line of the concatenated text (`ring.lua` is its first [`RING_LINES`] lines).
+//!
+//! Numbers cross as Lua passes them: a Lua number given to `redis.call` is written with
+//! `%.17g` ([`fmt_g17`]), a number returned is truncated to an integer. Arguments the core
+//! never sends (a count that is not a number, too few keys) stop the script as not simulated.
+
+use bytes::Bytes;
+
+use super::keyspace::{Ex, Value, WRONGTYPE};
+use super::reply::Reply;
+use super::scripts::Stop;
+use super::zset::{self, fmt_g17};
+use super::{pttl_of, pubsub, strings, Master};
+use crate::scripts::Script;
+
+/// The lines of `ring.lua`, ahead of each script's own.
+const RING_LINES: u32 = 19;
+
+const RESERVED: &[u8] = b"redlock-mux:reserved:";
+
+/// A script's keys or arguments, each a slice of its command's bytes.
+type Args<'a> = &'a [&'a [u8]];
+
+/// Runs fair script `script` (one of the four) with `keys` and `argv`.
+pub(super) fn run(
+    m: &mut Master,
+    ex: &mut Ex,
+    script: Script,
+    keys: Args<'_>,
+    argv: Args<'_>,
+) -> Result<Reply, Stop> {
+    match script {
+        Script::Wait => wait(m, ex, keys, argv),
+        Script::Claim => claim(m, ex, keys, argv).map(Reply::Int),
+        Script::Handoff => handoff(m, ex, keys, argv).map(Reply::Int),
+        Script::Leave => leave(m, ex, keys, argv).map(Reply::Int),
+        _ => Err(Stop::Unsimulated),
+    }
+}
+
+/// A line of the script's own body, in the concatenated text.
+fn body(line: u32) -> u32 {
+    RING_LINES + line
+}
+
+/// Lua's `tonumber` of an argument the core writes as a decimal integer.
+fn number(b: &[u8]) -> Result<f64, Stop> {
+    std::str::from_utf8(b)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+        .ok_or(Stop::Unsimulated)
+}
+
+/// A Lua number returned to Redis: truncated to an integer.
+fn int(v: f64) -> i64 {
+    if v >= 9_223_372_036_854_775_808.0 || v.is_nan() {
+        i64::MIN
+    } else {
+        v as i64
+    }
+}
+
+/// `n` from an argument, with at least `2n` keys.
+fn count(b: &[u8], keys: Args<'_>) -> Result<usize, Stop> {
+    let n = strings::parse_i64(b)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or(Stop::Unsimulated)?;
+    if keys.len() < 2 * n {
+        return Err(Stop::Unsimulated);
+    }
+    Ok(n)
+}
+
+/// `n` as `#KEYS / 2`, for an even number of keys.
+fn half(keys: Args<'_>) -> Result<usize, Stop> {
+    if keys.len() % 2 != 0 {
+        return Err(Stop::Unsimulated);
+    }
+    Ok(keys.len() / 2)
+}
+
+fn arg<'a>(argv: Args<'a>, i: usize) -> Result<&'a [u8], Stop> {
+    argv.get(i - 1).copied().ok_or(Stop::Unsimulated)
+}
+
+fn cat(a: &[u8], b: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(a.len() + b.len());
+    v.extend_from_slice(a);
+    v.extend_from_slice(b);
+    v
+}
+
+fn call<T>(r: Result<T, String>, line: u32) -> Result<T, Stop> {
+    r.map_err(|msg| Stop::Call(msg, line))
+}
+
+/// `redis.call("GET", key)`: the string or `false` (`None`).
+fn get(m: &mut Master, ex: &mut Ex, key: &[u8], line: u32) -> Result<Option<Bytes>, Stop> {
+    match m.read(ex, key).map(|e| e.value) {
+        None => Ok(None),
+        Some(Value::Str(b)) => Ok(Some(b)),
+        Some(Value::Zset(_)) => Err(Stop::Call(WRONGTYPE.into(), line)),
+    }
+}
+
+/// `redis.call("PTTL", key)`.
+fn pttl(m: &mut Master, ex: &mut Ex, key: &[u8]) -> i64 {
+    m.read(ex, key).map_or(-2, |e| pttl_of(&e, ex.now))
+}
+
+/// `redis.call("SET", key, value, "PX", ms)`.
+fn set_px(
+    m: &mut Master,
+    ex: &mut Ex,
+    key: &[u8],
+    value: &[u8],
+    ms: &[u8],
+    line: u32,
+) -> Result<(), Stop> {
+    let args: [&[u8]; 5] = [b"SET", key, value, b"PX", ms];
+    call(strings::set(m, ex, &args), line).map(drop)
+}
+
+/// `redis.call("ZREM", q, member)`.
+fn zrem(m: &mut Master, ex: &mut Ex, q: &[u8], member: &[u8], line: u32) -> Result<i64, Stop> {
+    call(zset::zrem(m, ex, q, &[member]), line)
+}
+
+/// `redis.call("ZADD", q, "NX", score, member)`: 1 added, 0 not.
+fn zadd_nx(
+    m: &mut Master,
+    ex: &mut Ex,
+    q: &[u8],
+    score: &[u8],
+    member: &[u8],
+    line: u32,
+) -> Result<i64, Stop> {
+    let args: [&[u8]; 5] = [b"ZADD", q, b"NX", score, member];
+    match call(zset::zadd(m, ex, &args), line)? {
+        Reply::Int(n) => Ok(n),
+        _ => Err(Stop::Unsimulated),
+    }
+}
+
+/// `ring.lua`: rings the head of line `q` for resource `r` and reserves `r` for it; the id
+/// rung (`false`: none). The head rung last (`redlock-mux:rung:<r>`) leaves the line as a
+/// lapsed reservation only when the holder did not release (`released`).
+#[allow(clippy::too_many_arguments)]
+fn ring(
+    m: &mut Master,
+    ex: &mut Ex,
+    r: &[u8],
+    q: &[u8],
+    claim: &[u8],
+    me: Option<&[u8]>,
+    tag: &[u8],
+    released: bool,
+) -> Result<Option<Bytes>, Stop> {
+    let marker = cat(b"redlock-mux:rung:", r);
+    let mut last = get(m, ex, &marker, 3)?;
+    for _ in 0..1024 {
+        let head = call(zset::range(m, ex, q, b"0", b"0"), 5)?;
+        let Some((id, _)) = head.into_iter().next() else {
+            return Ok(None);
+        };
+        if me != Some(&id[..]) && last.as_ref() == Some(&id) && !released {
+            zrem(m, ex, q, &id, 8)?;
+            last = None;
+        } else if me == Some(&id[..]) || {
+            let channel = cat(b"redlock-mux:bell:", &id);
+            let mut message = tag.to_vec();
+            message.push(b' ');
+            message.extend_from_slice(r);
+            pubsub::publish(m, &channel, &message) > 0
+        } {
+            set_px(m, ex, r, &cat(RESERVED, &id), claim, 11)?;
+            // `claim * 16`: Lua turns the argument into a number.
+            let marker_ms = fmt_g17(number(claim)? * 16.0);
+            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 12)?;
+            return Ok(Some(id));
+        } else {
+            zrem(m, ex, q, &id, 15)?;
+        }
+    }
+    Ok(None)
+}
+/// `wait.lua`: `ARGV` client id, claim lease, `n`, the lines' ttl, the waiter's ttl.
+fn wait(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<Reply, Stop> {
+    let n = count(arg(argv, 3)?, keys)?;
+    let id = arg(argv, 1)?;
+    let mine = cat(RESERVED, id);
+    let claim = number(arg(argv, 2)?)?;
+    let (mut yours, mut longest, mut ticket) = (true, -2.0f64, 0.0f64);
+    for i in 0..n {
+        let (key, q) = (keys[i], keys[n + i]);
+        let mut t = pttl(m, ex, key) as f64;
+        let mut v = None;
+        if t >= 0.0 && t <= claim {
+            v = get(m, ex, key, body(9))?;
+        }
+        if v.as_deref() == Some(&mine[..]) {
+            t = -3.0;
+        } else {
+            if v.as_ref().is_some_and(|v| v.starts_with(RESERVED)) {
+                t += number(arg(argv, 5)?)?;
+            }
+            let last = call(zset::range(m, ex, q, b"-1", b"-1"), body(16))?;
+            let next = last.first().map_or(1.0, |(_, score)| score + 1.0);
+            let mut own = next;
+            if zadd_nx(m, ex, q, fmt_g17(next).as_bytes(), id, body(20))? == 1 {
+                let args: [&[u8]; 3] = [b"PEXPIRE", q, arg(argv, 4)?];
+                call(strings::pexpire(m, ex, &args), body(21))?;
+            } else {
+                own = call(zset::score(m, ex, q, id), body(23))?.ok_or(Stop::Unsimulated)?;
+            }
+            if own > ticket {
+                ticket = own;
+            }
+            if t == -2.0 {
+                let claim = arg(argv, 2)?;
+                if ring(m, ex, key, q, claim, Some(id), id, false)?.as_deref() == Some(id) {
+                    t = -3.0;
+                } else {
+                    t = pttl(m, ex, key) as f64;
+                }
+            }
+        }
+        if t != -3.0 {
+            yours = false;
+            if longest != -1.0 && (t == -1.0 || t > longest) {
+                longest = t;
+            }
+        }
+    }
+    let first = if yours { -3 } else { int(longest) };
+    Ok(Reply::Array(vec![
+        Reply::Int(first),
+        Reply::Int(int(ticket)),
+    ]))
+}
+
+/// `claim.lua`: `ARGV` token, ttl, `n`, client id, claim lease, the tag of the hand-off that
+/// woke the claim (empty or absent: none; a resource still holding that token is taken from
+/// it); `KEYS[2n+1]` the counter when fenced.
+fn claim(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<i64, Stop> {
+    let n = count(arg(argv, 3)?, keys)?;
+    let id = arg(argv, 4)?;
+    let mine = cat(RESERVED, id);
+    // `ARGV[6]`, `nil` when not given: `nil ~= ""`, and no value equals `nil`.
+    let handed = argv.get(5).copied().filter(|h| !h.is_empty());
+    for i in 0..n {
+        let mut v = get(m, ex, keys[i], body(5))?;
+        if v.is_none()
+            && ring(
+                m,
+                ex,
+                keys[i],
+                keys[n + i],
+                arg(argv, 5)?,
+                Some(id),
+                id,
+                false,
+            )?
+            .is_some()
+        {
+            v = get(m, ex, keys[i], body(8))?;
+        }
+        if v.is_some_and(|v| v[..] != mine[..] && Some(&v[..]) != handed) {
+            return Ok(-(i as i64) - 1);
+        }
+    }
+    for i in 0..n {
+        set_px(m, ex, keys[i], arg(argv, 1)?, arg(argv, 2)?, body(14))?;
+        zrem(m, ex, keys[n + i], id, body(15))?;
+    }
+    match keys.get(2 * n) {
+        Some(counter) => call(strings::incr(m, ex, counter), body(17)),
+        None => Ok(0),
+    }
+}
+
+/// `handoff.lua`: `ARGV` token, claim lease, client id, `1` a release proper (`0` the keeping
+/// form), the client's ticket.
+fn handoff(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<i64, Stop> {
+    let n = half(keys)?;
+    let (token, id) = (arg(argv, 1)?, arg(argv, 3)?);
+    let mine = cat(RESERVED, id);
+    let keep = arg(argv, 4)? == b"0";
+    let me = keep.then_some(id);
+    let (mut held, mut gone) = (false, false);
+    for i in 0..n {
+        let (key, q) = (keys[i], keys[n + i]);
+        if !keep {
+            zrem(m, ex, q, id, body(9))?;
+        } else if number(arg(argv, 5)?)? > 0.0 {
+            zadd_nx(m, ex, q, arg(argv, 5)?, id, body(11))?;
+        }
+        let v = get(m, ex, key, body(13))?;
+        let released = v.as_deref() == Some(token);
+        if released || v.is_none() || v.as_deref() == Some(&mine[..]) {
+            if !released {
+                gone = true;
+            }
+            let rung = ring(m, ex, key, q, arg(argv, 2)?, me, token, released)?;
+            if rung.is_none() && v.is_some() {
+                strings::del(m, ex, &[key]);
+            }
+        } else {
+            held = true;
+        }
+    }
+    Ok(if held {
+        0
+    } else if gone {
+        -1
+    } else {
+        1
+    })
+}
+
+/// `leave.lua`: `ARGV` client id, claim lease.
+fn leave(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<i64, Stop> {
+    let n = half(keys)?;
+    let id = arg(argv, 1)?;
+    let mine = cat(RESERVED, id);
+    let mut passed = 0;
+    for i in 0..n {
+        let (key, q) = (keys[i], keys[n + i]);
+        zrem(m, ex, q, id, body(5))?;
+        if get(m, ex, key, body(6))?.as_deref() == Some(&mine[..]) {
+            strings::del(m, ex, &[key]);
+            ring(m, ex, key, q, arg(argv, 2)?, None, id, false)?;
+            passed += 1;
+        }
+    }
+    Ok(passed)
+}
