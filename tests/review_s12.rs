@@ -46,7 +46,8 @@ fn options(
 ) -> redlock_mux::redlock_core::config::Options {
     redlock_mux::redlock_core::config::Options {
         nodes: nodes.to_vec(),
-        node_timeout: Duration::from_millis(300),
+        // Generous: a busy machine's slow connect must not leave H's token off a master.
+        node_timeout: Duration::from_secs(2),
         tries,
         retry_delay: Duration::from_millis(50),
         fair,
@@ -75,6 +76,11 @@ fn failed_unlock_then_extend(fair: bool) -> Vec<String> {
     let key = resource(if fair { "cut-fair" } else { "cut-unfair" });
     let mut held = h.lock(&key, TTL).expect("H takes the free resource");
     let token = held.token().as_bytes().to_vec();
+    // The sequence needs H's token on all five (a round decided at three may leave the last
+    // two landing later; on a busy machine a path may even be slower than the node timeout).
+    wait_until(Duration::from_secs(10), "H's token on every master", || {
+        holding(&direct, &key, &token) == 5
+    });
     let mut violations = Vec::new();
     std::thread::scope(|s| {
         let waiter = s.spawn(|| {

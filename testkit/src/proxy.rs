@@ -168,9 +168,20 @@ fn spawn_pumps(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                         return;
                     }
                     Ok(n) => {
-                        if *shared.fault.lock().unwrap() == Fault::LoseBytes {
-                            shared.lost.fetch_add(n, Ordering::SeqCst);
-                            continue;
+                        match *shared.fault.lock().unwrap() {
+                            Fault::LoseBytes => {
+                                shared.lost.fetch_add(n, Ordering::SeqCst);
+                                continue;
+                            }
+                            // Switched while the read waited: what came after the switch is
+                            // not passed on (a busy machine may run this thread late, and a
+                            // test that cut the path must find nothing through it).
+                            Fault::Drop => {
+                                let _ = from.shutdown(Shutdown::Both);
+                                let _ = to.shutdown(Shutdown::Both);
+                                return;
+                            }
+                            _ => {}
                         }
                         if to.write_all(&buf[..n]).is_err() {
                             return;
