@@ -65,6 +65,13 @@ impl Server {
         self != Server::Redis62
     }
 
+    /// Whether a message a command publishes to a channel its own connection subscribes to
+    /// is pushed after the command's reply (Valkey 9.1) rather than before it (Redis 7.0, as
+    /// held to the binary; 6.2 and 8.4 assumed so).
+    pub(crate) fn defers_own_messages(self) -> bool {
+        self == Server::Valkey91
+    }
+
     /// Whether a read inside a script, on a connection whose reads are tracked, remembers
     /// every key the script's command declared (Redis 6.2 and 7.0 take the keys of the
     /// caller's command) rather than the key read (Valkey 9.1; Redis 8.4 assumed so, not

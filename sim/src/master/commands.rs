@@ -167,7 +167,7 @@ fn run<'a>(
         ("zrem", _) => done(zset::zrem(m, ex, args[1], &args[2..]).map(Reply::Int)),
         ("zscore", _) => done(zset::zscore(m, ex, args[1], args[2])),
         ("zcard", _) => done(zset::zcard(m, ex, args[1])),
-        ("publish", _) => Reply::Int(pubsub::publish(m, args[1], args[2])),
+        ("publish", _) => Reply::Int(pubsub::publish(m, ex, args[1], args[2])),
         ("subscribe", _) => pubsub::subscribe(m, ex, &args[1..]),
         ("auth", _) => session::auth(m, ex, args),
         ("hello", _) => session::hello(m, ex, args),

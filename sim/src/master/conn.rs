@@ -182,8 +182,12 @@ impl Conns {
         self.open
     }
 
-    /// The open connections, in the order of their ids.
-    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Conn> {
-        self.slots.iter_mut().filter_map(|s| s.as_deref_mut())
+    /// The open connections with their ids, in the order of their ids.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (super::ConnId, &mut Conn)> {
+        let base = self.base;
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(move |(i, s)| Some((super::ConnId(base + i as u64), s.as_deref_mut()?)))
     }
 }

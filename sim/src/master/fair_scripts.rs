@@ -177,7 +177,7 @@ fn ring(
             let mut message = tag.to_vec();
             message.push(b' ');
             message.extend_from_slice(r);
-            pubsub::publish(m, &channel, &message) > 0
+            pubsub::publish(m, ex, &channel, &message) > 0
         } {
             set_px(m, ex, r, &cat(RESERVED, &id), claim, 11)?;
             // `claim * 16`: Lua turns the argument into a number.

@@ -85,6 +85,9 @@ pub(crate) struct Ex<'a> {
     pub(crate) remember: bool,
     /// Keys this command invalidated for its own connection, pushed after its reply.
     pub(crate) pending: Vec<Bytes>,
+    /// Messages this command published to its own connection on a server that pushes them
+    /// after the reply (channel, message).
+    pub(crate) messages: Vec<(Bytes, Bytes)>,
     /// While a script runs: the keys its command declared (`EVAL sha n keys...`).
     pub(crate) script_keys: Option<&'a [&'a [u8]]>,
 }

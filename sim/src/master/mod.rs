@@ -301,6 +301,7 @@ impl Master {
             now,
             remember: conn.remembers(),
             pending: Vec::new(),
+            messages: Vec::new(),
             script_keys: None,
         };
         let reply = commands::dispatch(self, &mut ex, args);
@@ -312,6 +313,11 @@ impl Master {
             conn.caching = false;
         }
         reply.encode(conn.resp3, &mut conn.out);
+        // (Valkey pushes a command's messages to its own connection before the invalidations
+        // it owes that connection.)
+        for (channel, message) in &ex.messages {
+            reply::encode_push3(b"message", channel, message, &mut conn.out);
+        }
         if conn.resp3 && conn.tracking.is_some() {
             for key in &ex.pending {
                 reply::encode_invalidation(key, &mut conn.out);

@@ -20,16 +20,24 @@ use super::reply::{encode_push3, Reply};
 use super::Master;
 
 /// `PUBLISH channel message`: how many connections got it.
-pub(crate) fn publish(m: &mut Master, channel: &[u8], message: &[u8]) -> i64 {
+pub(crate) fn publish(m: &mut Master, ex: &mut Ex, channel: &[u8], message: &[u8]) -> i64 {
+    let defer = m.profile.server.defers_own_messages();
     let mut n = 0;
-    for conn in m.conns.values_mut() {
+    for (id, conn) in m.conns.iter_mut() {
         if conn.closed || !conn.channels.iter().any(|c| c.as_ref() == channel) {
             continue;
         }
         n += 1;
         if conn.resp3 {
-            encode_push3(b"message", channel, message, &mut conn.out);
-            conn.check_output();
+            if defer && id == ex.conn {
+                ex.messages.push((
+                    Bytes::copy_from_slice(channel),
+                    Bytes::copy_from_slice(message),
+                ));
+            } else {
+                encode_push3(b"message", channel, message, &mut conn.out);
+                conn.check_output();
+            }
         }
     }
     n
