@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use testkit::{redis, Blocking};
+use testkit::{calls, redis, Blocking};
 
 macro_rules! shared_cases {
     ($flavor:ty: $($name:ident),* $(,)?) => {
@@ -367,20 +367,6 @@ fn a_blocking_guard_reports_loss_before_the_validity_ends() {
             redlock_mux::ConfigError::KeepAlive { .. }
         ))
     ));
-}
-
-/// The calls of `command` a master has run since its statistics were reset, from `INFO
-/// commandstats` (which counts the calls scripts make inside the server too).
-fn calls(addr: &str, command: &str) -> u64 {
-    let info = match redis(addr, &["INFO", "commandstats"]) {
-        redlock_mux::resp::Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
-        other => panic!("INFO: {other:?}"),
-    };
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 /// `NodeStats::replies` counts the commands each master ran for the client, one per command

@@ -4,44 +4,18 @@
 
 use std::fs;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::*;
 use testkit::local::LocalCluster;
 use testkit::{cluster, get, redis, resource, wait_until};
 
-/// Long enough for a loaded 2-core machine; a run that takes longer has hung.
-const LIMIT: Duration = Duration::from_secs(30);
-
 /// `redlock` with the cluster's nodes in REDLOCK_NODES and the test-friendly timing.
 fn redlock(nodes: &[String]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_redlock"));
-    c.env("REDLOCK_NODES", nodes.join(","))
-        .args(["--node-timeout", "200ms", "--retry-delay", "20ms"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-/// Waits for a child, up to [`LIMIT`]; kills it and fails the test if it does not end.
-fn finish(mut child: Child, what: &str) -> Output {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("collect output");
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("{what}: still running after {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn output(mut cmd: Command, what: &str) -> Output {
-    finish(cmd.spawn().expect("spawn redlock"), what)
+    redlock_with(nodes, &["--node-timeout", "200ms", "--retry-delay", "20ms"])
 }
 
 fn code(o: &Output) -> i32 {
@@ -69,27 +43,6 @@ fn assert_fails(o: &Output, expected: i32, mentions: &str) {
         "{err:?} should mention {mentions:?}"
     );
     assert!(!err.contains("panicked"), "{err:?}");
-}
-
-/// A scratch directory for marker files, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("redlock-cli-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).expect("scratch dir");
-        Scratch(p)
-    }
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A shell command that touches `ready`, then runs `body` until `go` appears.
@@ -570,14 +523,7 @@ fn run_excludes_a_second_run_of_the_same_resource() {
 
     // A run still waiting for the lock gives up on SIGTERM, without running its command.
     // How many SETs node 0 has run: the waiting run's attempts are the only ones now.
-    let sets = || {
-        let info = redis(&nodes[0], &["INFO", "commandstats"]);
-        let text = String::from_utf8_lossy(info.as_bytes().expect("INFO is a string")).into_owned();
-        text.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse::<u64>().expect("a count"))
-    };
+    let sets = || testkit::calls(&nodes[0], "set");
     let before = sets();
     let mut waiting = redlock(&nodes);
     waiting
@@ -1514,18 +1460,7 @@ fn verify_stream_sends_a_sentinel_behind_each_pass() {
     let c = cluster(3);
     let nodes = c.addrs();
     let key = resource("cli-verify");
-    let pings = |a: &String| -> u64 {
-        let reply = redis(a, &["INFO", "commandstats"]);
-        let info = match reply.as_bytes() {
-            Some(b) => String::from_utf8_lossy(b).into_owned(),
-            None => panic!("INFO answered {reply:?}"),
-        };
-        info.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_ping:calls="))
-            .map_or(0, |rest| {
-                rest.split(',').next().unwrap_or("0").parse().unwrap_or(0)
-            })
-    };
+    let pings = |a: &String| testkit::calls(a, "ping");
     let mut counts = Vec::new();
     for flag in [None, Some("--verify-stream")] {
         let before: Vec<u64> = nodes.iter().map(pings).collect();

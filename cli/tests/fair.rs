@@ -5,46 +5,22 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use redlock_mux::resp::Frame;
 use redlock_mux::script::QUEUE_PREFIX;
-use testkit::{cluster, redis, resource, wait_until};
-
-/// Long enough for a loaded 2-core machine; a run that takes longer has hung.
-const LIMIT: Duration = Duration::from_secs(60);
+mod common;
+use common::*;
+use testkit::{calls, cluster, line_lengths, redis, resource, wait_until};
 
 /// `redlock --fair` with the cluster's nodes in REDLOCK_NODES and the test-friendly node
 /// timeout. The retry delay is 30 s: a wait that slept it would show in the time taken.
 fn redlock(nodes: &[String]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_redlock"));
-    c.env("REDLOCK_NODES", nodes.join(","))
-        .args(["--fair", "--node-timeout", "200ms", "--retry-delay", "30s"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-/// Waits for a child, up to [`LIMIT`]; kills it and fails the test if it does not end.
-fn finish(mut child: Child, what: &str) -> Output {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("collect output");
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("{what}: still running after {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn output(mut cmd: Command, what: &str) -> Output {
-    finish(cmd.spawn().expect("spawn redlock"), what)
+    redlock_with(
+        nodes,
+        &["--fair", "--node-timeout", "200ms", "--retry-delay", "30s"],
+    )
 }
 
 fn ok(o: &Output, what: &str) -> String {
@@ -55,18 +31,6 @@ fn ok(o: &Output, what: &str) -> String {
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// How many waiters the resource's line has on each master.
-fn line_lengths(addrs: &[String], key: &str) -> Vec<i64> {
-    let q = format!("{QUEUE_PREFIX}{key}");
-    addrs
-        .iter()
-        .map(|a| match redis(a, &["ZCARD", &q]) {
-            Frame::Integer(n) => n,
-            other => panic!("ZCARD: {other:?}"),
-        })
-        .collect()
 }
 
 /// The client ids of the resource's line on a master, first first, read with a plain
@@ -100,24 +64,6 @@ fn unlock(nodes: &[String], key: &str, token: &str) {
     let mut cmd = redlock(nodes);
     cmd.args(["unlock", "--resource", key, "--token", token]);
     ok(&output(cmd, "unlock"), "unlock");
-}
-
-/// A scratch directory, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("redlock-fair-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).expect("scratch dir");
-        Scratch(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A holder and two fair waiters (`run --wait` processes that joined one after the other):
@@ -194,21 +140,6 @@ fn status_shows_the_line_of_fair_waiters_in_order() {
     let json = ok(&output(cmd, "status --json after"), "status --json after");
     assert!(json.contains("\"count\":0"), "{json}");
     assert!(line_lengths(&nodes, &key).iter().all(|&n| n == 0));
-}
-
-/// Reads `calls=` of `cmdstat_<command>` from a master's `INFO commandstats` (0 when absent).
-fn calls(addr: &str, command: &str) -> u64 {
-    let info = match redis(addr, &["INFO", "commandstats"]) {
-        Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => {
-            String::from_utf8_lossy(&b).into_owned()
-        }
-        other => panic!("INFO: {other:?}"),
-    };
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 /// One entry of the shared log: `start` or `end`, the run's index, and the time in ns.

@@ -126,6 +126,34 @@ pub fn builder(cluster: &LocalCluster) -> Builder {
         .retry(3, Duration::from_millis(20))
 }
 
+/// How many times the server at `addr` ran `command` (`INFO commandstats`, which counts the
+/// calls scripts make inside the server too; `0` for a command it never ran).
+pub fn calls(addr: &str, command: &str) -> u64 {
+    let info = match redis(addr, &["INFO", "commandstats"]) {
+        Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => {
+            String::from_utf8_lossy(&b).into_owned()
+        }
+        other => panic!("INFO commandstats: {other:?}"),
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// How many waiters the fair line of resource `key` has on each of `addrs`.
+pub fn line_lengths(addrs: &[String], key: &str) -> Vec<i64> {
+    let q = format!("{}{key}", redlock_mux::script::QUEUE_PREFIX);
+    addrs
+        .iter()
+        .map(|a| match redis(a, &["ZCARD", &q]) {
+            Frame::Integer(n) => n,
+            other => panic!("ZCARD: {other:?}"),
+        })
+        .collect()
+}
+
 /// How many of `addrs` track at least one key for some client (`INFO`'s
 /// `tracking_total_keys`): a waiter's read is tracked there, so a release there will push.
 pub fn tracking_nodes(addrs: &[String]) -> usize {

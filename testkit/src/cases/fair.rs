@@ -3,18 +3,6 @@
 
 use super::*;
 
-/// How many entries the resource's line has on each master.
-fn line_lengths(addrs: &[String], key: &str) -> Vec<i64> {
-    let q = format!("{}{key}", redlock_mux::script::QUEUE_PREFIX);
-    addrs
-        .iter()
-        .map(|a| match redis(a, &["ZCARD", &q]) {
-            Frame::Integer(n) => n,
-            other => panic!("ZCARD: {other:?}"),
-        })
-        .collect()
-}
-
 /// Waiters that started waiting one after another (each in the line on every master before
 /// the next starts) get the lock in that order, each woken by its bell: their retry delay is
 /// far longer than the test, so no timer explains a hand-off. Every release rings one

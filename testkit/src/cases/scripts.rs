@@ -34,19 +34,6 @@ pub fn has_native(addr: &str) -> bool {
     }
 }
 
-/// How many times the server ran `command` (`INFO commandstats`).
-pub fn calls(addr: &str, command: &str) -> u64 {
-    let info = match redis(addr, &["INFO", "commandstats"]) {
-        Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
-        other => panic!("INFO commandstats: {other:?}"),
-    };
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 pub fn native_commands_where_the_server_has_them<F: Flavor>() {
     use redlock_mux::Scripts;
     let c = cluster(3);
