@@ -102,12 +102,11 @@ impl Acquisition {
         })
     }
 
-    /// The release of this acquisition's token on every resource: what a client sends when
-    /// the acquisition is abandoned half-way (an async caller that went away).
+    /// The release of this acquisition's token on every resource after a failed try. In fair
+    /// mode it keeps the client's place in the lines (a claim's back at its ticket; a first
+    /// try's, that of the client's other waiters): the acquisition goes on waiting, and a
+    /// release proper would take the client out of them.
     pub fn release(&self) -> Command<'_> {
-        // Fair mode: a failed or abandoned try keeps the client's place in the lines (a
-        // claim's back at its ticket; a first try's, that of the client's other waiters): a
-        // release proper would take the client out of them.
         let (kind, ticket) = if self.claim || self.fair {
             (OpKind::Unclaim, self.ticket)
         } else {
@@ -120,6 +119,21 @@ impl Acquisition {
             ttl_ms: 0,
             counter: None,
             fence_value: ticket,
+        }
+    }
+
+    /// The release of this acquisition's token on every resource when it is abandoned
+    /// half-way (an async caller that went away): a release proper, which in fair mode takes
+    /// the client out of the lines, unless the engine finds another waiter of the client
+    /// waiting for the resource (see `Engine::own_waiter`).
+    pub fn abandoned(&self) -> Command<'_> {
+        Command {
+            kind: OpKind::Release,
+            resources: &self.names,
+            token: Some(&self.token),
+            ttl_ms: 0,
+            counter: None,
+            fence_value: 0,
         }
     }
 
@@ -454,9 +468,9 @@ impl Operation for Acquire {
 
     fn abandon(&self) -> Option<Command<'_>> {
         match &self.state {
-            State::Trying(acq) => Some(acq.release()),
-            // Fair mode: out of the line (a bell that still comes is passed on by the
-            // engine, as for any resource nobody here waits for).
+            State::Trying(acq) => Some(acq.abandoned()),
+            // Fair mode: out of the line (a bell that still comes finds no waiter: its
+            // reservation lapses after the claim lease).
             State::Sleeping
             | State::Watching(_)
             | State::Reading(_)

@@ -428,9 +428,9 @@ fn an_acquisition_of_no_resource_or_too_many_is_refused_not_granted() {
     assert!(Acquisition::new(&cfg, full, TTL, &mut Seeded::new(1)).is_ok());
 }
 
-/// In fair mode the release of a try (failed, or abandoned by a caller that went away) keeps
-/// the client's place in the lines: the hand-off in its keeping form, never a release proper,
-/// which would take out the client's other waiters too.
+/// In fair mode the release of a failed try keeps the client's place in the lines (the
+/// hand-off in its keeping form: the acquisition goes on waiting); an abandoned one's is a
+/// release proper, left to the engine to keep the place for the client's other waiters.
 #[test]
 fn a_fair_tries_release_keeps_the_clients_place() {
     let fair = crate::Options {
@@ -445,6 +445,9 @@ fn a_fair_tries_release_keeps_the_clients_place() {
         (acq.release().kind, acq.release().fence_value),
         (OpKind::Unclaim, 0)
     );
+    // Abandoned, a release proper: the client leaves the lines (the engine keeps its place
+    // if another of its waiters still waits).
+    assert_eq!(acq.abandoned().kind, OpKind::Release);
     let plain = Acquisition::new(&cfg(false), names(&["r"]), TTL, &mut Seeded::new(1)).unwrap();
     assert_eq!(plain.release().kind, OpKind::Release);
     // A fair try's round is lost only once every node has voted; a plain one fails fast.
