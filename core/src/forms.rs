@@ -235,11 +235,14 @@ pub fn has_native_form(evalsha: &[u8]) -> bool {
         && after.starts_with(b"$1\r\n1\r\n")
 }
 
-/// Whether an encoded `EVALSHA` of one of our scripts sets keys: the acquire script (the
-/// others only change or delete keys that hold the caller's token).
+/// Whether an encoded `EVALSHA` of one of our scripts sets keys: the acquire script, and
+/// fair mode's claim and enter (the others only change or delete keys that hold the caller's
+/// token, or hand a resource on).
 pub fn takes_keys(evalsha: &[u8]) -> bool {
     digest(evalsha).is_some_and(|(sha, _)| {
-        sha == script::ACQUIRE_SHA1.as_bytes() || sha == script::CLAIM_SHA1.as_bytes()
+        sha == script::ACQUIRE_SHA1.as_bytes()
+            || sha == script::CLAIM_SHA1.as_bytes()
+            || sha == script::ENTER_SHA1.as_bytes()
     })
 }
 

@@ -128,6 +128,12 @@ impl Round {
             (NodeOutcome::Held, Extra::HeldKey(k)) => {
                 self.held_key = Some(self.held_key.map_or(k, |h| h.min(k)));
             }
+            // Fair mode's first try, refused: the node put the caller in the line of the one
+            // resource, and read what its wait would have.
+            (NodeOutcome::Held, e @ Extra::Waited { .. }) => {
+                self.held_key = Some(0);
+                self.read.push((u32::try_from(node).unwrap_or(u32::MAX), e));
+            }
             (
                 NodeOutcome::Ok,
                 e @ (Extra::Holder(_) | Extra::Foreign | Extra::Number(_) | Extra::Waited { .. }),

@@ -147,6 +147,23 @@ pub const WAIT: &str = concat!(
 /// SHA-1 of [`WAIT`].
 pub const WAIT_SHA1: &str = "a8b4245a4447921ec484c2ff6be4770ab043d9e0";
 
+/// Fair mode, the first try of a waiter that may wait (`lock`, `lock_within`): `SET NX PX`
+/// as a plain try, and, refused, the wait of [`WAIT`] in the same call, so that a waiter
+/// that finds the resource held is in its line after one round trip rather than two (a
+/// refused `SET NX`, then the wait). Fenced, `INCR`s the counter (`KEYS[3]`) after a `SET`
+/// that took. `KEYS`: the resource, its line (then the counter); `ARGV`: [`WAIT`]'s (client
+/// id, claim lease in ms, `1`, the line's ttl in ms, the caller's ttl in ms), then the
+/// token. Answers as the acquire script when it took the resource (`0`, or the counter),
+/// and as [`WAIT`] when it did not.
+pub const ENTER: &str = concat!(
+    include_str!("scripts/ring.lua"),
+    include_str!("scripts/enter.lua"),
+    include_str!("scripts/wait.lua")
+);
+
+/// SHA-1 of [`ENTER`].
+pub const ENTER_SHA1: &str = "407c27b03537c49fc57d8352930037ac70079872";
+
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the
 /// token of the release whose bells woke the caller (that release rang it from a quorum of
@@ -194,12 +211,13 @@ pub const LEAVE: &str = concat!(
 /// SHA-1 of [`LEAVE`].
 pub const LEAVE_SHA1: &str = "b38a1c95c3a760a3cdd11da997fca0b3416cbe3e";
 
-/// The fair scripts with their digests: wait, claim, hand-off, leave.
-pub const FAIR: [(&str, &str); 4] = [
+/// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
+pub const FAIR: [(&str, &str); 5] = [
     (WAIT_SHA1, WAIT),
     (CLAIM_SHA1, CLAIM),
     (HANDOFF_SHA1, HANDOFF),
     (LEAVE_SHA1, LEAVE),
+    (ENTER_SHA1, ENTER),
 ];
 
 /// The script a digest names, if it is one of ours.

@@ -28,6 +28,9 @@ pub enum Script {
     Handoff,
     /// Fair mode's `ring.lua` + `leave.lua`: leave the lines, pass a reservation on.
     Leave,
+    /// Fair mode's `ring.lua` + `enter.lua` + `wait.lua`: a first try that joins the line
+    /// when refused.
+    Enter,
 }
 
 /// The digests of the scripts the simulation runs, as the core's `script::ALL` lists them:
@@ -40,12 +43,13 @@ pub const KNOWN: [(&str, Script); 4] = [
 ];
 
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
-/// hand-off, leave.
-pub const FAIR: [(&str, Script); 4] = [
+/// hand-off, leave, enter.
+pub const FAIR: [(&str, Script); 5] = [
     ("a8b4245a4447921ec484c2ff6be4770ab043d9e0", Script::Wait),
     ("5bc654bec4ceae63ee233b16e195dbc8c3360210", Script::Claim),
     ("d20022951125cbb851ad18b2d94af23cedddb76f", Script::Handoff),
     ("b38a1c95c3a760a3cdd11da997fca0b3416cbe3e", Script::Leave),
+    ("407c27b03537c49fc57d8352930037ac70079872", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.
@@ -76,6 +80,7 @@ pub fn digest(text: &[u8]) -> String {
         (core::CLAIM, core::CLAIM_SHA1),
         (core::HANDOFF, core::HANDOFF_SHA1),
         (core::LEAVE, core::LEAVE_SHA1),
+        (core::ENTER, core::ENTER_SHA1),
     ];
     match known.iter().find(|(t, _)| t.as_bytes() == text) {
         Some((_, sha)) => (*sha).to_string(),

@@ -297,7 +297,7 @@ fn label(step: &Step, reply: &Frame) -> String {
                     let fair = script::FAIR
                         .iter()
                         .position(|(sha, body)| text == *sha || text == *body);
-                    fair.map(|i| ["wait", "claim", "handoff", "leave"][i])
+                    fair.map(|i| ["wait", "claim", "handoff", "leave", "enter"][i])
                 })
                 .unwrap_or("?");
             format!("{verb} {which}")
@@ -498,7 +498,13 @@ fn the_sims_digests_are_the_cores_scripts() {
             "SCRIPT LOAD {i}"
         );
     }
-    let fair = [Script::Wait, Script::Claim, Script::Handoff, Script::Leave];
+    let fair = [
+        Script::Wait,
+        Script::Claim,
+        Script::Handoff,
+        Script::Leave,
+        Script::Enter,
+    ];
     for (i, (sha, text)) in script::FAIR.iter().enumerate() {
         assert_eq!(
             sha1_hex(text.as_bytes()),

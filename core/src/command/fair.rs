@@ -33,6 +33,7 @@ impl Command<'_> {
         let (script, sha) = match self.kind {
             OpKind::Wait => (script::WAIT, script::WAIT_SHA1),
             OpKind::Claim => (script::CLAIM, script::CLAIM_SHA1),
+            OpKind::Enter => (script::ENTER, script::ENTER_SHA1),
             OpKind::Leave => (script::LEAVE, script::LEAVE_SHA1),
             _ => (script::HANDOFF, script::HANDOFF_SHA1),
         };
@@ -47,7 +48,7 @@ impl Command<'_> {
             queues.extend_from_slice(name.as_bytes());
             ends.push(queues.len());
         }
-        let counter = if self.kind == OpKind::Claim {
+        let counter = if matches!(self.kind, OpKind::Claim | OpKind::Enter) {
             self.counter
         } else {
             None
@@ -80,6 +81,7 @@ impl Command<'_> {
         parts.extend(counter);
         match self.kind {
             OpKind::Wait => parts.extend_from_slice(&[id, claim, n_s, qttl, ttl]),
+            OpKind::Enter => parts.extend_from_slice(&[id, claim, n_s, qttl, ttl, token]),
             OpKind::Claim => parts.extend_from_slice(&[token, ttl, n_s, id, claim, handoff]),
             OpKind::Leave => parts.extend_from_slice(&[id, claim]),
             OpKind::Unclaim => parts.extend_from_slice(&[token, claim, id, b"0", ticket_s]),

@@ -58,6 +58,10 @@ pub enum OpKind {
     Wait,
     /// Fair mode: a waiter's try ([`script::CLAIM`]), answered as the acquire script.
     Claim,
+    /// Fair mode: the first try of an acquisition that may wait ([`script::ENTER`]): `SET NX
+    /// PX` (and the counter's `INCR` when fenced), and, refused, the wait of
+    /// [`OpKind::Wait`] in the same call.
+    Enter,
     /// Fair mode: leave the line of each resource and pass a reservation on
     /// ([`script::LEAVE`]).
     Leave,
@@ -141,6 +145,12 @@ pub enum Expect {
     Line,
     /// The wait script: `[-3 or a PTTL (-2 or more), the caller's ticket (0 or more)]`.
     Wait,
+    /// The enter script, unfenced: `0` when it took the resource, else the wait script's
+    /// reply (a refusal that joined the line).
+    Entered,
+    /// The enter script, fenced: the counter when it took the resource, else the wait
+    /// script's reply.
+    EnteredFenced,
     /// The leave script: how many reservations it passed on.
     Leave,
 }
@@ -179,9 +189,11 @@ impl Expect {
             (Expect::Acquired, Frame::Integer(n)) => *n == 0 || held_index(*n).is_some(),
             (Expect::Fenced | Expect::Pttl, Frame::Integer(_)) => true,
             (Expect::Script, Frame::Integer(n)) => (-1..=1).contains(n),
-            (Expect::Wait, Frame::Array(v)) => {
+            (Expect::Wait | Expect::Entered | Expect::EnteredFenced, Frame::Array(v)) => {
                 matches!(v.as_slice(), [Frame::Integer(t), Frame::Integer(k)] if *t >= -3 && *k >= 0)
             }
+            (Expect::Entered, Frame::Integer(n)) => *n == 0,
+            (Expect::EnteredFenced, Frame::Integer(n)) => *n >= 1,
             (Expect::Leave, Frame::Integer(n)) => *n >= 0,
             (Expect::Line, Frame::Array(_)) => true,
             (Expect::NativeRelease, Frame::Integer(n)) => (0..=1).contains(n),
@@ -248,7 +260,12 @@ impl Command<'_> {
     ) {
         let fair_kind = matches!(
             self.kind,
-            OpKind::Wait | OpKind::Claim | OpKind::Leave | OpKind::Retick | OpKind::Unclaim
+            OpKind::Wait
+                | OpKind::Claim
+                | OpKind::Enter
+                | OpKind::Leave
+                | OpKind::Retick
+                | OpKind::Unclaim
         ) || (self.kind == OpKind::Release && fair.is_some());
         if fair_kind {
             return self.encode_fair(dst, form, fair, handoff);
@@ -286,6 +303,7 @@ impl Command<'_> {
             | OpKind::Watch
             | OpKind::Wait
             | OpKind::Claim
+            | OpKind::Enter
             | OpKind::Leave
             | OpKind::Retick
             | OpKind::Unclaim => {
@@ -397,6 +415,8 @@ impl Command<'_> {
             OpKind::Line => Expect::Line,
             OpKind::Claim if self.counter.is_some() => Expect::Fenced,
             OpKind::Claim => Expect::Acquired,
+            OpKind::Enter if self.counter.is_some() => Expect::EnteredFenced,
+            OpKind::Enter => Expect::Entered,
             OpKind::Wait => Expect::Wait,
             OpKind::Leave | OpKind::Retick => Expect::Leave,
         }
@@ -418,7 +438,10 @@ impl Command<'_> {
                 held_index(*n).map_or(Extra::None, Extra::HeldKey),
             ),
             (Expect::Fenced, Frame::Integer(n)) => fenced(*n),
-            (Expect::Fenced, Frame::Error(msg) | Frame::BulkError(msg)) => {
+            // The enter script took the resource (a refusal answers as the wait, below).
+            (Expect::Entered, Frame::Integer(0)) => (NodeOutcome::Ok, Extra::Counter(0)),
+            (Expect::EnteredFenced, Frame::Integer(n)) if *n >= 1 => fenced(*n),
+            (Expect::Fenced | Expect::EnteredFenced, Frame::Error(msg) | Frame::BulkError(msg)) => {
                 plain(counter_fault(msg).map_or_else(|| server_error(msg), NodeOutcome::Fencing))
             }
             (Expect::Script, Frame::Integer(1)) => plain(NodeOutcome::Ok),
@@ -442,19 +465,27 @@ impl Command<'_> {
             }
             // The wait script: the `PTTL` its timer reads (or `-3`, reserved for the caller)
             // and the caller's ticket there.
-            (Expect::Wait, Frame::Array(v)) => match v.as_slice() {
-                [Frame::Integer(t), Frame::Integer(k)] if *t >= -3 && *k >= 0 => (
-                    NodeOutcome::Ok,
-                    Extra::Waited {
-                        pttl: *t,
-                        ticket: k.unsigned_abs(),
-                    },
-                ),
-                _ => plain(NodeOutcome::Server(format!(
-                    "unexpected reply {}",
-                    describe(reply)
-                ))),
-            },
+            // The enter script refused: the resource is held (or reserved), and the caller
+            // joined its line there, as the wait script's reply says.
+            (Expect::Wait | Expect::Entered | Expect::EnteredFenced, Frame::Array(v)) => {
+                match v.as_slice() {
+                    [Frame::Integer(t), Frame::Integer(k)] if *t >= -3 && *k >= 0 => (
+                        if expect == Expect::Wait {
+                            NodeOutcome::Ok
+                        } else {
+                            NodeOutcome::Held
+                        },
+                        Extra::Waited {
+                            pttl: *t,
+                            ticket: k.unsigned_abs(),
+                        },
+                    ),
+                    _ => plain(NodeOutcome::Server(format!(
+                        "unexpected reply {}",
+                        describe(reply)
+                    ))),
+                }
+            }
             (Expect::Leave, Frame::Integer(_)) => plain(NodeOutcome::Ok),
             (Expect::Line, Frame::Array(_)) => plain(NodeOutcome::Ok),
             (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(server_error(msg)),

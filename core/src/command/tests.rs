@@ -230,6 +230,8 @@ fn every_reply_that_fits_is_read() {
         Expect::Get,
         Expect::Pttl,
         Expect::Wait,
+        Expect::Entered,
+        Expect::EnteredFenced,
         Expect::Leave,
     ];
     for e in kinds {
@@ -241,6 +243,27 @@ fn every_reply_that_fits_is_read() {
             );
         }
     }
+    // The enter script: took the resource (`0`, or the counter), or refused and joined the
+    // line (a vote `no`, with what the wait reads); an unfenced one never answers a counter.
+    assert_eq!(
+        Command::judge(Expect::Entered, &int(0)),
+        (NodeOutcome::Ok, Extra::Counter(0))
+    );
+    assert_eq!(
+        Command::judge(Expect::EnteredFenced, &int(7)),
+        (NodeOutcome::Ok, Extra::Counter(7))
+    );
+    assert!(!Expect::Entered.fits(&int(7)) && !Expect::EnteredFenced.fits(&int(0)));
+    assert_eq!(
+        Command::judge(Expect::Entered, &Frame::Array(vec![int(150), int(4)])),
+        (
+            NodeOutcome::Held,
+            Extra::Waited {
+                pttl: 150,
+                ticket: 4
+            }
+        )
+    );
     assert_eq!(
         Command::judge(Expect::Wait, &Frame::Array(vec![int(-3), int(2)])),
         (

@@ -68,7 +68,7 @@ impl<U> Engine<U> {
                             msg.push_str(why);
                         }
                     }
-                    if let (Expect::Fenced, NodeOutcome::Ok, Some(policy)) =
+                    if let (Expect::Fenced | Expect::EnteredFenced, NodeOutcome::Ok, Some(policy)) =
                         (expect, &outcome, self.nodes[i].conn.evicting())
                     {
                         // The counter may be evicted there: not a vote a token can rest on.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::retry::{wake_jitter, Next, Retry, Waiting};
 use super::verdict::{acquired, granted_mask, refused_everywhere, ttl_ms};
 use super::{Cx, Input, Operation, Step};
-use crate::command::{Command, OpKind};
+use crate::command::{Command, Extra, OpKind};
 use crate::config::Config;
 use crate::error::{ConfigError, Error};
 use crate::lock::{Lock, Names};
@@ -41,6 +41,12 @@ pub struct Acquisition {
     ticket: u64,
     /// Fair mode (the client's): its releases keep the client's place in the lines.
     fair: bool,
+    /// Fair mode: the first try of an acquisition that may wait, by the enter script (which
+    /// joins the line where the resource is held, in the same call).
+    enter: bool,
+    /// Fair mode: an enter round that was lost, and when it ended: its refusals are the
+    /// waiter's reads of the line it joined (see [`Acquisition::take_joined`]).
+    joined: Option<Box<(Round, Instant)>>,
 }
 
 #[derive(Debug)]
@@ -99,6 +105,8 @@ impl Acquisition {
             claim: false,
             ticket: 0,
             fair: cfg.fair.is_some(),
+            enter: false,
+            joined: None,
         })
     }
 
@@ -150,6 +158,7 @@ impl Acquisition {
         };
         match self.phase {
             Phase::Acquire if self.claim => Some((cmd(OpKind::Claim, 0), self.try_until(cfg))),
+            Phase::Acquire if self.enter => Some((cmd(OpKind::Enter, 0), self.try_until(cfg))),
             Phase::Acquire => Some((cmd(OpKind::Acquire, 0), self.try_until(cfg))),
             Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
             Phase::Release(_) => Some((self.release(), Until::AllIn)),
@@ -185,7 +194,11 @@ impl Acquisition {
                             .and_then(|k| self.names.get(k))
                             .map(|n| n.as_str().to_string()),
                     };
-                    if refused_everywhere(&round) {
+                    let everywhere = refused_everywhere(&round);
+                    if self.enter {
+                        self.joined = Some(Box::new((round, now)));
+                    }
+                    if everywhere {
                         Phase::Done(Err(err))
                     } else {
                         Phase::Release(err)
@@ -220,6 +233,13 @@ impl Acquisition {
                 }
             }
         };
+    }
+
+    /// Fair mode: the lost enter round of this try, and when it ended, if it was one (taken
+    /// once). Each node that refused put the caller in the resource's line and answered what
+    /// the wait round would have (its `PTTL`, the caller's ticket there).
+    pub fn take_joined(&mut self) -> Option<Box<(Round, Instant)>> {
+        self.joined.take()
     }
 
     /// Whether the outcome is known: no round is left.
@@ -257,6 +277,23 @@ impl Acquisition {
     }
 }
 
+/// How many nodes of a fair try's lost enter round put the caller in the line.
+fn lined_on(round: &Round) -> usize {
+    (0..round.node_count())
+        .filter(|&i| matches!(round.read(i), Some(Extra::Waited { .. })))
+        .count()
+}
+
+/// The largest ticket the nodes of an enter round gave the caller.
+fn max_ticket(round: &Round) -> Option<u64> {
+    (0..round.node_count())
+        .filter_map(|i| match round.read(i) {
+            Some(Extra::Waited { ticket, .. }) if ticket > 0 => Some(ticket),
+            _ => None,
+        })
+        .max()
+}
+
 /// The acquisition of a lock: tries ([`Acquisition`]) until one wins or the [`Retry`] policy
 /// gives up, with between tries a sleep, or (wake-ups on, the resource held) a watch of the
 /// resource, its read, a wait for the watch or the timer, and a jitter after a wake-up.
@@ -282,8 +319,9 @@ enum State {
     Trying(Acquisition),
     /// Sleeping before the next try (the retry delay, or the jitter after a wake-up).
     Sleeping,
-    /// The watch is being registered; then its read goes out.
-    Watching(Waiting),
+    /// The watch is being registered; then its read goes out, unless the try's enter round
+    /// (fair mode) already joined the line on every node and read it: then that is the read.
+    Watching(Waiting, Option<Box<(Round, Instant)>>),
     /// The watch's read is out; then the wait.
     Reading(Waiting),
     /// Fair mode: the client's place moved to one ticket on every master; then the wait
@@ -317,6 +355,7 @@ impl Acquire {
         match Acquisition::new(cfg, names, self.ttl, &mut *cx.rng) {
             Ok(mut acq) => {
                 acq.claim = self.queued;
+                acq.enter = !self.queued && cfg.fair.is_some() && self.retry.lines(&acq.names);
                 acq.ticket = self.ticket;
                 self.state = State::Trying(acq);
                 self.next_round(cfg, cx)
@@ -341,9 +380,18 @@ impl Acquire {
                 .round(cfg)
                 .map_or(Step::Done, |(c, u)| Step::Round(c, u));
         }
-        let State::Trying(acq) = std::mem::replace(&mut self.state, State::Idle) else {
+        let State::Trying(mut acq) = std::mem::replace(&mut self.state, State::Idle) else {
             return Step::Done;
         };
+        // Fair mode: a lost enter round put the caller in the line where it was refused.
+        let joined = acq.take_joined();
+        let lined = joined.as_deref().map_or(0, |(round, _)| lined_on(round));
+        if lined > 0 {
+            self.queued = true;
+            if let Some(t) = joined.as_deref().and_then(|(round, _)| max_ticket(round)) {
+                self.ticket = t;
+            }
+        }
         let next = match acq.conclude(&mut self.names) {
             Ok(lock) => return self.done(Ok(lock)),
             Err(e) => self
@@ -364,11 +412,44 @@ impl Acquire {
             }
             Next::Watch(mut waiting) => {
                 waiting.ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
-                self.state = State::Watching(waiting);
+                // The enter round is the wait's read only if every node joined: otherwise
+                // the wait round joins the others (and reads them all again).
+                let read = joined.filter(|j| waiting.is_fair() && lined == j.0.node_count());
+                self.state = State::Watching(waiting, read);
                 match &self.state {
-                    State::Watching(w) => Step::Watch(w.key_bytes()),
+                    State::Watching(w, _) => Step::Watch(w.key_bytes()),
                     _ => Step::Done,
                 }
+            }
+        }
+    }
+
+    /// The wait's read is in (at `now`): the wait until its timer, after (fair mode) the move
+    /// of the client's place to one ticket on every master if they gave it different ones.
+    fn read_in<'a>(
+        &'a mut self,
+        w: Waiting,
+        read: Result<(Round, Instant), Error>,
+        now: Instant,
+        cfg: &'a Config,
+    ) -> Step<'a> {
+        self.queued |= w.is_fair() && read.is_ok();
+        let deadline = w.deadline(cfg, &read, now);
+        let ticket = w.retick(&read);
+        if let Some(t) = w.ticket(&read) {
+            self.ticket = t;
+        }
+        match ticket {
+            Some(ticket) => {
+                self.state = State::Reticking(w, deadline);
+                match &self.state {
+                    State::Reticking(w, _) => Step::Round(w.retick_to(ticket), cfg.until()),
+                    _ => Step::Done,
+                }
+            }
+            None => {
+                self.state = State::Awaiting(w, deadline.is_some());
+                Step::Await(deadline)
             }
         }
     }
@@ -410,7 +491,11 @@ impl Operation for Acquire {
         let state = std::mem::replace(&mut self.state, State::Idle);
         match (state, input) {
             (State::Idle, Input::Start) | (State::Sleeping, Input::Slept) => self.try_once(cfg, cx),
-            (State::Watching(w), Input::Watching) => {
+            (State::Watching(w, Some(joined)), Input::Watching) => {
+                let (round, at) = *joined;
+                self.read_in(w, Ok((round, at)), at, cfg)
+            }
+            (State::Watching(w, None), Input::Watching) => {
                 self.state = State::Reading(w);
                 match &self.state {
                     State::Reading(w) => {
@@ -420,27 +505,7 @@ impl Operation for Acquire {
                     _ => Step::Done,
                 }
             }
-            (State::Reading(w), Input::Round(read)) => {
-                self.queued |= w.is_fair() && read.is_ok();
-                let deadline = w.deadline(cfg, &read, cx.now);
-                let ticket = w.retick(&read);
-                if let Some(t) = w.ticket(&read) {
-                    self.ticket = t;
-                }
-                match ticket {
-                    Some(ticket) => {
-                        self.state = State::Reticking(w, deadline);
-                        match &self.state {
-                            State::Reticking(w, _) => Step::Round(w.retick_to(ticket), cfg.until()),
-                            _ => Step::Done,
-                        }
-                    }
-                    None => {
-                        self.state = State::Awaiting(w, deadline.is_some());
-                        Step::Await(deadline)
-                    }
-                }
-            }
+            (State::Reading(w), Input::Round(read)) => self.read_in(w, read, cx.now, cfg),
             (State::Reticking(w, deadline), Input::Round(_)) => {
                 self.state = State::Awaiting(w, deadline.is_some());
                 Step::Await(deadline)
@@ -472,7 +537,7 @@ impl Operation for Acquire {
             // Fair mode: out of the line (a bell that still comes finds no waiter: its
             // reservation lapses after the claim lease).
             State::Sleeping
-            | State::Watching(_)
+            | State::Watching(..)
             | State::Reading(_)
             | State::Reticking(..)
             | State::Awaiting(..)

@@ -222,6 +222,13 @@ impl Retry {
         }
     }
 
+    /// Whether a try of `names` that finds the resource held would wait in its line (fair
+    /// mode, wake-ups on, one resource, and a policy that may try again): its first try then
+    /// joins the line in the same call ([`crate::command::OpKind::Enter`]).
+    pub fn lines(&self, names: &[Name]) -> bool {
+        self.fair && self.wakeups && names.len() == 1 && self.left != Some(1)
+    }
+
     /// A single try (`try_lock`): no retry, whatever the error.
     pub fn once() -> Retry {
         Retry {

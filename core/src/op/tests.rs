@@ -457,3 +457,111 @@ fn a_fair_tries_release_keeps_the_clients_place() {
         Some(Until::Decided)
     );
 }
+
+fn fair_cfg() -> Config {
+    crate::Options {
+        fair: true,
+        client_id: "me".into(),
+        ..crate::Options::with_nodes((1..=5).map(|p| format!("127.0.0.1:{p}")))
+    }
+    .validate()
+    .unwrap()
+}
+
+/// An enter round's votes: node `i` took the resource where `took[i]`, else refused and
+/// joined the line with ticket `tickets[i]` and a `PTTL` of `pttl[i]`.
+fn entered(took: &[bool], pttl: &[i64], tickets: &[u64]) -> Round {
+    let mut r = Round::new(5, 3, Until::WonOrAllIn);
+    for i in 0..5 {
+        if took[i] {
+            r.record_with(i, NodeOutcome::Ok, Extra::Counter(0));
+        } else {
+            let e = Extra::Waited {
+                pttl: pttl[i],
+                ticket: tickets[i],
+            };
+            r.record_with(i, NodeOutcome::Held, e);
+        }
+    }
+    r.close(|_| NodeOutcome::Undecided);
+    r
+}
+
+/// In fair mode an acquisition that may wait tries first with the enter script, which joins
+/// the line where the resource is held: when every node joined, that round is the wait's
+/// read, and the waiter goes from the watch to its wait (after moving its place to one
+/// ticket) without the wait script's round. `try_lock` and a lock of several resources try
+/// with the plain acquisition.
+#[test]
+fn a_fair_first_try_joins_the_line_in_the_same_round() {
+    let fair = fair_cfg();
+    let now = Instant::now();
+    let (mut rng, mut events) = (Seeded::new(3), Vec::new());
+    let mut op = Acquire::new(names(&["r"]), TTL, Retry::new(&fair));
+    let mut cx = Cx {
+        now,
+        rng: &mut rng,
+        events: &mut events,
+    };
+    match op.step(Input::Start, &fair, &mut cx) {
+        Step::Round(cmd, until) => {
+            assert_eq!(cmd.kind, OpKind::Enter);
+            assert_eq!(until, Until::WonOrAllIn);
+        }
+        other => panic!("{other:?}"),
+    }
+    let r = entered(&[false; 5], &[40, 50, 60, 70, 80], &[4, 4, 5, 4, 4]);
+    match op.step(Input::Round(Ok((r, now))), &fair, &mut cx) {
+        Step::Watch(key) => assert_eq!(key, b"r"),
+        other => panic!("{other:?}"),
+    }
+    // The tickets differ: the place moves to the largest, then the wait (no wait script).
+    match op.step(Input::Watching, &fair, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!((cmd.kind, cmd.fence_value), (OpKind::Retick, 5)),
+        other => panic!("{other:?}"),
+    }
+    let ok = entered(&[true; 5], &[0; 5], &[0; 5]);
+    match op.step(Input::Round(Ok((ok, now))), &fair, &mut cx) {
+        // The third `PTTL` (a quorum of keys gone), and a millisecond.
+        Step::Await(Some(d)) => assert_eq!(d, now + Duration::from_millis(61)),
+        other => panic!("{other:?}"),
+    }
+    // Rung: the next try is a claim.
+    match op.step(Input::Woken(None), &fair, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Claim),
+        other => panic!("{other:?}"),
+    }
+
+    // A split vote: two nodes took the resource, three joined. The try releases what it
+    // took (keeping the place), and the wait script joins the two others.
+    let mut op = Acquire::new(names(&["r"]), TTL, Retry::new(&fair));
+    let _ = op.step(Input::Start, &fair, &mut cx);
+    let r = entered(&[true, true, false, false, false], &[9; 5], &[1; 5]);
+    match op.step(Input::Round(Ok((r, now))), &fair, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Unclaim),
+        other => panic!("{other:?}"),
+    }
+    let released = entered(&[true; 5], &[0; 5], &[0; 5]);
+    assert!(matches!(
+        op.step(Input::Round(Ok((released, now))), &fair, &mut cx),
+        Step::Watch(_)
+    ));
+    match op.step(Input::Watching, &fair, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Wait),
+        other => panic!("{other:?}"),
+    }
+    // Giving up from there leaves the line it joined.
+    assert_eq!(op.abandon().map(|c| c.kind), Some(OpKind::Leave));
+
+    // No line for a single try, nor for a set.
+    for (names, retry) in [
+        (names(&["r"]), Retry::once()),
+        (names(&["r", "s"]), Retry::new(&fair)),
+    ] {
+        let mut op = Acquire::new(names, TTL, retry);
+        match op.step(Input::Start, &fair, &mut cx) {
+            Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Acquire),
+            other => panic!("{other:?}"),
+        }
+    }
+}

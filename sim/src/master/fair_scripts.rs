@@ -35,13 +35,17 @@ pub(super) fn run(
     argv: Args<'_>,
 ) -> Result<Reply, Stop> {
     match script {
-        Script::Wait => wait(m, ex, keys, argv),
+        Script::Wait => wait(m, ex, keys, argv, 0),
+        Script::Enter => enter(m, ex, keys, argv),
         Script::Claim => claim(m, ex, keys, argv).map(Reply::Int),
         Script::Handoff => handoff(m, ex, keys, argv).map(Reply::Int),
         Script::Leave => leave(m, ex, keys, argv).map(Reply::Int),
         _ => Err(Stop::Unsimulated),
     }
 }
+
+/// The lines of `enter.lua`, between `ring.lua` and `wait.lua` in the enter script.
+const ENTER_LINES: u32 = 4;
 
 /// A line of the script's own body, in the concatenated text.
 fn body(line: u32) -> u32 {
@@ -190,8 +194,33 @@ fn ring(
     }
     Ok(None)
 }
-/// `wait.lua`: `ARGV` client id, claim lease, `n`, the lines' ttl, the waiter's ttl.
-fn wait(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<Reply, Stop> {
+/// `enter.lua`, then `wait.lua`: `SET NX PX` the resource (`KEYS[1]`) with the token
+/// (`ARGV[6]`) for the caller's ttl (`ARGV[5]`), and `INCR` the counter (`KEYS[3]`) if there
+/// is one; refused, the wait.
+fn enter(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<Reply, Stop> {
+    let (Some(key), token, ttl) = (keys.first(), arg(argv, 6)?, arg(argv, 5)?) else {
+        return Err(Stop::Unsimulated);
+    };
+    let set: [&[u8]; 6] = [b"SET", key, token, b"NX", b"PX", ttl];
+    if call(strings::set(m, ex, &set), body(1))? != Reply::Null {
+        return match keys.get(2) {
+            Some(counter) => call(strings::incr(m, ex, counter), body(2)).map(Reply::Int),
+            None => Ok(Reply::Int(0)),
+        };
+    }
+    wait(m, ex, keys, argv, ENTER_LINES)
+}
+
+/// `wait.lua`: `ARGV` client id, claim lease, `n`, the lines' ttl, the waiter's ttl; its
+/// lines `after` more lines than `ring.lua`'s (the enter script's own).
+fn wait(
+    m: &mut Master,
+    ex: &mut Ex,
+    keys: Args<'_>,
+    argv: Args<'_>,
+    after: u32,
+) -> Result<Reply, Stop> {
+    let body = |line| body(line) + after;
     let n = count(arg(argv, 3)?, keys)?;
     let id = arg(argv, 1)?;
     let mine = cat(RESERVED, id);

@@ -1,5 +1,5 @@
 //! Fair mode held to reality: random sequences of the commands and scripts a fair client sends
-//! (the wait, claim, hand-off and leave scripts by `EVALSHA` and `EVAL`, the line's `ZADD XX
+//! (the wait, enter, claim, hand-off and leave scripts by `EVALSHA` and `EVAL`, the line's `ZADD XX
 //! GT`), with the reads and writes around them (`SET NX`, `GET`, `PTTL`, `ZRANGE`, `ZSCORE`,
 //! `ZCARD`, `DEL`, `PUBLISH`, probes of the wrong type), over several connections of several
 //! client ids, each (mostly) RESP3 and subscribed to its id's bell, some tracking keys: the
@@ -178,6 +178,25 @@ impl Gen {
             b"30000".to_vec(),
         ];
         self.script(c, 0, &keys, &argv, Kind::Wait);
+    }
+    /// A first try that joins the line when refused (the enter script), now and then fenced.
+    fn enter(&mut self) {
+        let c = self.conn();
+        let res = vec![self.resources()[0].clone()];
+        let id = self.id_of(c);
+        let mut keys = self.keys_of(&res);
+        if self.rng.chance(30) {
+            keys.push(self.counter.clone());
+        }
+        let argv = [
+            id,
+            self.claim.into(),
+            b"1".to_vec(),
+            b"3600000".to_vec(),
+            b"30000".to_vec(),
+            self.token(),
+        ];
+        self.script(c, 4, &keys, &argv, Kind::Wait);
     }
     fn claim(&mut self) {
         let c = self.conn();
@@ -383,7 +402,8 @@ pub(crate) fn fair_sequence(index: u64) -> FairSequence {
     let len = g.rng.range(25, 60) as usize;
     while g.steps.len() < len {
         match g.rng.below(20) {
-            0..=4 => g.wait(),
+            0..=2 => g.wait(),
+            3 | 4 => g.enter(),
             5..=7 => g.claim(),
             8..=10 => g.handoff(),
             11 => g.leave(),

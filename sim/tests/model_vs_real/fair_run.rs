@@ -76,6 +76,10 @@ pub(crate) fn fair_model_matches(server: &LocalServer) {
 const FAIR_MUST_REACH: &[&str] = &[
     "wait: array",
     "wait: error WRONGTYPE",
+    "enter: array",
+    "enter: 0",
+    "enter: 1",
+    "enter: error WRONGTYPE",
     "claim: 0",
     "claim: -1",
     "claim: >1",

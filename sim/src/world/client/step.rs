@@ -35,7 +35,11 @@ impl Client {
                 Step::Round(cmd, until) => {
                     let acquiring = matches!(
                         cmd.expect(),
-                        Expect::Set | Expect::Acquired | Expect::Fenced
+                        Expect::Set
+                            | Expect::Acquired
+                            | Expect::Fenced
+                            | Expect::Entered
+                            | Expect::EnteredFenced
                     );
                     if acquiring {
                         if run.tries > 0 && sim.now > run.try_at + self.gap {
@@ -68,7 +72,9 @@ impl Client {
                         // failed try's release takes the client out of the lines before it
                         // waits in one; after, it is a failed claim's, which keeps its place.)
                         let what = match cmd.expect() {
-                            Expect::Wait => {
+                            // (The enter script joins the line where it is refused; a try
+                            // that wins leaves no wait to be noted.)
+                            Expect::Wait | Expect::Entered | Expect::EnteredFenced => {
                                 run.in_line = true;
                                 None
                             }
