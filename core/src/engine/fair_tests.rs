@@ -197,3 +197,39 @@ fn a_claim_woken_by_a_minority_names_no_hand_off() {
     assert_eq!(woken(&mut e), vec![2]);
     assert_eq!(e.handoff_of(&claim), b"h1");
 }
+
+/// A waiter that gives up while another waiter of the client waits for the same resource
+/// leaves nothing: the engine answers its leave itself, with nothing sent (a leave would take
+/// the client's shared place out of every line, and nobody would ring the other waiter). A
+/// leave with no other waiter goes out.
+#[test]
+fn a_leave_is_kept_while_another_waiter_of_the_client_waits() {
+    use crate::command::{Command, OpKind};
+    let names: crate::lock::Names = [crate::lock::Name::new("res")].into_iter().collect();
+    let leave = Command {
+        kind: OpKind::Leave,
+        resources: &names,
+        token: None,
+        ttl_ms: 0,
+        counter: None,
+        fence_value: 0,
+    };
+    let t = Instant::now();
+    let mut e = engine();
+    e.watch(1, b"res"[..].into());
+    e.submit(&leave, Until::AllIn, t, 7);
+    let done = e.poll_completed().expect("answered at once");
+    assert_eq!(done.user, 7);
+    assert_eq!(done.round.decision(), Decision::Won);
+    assert!(
+        e.poll_io().is_none(),
+        "no connection opened, nothing to send"
+    );
+    assert_eq!(e.stats().nodes.iter().map(|n| n.ok).sum::<u64>(), 0);
+    // Another resource's waiter keeps nothing; nor does a client with no other waiter.
+    let mut e = engine();
+    e.watch(1, b"other"[..].into());
+    e.submit(&leave, Until::AllIn, t, 8);
+    assert!(e.poll_completed().is_none(), "sent, awaiting the nodes");
+    assert!(matches!(e.poll_io(), Some(IoEvent::Connect(_))));
+}

@@ -528,6 +528,19 @@ impl<U> Engine<U> {
         if let Some(stats) = self.nodes.get_mut(i).map(|n| &mut n.stats) {
             stats.count(&outcome);
         }
+        self.tally(tag, i, outcome, extra, reply);
+    }
+
+    /// Records node `i`'s vote in the operation `tag` (if it still waits for it), uncounted in
+    /// the node's statistics, and completes the operation once decided.
+    fn tally(
+        &mut self,
+        tag: Tag,
+        i: usize,
+        outcome: NodeOutcome,
+        extra: Extra,
+        reply: Option<resp::Frame>,
+    ) {
         let Some(op) = self.op_mut(tag) else { return };
         op.round.record_reply(i, outcome, extra, reply);
         if op.round.decision() == Decision::Open {

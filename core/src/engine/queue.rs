@@ -16,6 +16,17 @@ impl<U> Engine<U> {
         // keeps the client's place (the waiters of a client share one), and wakes that waiter
         // for its claim, queued behind the release on every connection (a release proper
         // would take the client out of the lines, and ring nobody for the waiter).
+        if self.leave_kept(cmd) {
+            // Fair mode: a waiter that gives up while another waiter of this client waits for
+            // the resource leaves nothing: the client's place in the lines is the other's too
+            // (a leave would take it out, and nobody would ring the one still waiting; a
+            // reservation for the client has woken every waiter of it, see `fire_bells`). The
+            // engine answers for every node: nothing is sent.
+            for i in 0..self.nodes.len() {
+                self.tally(tag, i, NodeOutcome::Ok, Extra::None, None);
+            }
+            return;
+        }
         let kept;
         let own_waiter = self.own_waiter(cmd);
         let cmd = match own_waiter {

@@ -221,6 +221,19 @@ impl<U> Engine<U> {
             .map(|(_, k)| k.clone())
     }
 
+    /// Fair mode: whether `cmd` is a leave of one resource that another waiter of this client
+    /// waits for (the leaving waiter's own watch is gone by then: taken back when its wait
+    /// ended, or before its drop fires the leave).
+    pub(super) fn leave_kept(&self, cmd: &crate::command::Command<'_>) -> bool {
+        if self.fair.is_none() || cmd.kind != crate::command::OpKind::Leave {
+            return false;
+        }
+        let [name] = cmd.resources else {
+            return false;
+        };
+        self.watches.iter().any(|(_, k)| **k == *name.as_bytes())
+    }
+
     /// Fires (and forgets) every watch whose key `matches`.
     pub(super) fn wake_watches(&mut self, matches: impl Fn(&[u8]) -> bool, why: Wake) {
         let woken = &mut self.woken;

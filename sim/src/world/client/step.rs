@@ -345,6 +345,11 @@ impl Client {
             return;
         };
         let run = *run;
+        // The watch first, as the async client's drop does: a waiter's leave is kept when
+        // another waiter of the client still watches the resource, never for its own watch.
+        if let Some(id) = run.watch {
+            self.engine.unwatch(id);
+        }
         let fired = match &run.op {
             AnyOp::Acquire(o) => match o.abandon() {
                 Some(cmd) => {
@@ -363,9 +368,6 @@ impl Client {
             },
             _ => false,
         };
-        if let Some(id) = run.watch {
-            self.engine.unwatch(id);
-        }
         sim.touch(&run.res, self.id, k as u32, -1);
         if run.sets_keys {
             sim.setting(&run.res, false, run.ttl);
