@@ -253,6 +253,7 @@ impl Client {
             for &i in &held.wins {
                 let w = &mut sim.hist.windows[i];
                 w.until = w.until.min(cap);
+                w.valid = w.valid.min(cap);
             }
         }
         let Held {
