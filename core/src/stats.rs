@@ -92,6 +92,13 @@ pub struct Stats {
     /// Operations those passes started: `batched_ops / batches` is the mean batch, how many
     /// callers' commands shared each write (and each of the masters' reads).
     pub batched_ops: u64,
+    /// Tries of locks sent: rounds of `SET NX`, of the acquire script, or (fair mode) of the
+    /// enter script, which joins the line where it is refused. With [`claims`](Stats::claims),
+    /// the acquisition rounds: per lock granted, how many rounds it took to get one.
+    pub tries: u64,
+    /// Fair mode: claims sent, each the try of a waiter woken in line (by its bell, or by its
+    /// timer).
+    pub claims: u64,
 }
 
 impl Stats {

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, BytesMut};
 use smallvec::SmallVec;
 
-use crate::command::{Command, Expect, Extra, Form};
+use crate::command::{Command, Expect, Extra, Form, OpKind};
 use crate::config::Scripts;
 use crate::config::{Config, NodeAddr};
 use crate::conn::{stale_after, Conn};
@@ -169,6 +169,10 @@ pub struct Engine<U> {
     /// Write passes noted, and the operations they carried.
     batches: u64,
     batched_ops: u64,
+    /// Acquisition rounds started: tries (`SET NX`, the acquire or enter script) and fair
+    /// waiters' claims (see [`Stats::tries`]).
+    tries: u64,
+    claims: u64,
     /// The command being queued, encoded once for every node.
     wire: BytesMut,
     /// Its native form, for the nodes that take it.
@@ -231,6 +235,8 @@ impl<U> Engine<U> {
             largest_batch: 0,
             batches: 0,
             batched_ops: 0,
+            tries: 0,
+            claims: 0,
             wire: BytesMut::with_capacity(512),
             native_wire: BytesMut::with_capacity(128),
             connecting: 0,
@@ -293,6 +299,11 @@ impl<U> Engine<U> {
             slot,
             gen,
         )));
+        match cmd.kind {
+            OpKind::Acquire | OpKind::Enter => self.tries += 1,
+            OpKind::Claim => self.claims += 1,
+            _ => {}
+        }
         self.queue_everywhere(cmd, Tag::of(slot, gen, cmd.expect()), t1);
         OpId { slot, gen }
     }
@@ -463,6 +474,8 @@ impl<U> Engine<U> {
             events_dropped: self.events_dropped,
             batches: self.batches,
             batched_ops: self.batched_ops,
+            tries: self.tries,
+            claims: self.claims,
         }
     }
 
