@@ -2,8 +2,9 @@
 //! loop lock - hold for a fixed short time - unlock - work outside the lock for a fixed short
 //! time, on one resource, on five local masters. Reports acquisitions per second, the hand-off
 //! latency (from one holder starting its release to another client's lock returning; p50 and
-//! p99), the acquire rounds per acquisition (the masters' `SET` count, where the client
-//! acquires with `SET`), the commands the masters ran per acquisition (every call, a script's
+//! p99), the acquisition rounds per acquisition (redlock-mux's clients: the tries and claims
+//! they sent, `Stats::tries` and `Stats::claims`), the masters' `SET` count per acquisition
+//! (where the client acquires with `SET`; a script's `SET` calls included), the commands the masters ran per acquisition (every call, a script's
 //! calls inside the server included), the calls the clients sent per master and acquisition
 //! (redlock-mux's clients: the replies they read, one per top-level command, from
 //! `NodeStats::replies`; the masters' statistics cannot tell a script's calls from a client's),
@@ -48,12 +49,22 @@ static PUSHES: AtomicU64 = AtomicU64::new(0);
 /// over nodes and clients): one per top-level command a master ran for them.
 static REPLIES: AtomicU64 = AtomicU64::new(0);
 
-/// Adds a client's pushes to [`PUSHES`], and its replies to [`REPLIES`].
+/// Tries the cell's redlock-mux clients sent (`Stats::tries`: `SET NX`, the acquire script, or
+/// in fair mode the enter script, which joins the line where it is refused).
+static TRIES: AtomicU64 = AtomicU64::new(0);
+
+/// Claims the cell's redlock-mux clients sent (`Stats::claims`: fair waiters woken in line).
+static CLAIMS: AtomicU64 = AtomicU64::new(0);
+
+/// Adds a client's pushes to [`PUSHES`], its replies to [`REPLIES`], its tries and claims to
+/// [`TRIES`] and [`CLAIMS`].
 fn count_pushes(stats: &redlock_mux::Stats) {
     let n: u64 = stats.nodes.iter().map(|n| n.invalidations).sum();
     PUSHES.fetch_add(n, Ordering::Relaxed);
     let r: u64 = stats.nodes.iter().map(|n| n.replies).sum();
     REPLIES.fetch_add(r, Ordering::Relaxed);
+    TRIES.fetch_add(stats.tries, Ordering::Relaxed);
+    CLAIMS.fetch_add(stats.claims, Ordering::Relaxed);
 }
 
 /// One holder's tenure: when its lock returned, and when it started to release (ns since the
@@ -113,6 +124,8 @@ struct Counts {
     pushes: Option<u64>,
     /// The replies redlock-mux's clients read, over nodes: the calls they sent.
     replies: Option<u64>,
+    /// The tries and claims redlock-mux's clients sent.
+    tries: Option<(u64, u64)>,
 }
 
 fn report(
@@ -128,6 +141,7 @@ fn report(
         commands,
         pushes,
         replies,
+        tries,
     } = counts;
     t.sort_by_key(|t| t.acquired);
     // A hand-off is to another client.
@@ -157,14 +171,38 @@ fn report(
         Some(p) if !t.is_empty() => format!("{:.1}", p as f64 / nodes as f64 / t.len() as f64),
         _ => "–".to_string(),
     };
+    let acq = t.len() as f64;
+    let tried = match tries {
+        Some((tr, cl)) if !t.is_empty() => format!(
+            "{:.2} ({:.2} + {:.2})",
+            (tr + cl) as f64 / acq,
+            tr as f64 / acq,
+            cl as f64 / acq
+        ),
+        _ => "–".to_string(),
+    };
     let sent = match replies {
         Some(r) if !t.is_empty() => format!("{:.1}", r as f64 / nodes as f64 / t.len() as f64),
         _ => "–".to_string(),
     };
     let per_acquisition = commands as f64 / t.len().max(1) as f64;
+    // The workload's ceiling, 1 / (hold + hand-off): the lock never idle, each hold as long
+    // as this cell's holds were on average (a sleep of the hold lasts a little longer, and
+    // the async client's rounds up to the timer's millisecond), each hand-off the p50.
+    let mean_hold = t
+        .iter()
+        .map(|x| x.released.saturating_sub(x.acquired) as f64)
+        .sum::<f64>()
+        / t.len().max(1) as f64
+        / 1e6;
+    let rate = t.len() as f64 / elapsed.as_secs_f64();
+    let of_ceiling = if handoffs.is_empty() {
+        "–".to_string()
+    } else {
+        format!("{:.2}", rate * (mean_hold + q(0.5)) / 1e3)
+    };
     let row = format!(
-        "| {clients} | {name} | {:.0} | {} | {:.2} | {:.2} | {rounds} | {per_acquisition:.1} | {sent} | {woken} | {:.0}% |",
-        t.len() as f64 / elapsed.as_secs_f64(),
+        "| {clients} | {name} | {rate:.0} | {of_ceiling} | {} | {:.2} | {:.2} | {tried} | {rounds} | {per_acquisition:.1} | {sent} | {woken} | {:.0}% |",
         handoffs.len(),
         q(0.5),
         q(0.99),
@@ -233,8 +271,9 @@ fn mux_blocking(cell: &Cell<'_>, wakeups: bool, fair: bool) -> Vec<Tenure> {
     t
 }
 
-/// redlock-mux's async client with wake-ups, one `AsyncRedlock` per client task.
-fn mux_async(cell: &Cell<'_>, fair: bool) -> Vec<Tenure> {
+/// redlock-mux's async client, one `AsyncRedlock` per client task, wake-ups on (fair or not)
+/// or off (polling).
+fn mux_async(cell: &Cell<'_>, wakeups: bool, fair: bool) -> Vec<Tenure> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -248,6 +287,7 @@ fn mux_async(cell: &Cell<'_>, fair: bool) -> Vec<Tenure> {
             let client = redlock_mux::AsyncRedlock::builder()
                 .nodes(cell.nodes)
                 .node_timeout(Duration::from_millis(200))
+                .wakeups(wakeups)
                 .fair(fair)
                 .build()
                 .unwrap();
@@ -369,11 +409,11 @@ fn main() {
     let cluster = LocalCluster::start(5).expect("five redis-server (scripts/install-deps)");
     let nodes = cluster.addrs();
     println!(
-        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock - {think:?} outside the lock, on one resource, five local masters, {seconds} s per cell. Hand-off: from a holder starting its release to another client's lock returning, in ms. Rounds: the masters' SET count per acquisition (– where the client does not acquire with SET). Commands: every command a master ran (acquire, release, reads, tracking, and every call a script made inside it), per master and acquisition. Calls sent: the top-level commands redlock-mux's clients sent, per master and acquisition (the replies they read; – for the others, whose calls the masters cannot tell from their scripts' calls). Wake-ups per release: the invalidations the masters pushed to redlock-mux's clients, per node and acquisition (the waiters each release woke)."
+        "N clients, each with its own connections, loop lock - hold {hold:?} - unlock - {think:?} outside the lock, on one resource, five local masters, {seconds} s per cell. Of the ceiling: acquisitions/s against 1 / (hold + hand-off), the hold this cell's mean, the hand-off its p50 (the lock never idle). Hand-off: from a holder starting its release to another client's lock returning, in ms. Acquisition rounds: the tries and claims redlock-mux's clients sent, per acquisition (a fair client's try joins the line where it is refused; its claim is the try of a waiter woken in line). Masters' SET: the masters' SET count per acquisition, a script's SET calls included (– where the client does not acquire with SET). Commands: every command a master ran (acquire, release, reads, tracking, and every call a script made inside it), per master and acquisition. Calls sent: the top-level commands redlock-mux's clients sent, per master and acquisition (the replies they read; – for the others, whose calls the masters cannot tell from their scripts' calls). Wake-ups per release: the invalidations the masters pushed to redlock-mux's clients, per node and acquisition (the waiters each release woke)."
     );
     println!();
-    println!("| clients | client | acquisitions/s | hand-offs | hand-off p50 | hand-off p99 | rounds per acquisition | commands per acquisition | calls sent per master per acquisition | wake-ups per release | busiest client's share |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| clients | client | acquisitions/s | of the ceiling | hand-offs | hand-off p50 | hand-off p99 | acquisition rounds (tries + claims) per acquisition | masters' SET per acquisition | commands per acquisition | calls sent per master per acquisition | wake-ups per release | busiest client's share |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     // For the pictures: per client, (contenders, figure) points.
     let mut commands_lines: Vec<common::plot::Line> = Vec::new();
     let mut p99_lines: Vec<common::plot::Line> = Vec::new();
@@ -392,7 +432,7 @@ fn main() {
             (
                 "redlock-mux async (multi-thread), fair",
                 true,
-                Box::new(|c: &Cell<'_>| Some(mux_async(c, true))),
+                Box::new(|c: &Cell<'_>| Some(mux_async(c, true, true))),
             ),
             (
                 "redlock-mux blocking, wake-ups on",
@@ -402,12 +442,17 @@ fn main() {
             (
                 "redlock-mux async (multi-thread), wake-ups on",
                 true,
-                Box::new(|c: &Cell<'_>| Some(mux_async(c, false))),
+                Box::new(|c: &Cell<'_>| Some(mux_async(c, true, false))),
             ),
             (
                 "redlock-mux blocking, wake-ups off (polling)",
                 true,
                 Box::new(|c: &Cell<'_>| Some(mux_blocking(c, false, false))),
+            ),
+            (
+                "redlock-mux async (multi-thread), wake-ups off (polling)",
+                true,
+                Box::new(|c: &Cell<'_>| Some(mux_async(c, false, false))),
             ),
             (
                 "rslock 0.10 (its own retries)",
@@ -438,6 +483,8 @@ fn main() {
             let before = sum();
             PUSHES.store(0, Ordering::Relaxed);
             REPLIES.store(0, Ordering::Relaxed);
+            TRIES.store(0, Ordering::Relaxed);
+            CLAIMS.store(0, Ordering::Relaxed);
             let started = Instant::now();
             let Some(tenures) = run(&cell) else { continue };
             let elapsed = started.elapsed().min(slice.mul_f64(1.5)).max(slice);
@@ -450,11 +497,18 @@ fn main() {
             let ours = name.starts_with("redlock-mux");
             let pushes = ours.then(|| PUSHES.load(Ordering::Relaxed));
             let replies = ours.then(|| REPLIES.load(Ordering::Relaxed));
+            let tries = ours.then(|| {
+                (
+                    TRIES.load(Ordering::Relaxed),
+                    CLAIMS.load(Ordering::Relaxed),
+                )
+            });
             let counts = Counts {
                 set_rounds: rounds,
                 commands,
                 pushes,
                 replies,
+                tries,
             };
             let (row, figures) = report(name, n, tenures, elapsed, counts, nodes.len());
             println!("{row}");
@@ -482,6 +536,10 @@ fn main() {
         .and_then(|i| std::env::args().nth(i + 1))
         .map(Into::into);
     if let Some(dir) = plot_dir {
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            eprintln!("--plot {}: {e}", dir.display());
+            return;
+        }
         let setting = format!(
             "one resource, hold {hold:?}, {think:?} out, 5 local masters, {} vCPU",
             std::thread::available_parallelism().map_or(0, |n| n.get())
