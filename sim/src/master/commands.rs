@@ -89,6 +89,46 @@ const TABLE: &[Spec] = &[
     },
 ];
 
+/// The table's entry for the command named `name` (in any case): a `match` on the name in
+/// lowercase, not a walk of the table (every command is looked up here).
+fn spec_of(name: &[u8]) -> Option<&'static Spec> {
+    // No command's name is longer; a longer word is none.
+    let mut buf = [0u8; 16];
+    let low = buf.get_mut(..name.len())?;
+    low.copy_from_slice(name);
+    low.make_ascii_lowercase();
+    let i = match &*low {
+        b"get" => 0,
+        b"set" => 1,
+        b"pttl" => 2,
+        b"del" => 3,
+        b"incr" => 4,
+        b"pexpire" => 5,
+        b"ping" => 6,
+        b"select" => 7,
+        b"zadd" => 8,
+        b"zrange" => 9,
+        b"zrem" => 10,
+        b"zscore" => 11,
+        b"zcard" => 12,
+        b"publish" => 13,
+        b"subscribe" => 14,
+        b"eval" => 15,
+        b"evalsha" => 16,
+        b"fcall" => 17,
+        b"delifeq" => 18,
+        b"delex" => 19,
+        b"auth" => 20,
+        b"hello" => 21,
+        b"script" => 22,
+        b"function" => 23,
+        b"client" => 24,
+        b"config" => 25,
+        _ => return None,
+    };
+    TABLE.get(i)
+}
+
 fn arity_ok(arity: i32, argc: usize) -> bool {
     let argc = i64::try_from(argc).unwrap_or(i64::MAX);
     let arity = i64::from(arity);
@@ -102,10 +142,7 @@ fn arity_ok(arity: i32, argc: usize) -> bool {
 /// Runs one command (`args` is never empty) and returns its reply.
 pub(crate) fn dispatch<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -> Reply {
     let server = m.profile.server;
-    let Some(spec) = TABLE
-        .iter()
-        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(args[0]) && (s.has)(server))
-    else {
+    let Some(spec) = spec_of(args[0]).filter(|s| (s.has)(server)) else {
         return Reply::Error(server.unknown_command(args[0], &args[1..]));
     };
     let mut arity = spec.arity;
@@ -188,6 +225,40 @@ impl Master {
         match self.conns.get(&ex.conn)?.login? {
             Login::Default => Some(&self.profile.default_user),
             Login::User(i) => self.profile.users.get(i),
+        }
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::{spec_of, TABLE};
+
+    /// The lookup finds every command of the table by its name, in any case, and nothing else.
+    #[test]
+    fn every_command_is_found_by_its_name() {
+        for spec in TABLE {
+            for name in [
+                spec.name.to_string(),
+                spec.name.to_ascii_uppercase(),
+                format!(
+                    "{}{}",
+                    &spec.name[..1].to_ascii_uppercase(),
+                    &spec.name[1..]
+                ),
+            ] {
+                let found = spec_of(name.as_bytes()).map(|s| s.name);
+                assert_eq!(found, Some(spec.name), "{name}");
+            }
+        }
+        for other in [
+            "",
+            "gets",
+            "ge",
+            "getx",
+            "delifeqx",
+            "a-very-long-command-name",
+        ] {
+            assert!(spec_of(other.as_bytes()).is_none(), "{other}");
         }
     }
 }
