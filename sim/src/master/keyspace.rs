@@ -97,7 +97,18 @@ impl Master {
     /// the key for tracking (whether or not it exists). A read inside a script remembers, on
     /// servers that do so, every key the script's command declared instead.
     pub(crate) fn read(&mut self, ex: &mut Ex, key: &[u8]) -> Option<Entry> {
-        let e = self.lookup(ex, key);
+        self.read_with(ex, key, |e| e.cloned())
+    }
+
+    /// What `f` makes of the live entry of `key`, read as [`read`](Master::read) reads it
+    /// (expired first, remembered for tracking), without a copy of the entry.
+    pub(crate) fn read_with<R>(
+        &mut self,
+        ex: &mut Ex,
+        key: &[u8],
+        f: impl FnOnce(Option<&Entry>) -> R,
+    ) -> R {
+        let e = self.look(ex, key, f);
         if ex.remember {
             let declared = ex
                 .script_keys
@@ -120,14 +131,27 @@ impl Master {
 
     /// The live entry of `key`, for a command that may write it: expires it first.
     pub(crate) fn lookup(&mut self, ex: &mut Ex, key: &[u8]) -> Option<Entry> {
-        let db = self.keys.dbs.get_mut(&ex.db)?;
+        self.look(ex, key, |e| e.cloned())
+    }
+
+    /// What `f` makes of the live entry of `key`, looked up as [`lookup`](Master::lookup)
+    /// does (expired first), without a copy of the entry.
+    pub(crate) fn look<R>(
+        &mut self,
+        ex: &mut Ex,
+        key: &[u8],
+        f: impl FnOnce(Option<&Entry>) -> R,
+    ) -> R {
+        let Some(db) = self.keys.dbs.get_mut(&ex.db) else {
+            return f(None);
+        };
         match db.get(key) {
             Some(e) if e.expired(ex.now) => {
                 db.remove(key);
                 self.invalidate(ex, key);
-                None
+                f(None)
             }
-            other => other.cloned(),
+            other => f(other),
         }
     }
 

@@ -6,8 +6,6 @@
 //! As in Redis, a script's writes before an error stay; a failed `redis.call` becomes the
 //! script's error, named as the server names it (digest or function, and the line).
 
-use bytes::Bytes;
-
 use super::keyspace::Ex;
 use super::reply::Reply;
 use super::strings::{self, parse_i64, NOT_AN_INTEGER};
@@ -215,10 +213,25 @@ fn lua_number(n: i64) -> i64 {
     }
 }
 
-/// `GET` from a script: the value, or `false` (`None`).
-fn script_get(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Option<Bytes> {
+/// What a script's `GET` of `key` found, compared with `want`.
+enum Got {
+    /// `false`: no key (or not a string).
+    Nothing,
+    /// The value is `want`.
+    Same,
+    /// Another value.
+    Other,
+}
+
+/// `GET` from a script, the value compared with `want` (without a copy of it; no `want`: no
+/// value is the same).
+fn script_get(m: &mut Master, ex: &mut Ex, key: &[u8], want: Option<&[u8]>) -> Got {
     // (The lock scripts read locks' keys, which never hold a sorted set.)
-    m.read(ex, key).and_then(|e| e.value.as_str().cloned())
+    m.read_with(ex, key, |e| match e.and_then(|e| e.value.as_str()) {
+        None => Got::Nothing,
+        Some(v) if Some(&v[..]) == want => Got::Same,
+        Some(_) => Got::Other,
+    })
 }
 
 /// `acquire.lua`.
@@ -251,15 +264,15 @@ fn acquire(m: &mut Master, ex: &mut Ex, keys: &[&[u8]], argv: &[&[u8]]) -> Resul
 
 /// `release.lua`.
 fn release(m: &mut Master, ex: &mut Ex, keys: &[&[u8]], argv: &[&[u8]]) -> Result<i64, Stop> {
-    let token = argv.first();
+    let token = argv.first().copied();
     let (mut held, mut gone) = (false, false);
     for key in keys {
-        match script_get(m, ex, key) {
-            Some(v) if Some(&&v[..]) == token => {
+        match script_get(m, ex, key, token) {
+            Got::Same => {
                 strings::del(m, ex, std::slice::from_ref(key));
             }
-            None => gone = true,
-            Some(_) => held = true,
+            Got::Nothing => gone = true,
+            Got::Other => held = true,
         }
     }
     Ok(if held {
@@ -278,10 +291,10 @@ fn extend(m: &mut Master, ex: &mut Ex, keys: &[&[u8]], argv: &[&[u8]]) -> Result
     };
     let mut gone = false;
     for key in keys {
-        match script_get(m, ex, key) {
-            None => gone = true,
-            Some(v) if v != *token => return Ok(0),
-            Some(_) => {}
+        match script_get(m, ex, key, Some(token)) {
+            Got::Nothing => gone = true,
+            Got::Other => return Ok(0),
+            Got::Same => {}
         }
     }
     if gone {
@@ -301,19 +314,19 @@ fn fence(m: &mut Master, ex: &mut Ex, keys: &[&[u8]], argv: &[&[u8]]) -> Result<
     };
     let mut gone = false;
     for key in resources {
-        match script_get(m, ex, key) {
-            None => gone = true,
-            Some(v) if v != *token => return Ok(0),
-            Some(_) => {}
+        match script_get(m, ex, key, Some(token)) {
+            Got::Nothing => gone = true,
+            Got::Other => return Ok(0),
+            Got::Same => {}
         }
     }
     if gone {
         return Ok(-1);
     }
-    let raise = match script_get(m, ex, counter) {
+    let raise = m.read_with(ex, counter, |e| match e.and_then(|e| e.value.as_str()) {
         None => true,
         Some(c) => c.len() < t.len() || (c.len() == t.len() && c[..] < **t),
-    };
+    });
     if raise {
         let call: [&[u8]; 3] = [b"SET", counter, t];
         strings::set(m, ex, &call).map_err(|msg| Stop::Call(msg, 9))?;

@@ -52,13 +52,14 @@ pub(crate) fn get(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Reply {
 }
 
 pub(crate) fn pttl(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Reply {
-    Reply::Int(m.read(ex, key).map_or(-2, |e| pttl_of(&e, ex.now)))
+    let now = ex.now;
+    Reply::Int(m.read_with(ex, key, |e| e.map_or(-2, |e| pttl_of(e, now))))
 }
 
 pub(crate) fn del(m: &mut Master, ex: &mut Ex, keys: &[&[u8]]) -> Reply {
     let mut n = 0;
     for key in keys {
-        if m.lookup(ex, key).is_some() && m.remove(ex, key) {
+        if m.look(ex, key, |e| e.is_some()) && m.remove(ex, key) {
             n += 1;
         }
     }
@@ -185,18 +186,21 @@ pub(crate) fn set(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Result<Reply, 
         }
     };
     let key = args[1];
-    let old = m.lookup(ex, key);
-    let holds = match (&o.ifeq, &old) {
-        // (A sorted set is never compared: no lock's key holds one.)
-        (Some(want), Some(e)) => e.value.as_str().map(|b| &b[..]) == Some(*want),
-        (Some(_), None) => false,
-        (None, _) => !(o.nx && old.is_some() || o.xx && old.is_none()),
-    };
+    // Whether the condition holds, and the old deadline (for `KEEPTTL`).
+    let (holds, old_expire) = m.look(ex, key, |old| {
+        let holds = match (&o.ifeq, old) {
+            // (A sorted set is never compared: no lock's key holds one.)
+            (Some(want), Some(e)) => e.value.as_str().map(|b| &b[..]) == Some(*want),
+            (Some(_), None) => false,
+            (None, _) => !(o.nx && old.is_some() || o.xx && old.is_none()),
+        };
+        (holds, old.and_then(|e| e.expire_at))
+    });
     if !holds {
         return Ok(Reply::Null);
     }
     let expire_at = match (expire_at, o.keepttl) {
-        (None, true) => old.and_then(|e| e.expire_at),
+        (None, true) => old_expire,
         (at, _) => at,
     };
     let value = Bytes::copy_from_slice(args[2]);
@@ -206,11 +210,12 @@ pub(crate) fn set(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Result<Reply, 
 
 /// Valkey's `DELIFEQ key value`: 1 deleted, 0 not (no key, or another value).
 pub(crate) fn delifeq(m: &mut Master, ex: &mut Ex, key: &[u8], value: &[u8]) -> Reply {
-    match m.lookup(ex, key) {
-        Some(e) if e.value.as_str().map(|b| &b[..]) == Some(value) => {
-            Reply::Int(i64::from(m.remove(ex, key)))
-        }
-        _ => Reply::Int(0),
+    if m.look(ex, key, |e| {
+        e.is_some_and(|e| e.value.as_str().map(|b| &b[..]) == Some(value))
+    }) {
+        Reply::Int(i64::from(m.remove(ex, key)))
+    } else {
+        Reply::Int(0)
     }
 }
 
