@@ -661,3 +661,306 @@ fn a_late_enter_from_a_healed_path_is_given_back() {
     );
     eprintln!("all gone {:?} after the unlock", start.elapsed());
 }
+
+/// One holder's tenure: from when its lock was granted to when it called `unlock` (or its
+/// validity's end, if sooner); its fencing token.
+#[derive(Debug)]
+struct Tenure {
+    who: String,
+    from: Instant,
+    to: Instant,
+    fence: u64,
+}
+
+/// The violations among `tenures`: two that overlap, fencing tokens that do not increase in
+/// the order of the tenures.
+fn check(mut tenures: Vec<Tenure>) -> Vec<String> {
+    tenures.sort_by_key(|t| t.from);
+    let mut v = Vec::new();
+    for (i, a) in tenures.iter().enumerate() {
+        for b in &tenures[i + 1..] {
+            if b.from < a.to {
+                v.push(format!("{} granted before {}'s tenure ended", b.who, a.who));
+            }
+        }
+    }
+    for w in tenures.windows(2) {
+        if w[1].fence <= w[0].fence {
+            v.push(format!(
+                "{} fenced {} after {}'s {}",
+                w[1].who, w[1].fence, w[0].who, w[0].fence
+            ));
+        }
+    }
+    v
+}
+
+/// Claims (session 13 as a whole): with fenced fair clients whose first tries are enters,
+/// threads and tasks of one client of which some keep giving up (`lock_within` with short
+/// deadlines, async futures dropped by a timeout) beside others that wait, another fair
+/// client and an unfair one, on one resource: no two tenures overlap, fencing tokens increase
+/// in their order, every waiter that waits (30 s each) gets the lock every round (the kept
+/// leaves starve nobody), and once all are done no client is left in any line (printed, not
+/// asserted while `a_won_enter_leaves_no_line_behind` stands).
+#[test]
+fn givers_up_beside_waiters_starve_nobody_and_leave_no_line() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    const ROUNDS: usize = 12;
+    const TTL: Duration = Duration::from_secs(2);
+    let c = cluster(3);
+    let addrs = c.addrs();
+    let lease = Duration::from_millis(100);
+    let fenced = |fair: bool, id: &str| {
+        let mut o = options(&addrs, fair, id, lease);
+        o.fencing = true;
+        o
+    };
+    let same = Redlock::with_config(fenced(true, "same").validate().unwrap()).unwrap();
+    let other = Redlock::with_config(fenced(true, "other").validate().unwrap()).unwrap();
+    let unfair = Redlock::with_config(fenced(false, "").validate().unwrap()).unwrap();
+    let key = resource("givers-up");
+    let tenures = Mutex::new(Vec::<Tenure>::new());
+    let failures = Mutex::new(Vec::<String>::new());
+    let done = AtomicBool::new(false);
+    let gave_up = std::sync::atomic::AtomicU64::new(0);
+    let record = |who: &str, l: &redlock_mux::Lock, from: Instant| {
+        tenures.lock().unwrap().push(Tenure {
+            who: who.to_string(),
+            from,
+            to: Instant::now().min(l.valid_until()),
+            fence: l.fencing_token().unwrap_or(0),
+        });
+    };
+    std::thread::scope(|s| {
+        let waiters = [
+            ("same-a", &same),
+            ("same-b", &same),
+            ("other", &other),
+            ("unfair", &unfair),
+        ];
+        let mut handles = Vec::new();
+        for (who, cl) in waiters {
+            let (key, failures, record) = (&key, &failures, &record);
+            handles.push(s.spawn(move || {
+                for _ in 0..ROUNDS {
+                    match cl.lock_within(key, TTL, Duration::from_secs(30)) {
+                        Ok(l) => {
+                            let from = Instant::now();
+                            std::thread::sleep(Duration::from_millis(30));
+                            record(who, &l, from);
+                            let _ = cl.unlock(&l);
+                        }
+                        Err(e) => {
+                            failures.lock().unwrap().push(format!("{who}: {e}"));
+                            return;
+                        }
+                    }
+                }
+            }));
+        }
+        // A thread of `same` that gives up again and again.
+        {
+            let (key, record, done, same, gave_up) = (&key, &record, &done, &same, &gave_up);
+            s.spawn(move || {
+                let mut i = 0u64;
+                while !done.load(Ordering::SeqCst) {
+                    let within = Duration::from_millis(20 + (i * 37) % 120);
+                    match same.lock_within(key, TTL, within) {
+                        Ok(l) => {
+                            let from = Instant::now();
+                            record("same-giver", &l, from);
+                            let _ = same.unlock(&l);
+                        }
+                        Err(_) => {
+                            gave_up.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    i += 1;
+                }
+            });
+        }
+        // An async client of its own id ("same" too: a second process sharing it is each
+        // other's stranger) with a waiting task and a task whose futures are dropped.
+        {
+            let (key, record, done, failures, gave_up, o) =
+                (&key, &record, &done, &failures, &gave_up, fenced(true, "d"));
+            s.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let cl = AsyncRedlock::with_config(o.validate().unwrap()).unwrap();
+                    let dropper = {
+                        let (cl, key) = (cl.clone(), key.clone());
+                        async move {
+                            let mut i = 0u64;
+                            while !done.load(Ordering::SeqCst) {
+                                let within = Duration::from_millis(20 + (i * 53) % 150);
+                                let f = cl.lock_within(&key, TTL, Duration::from_secs(30));
+                                match tokio::time::timeout(within, f).await {
+                                    Ok(Ok(l)) => {
+                                        let from = Instant::now();
+                                        record("d-dropper", &l, from);
+                                        let _ = cl.unlock(&l).await;
+                                    }
+                                    _ => {
+                                        gave_up.fetch_add(1, Ordering::SeqCst);
+                                    }
+                                }
+                                i += 1;
+                            }
+                        }
+                    };
+                    let waiter = async {
+                        let mut slowest = Duration::ZERO;
+                        for _ in 0..ROUNDS {
+                            let f = cl.lock_within(key, TTL, Duration::from_secs(30));
+                            let asked = Instant::now();
+                            let r = f.await;
+                            slowest = slowest.max(asked.elapsed());
+                            match r {
+                                Ok(l) => {
+                                    let from = Instant::now();
+                                    tokio::time::sleep(Duration::from_millis(30)).await;
+                                    record("d-waiter", &l, from);
+                                    let _ = cl.unlock(&l).await;
+                                }
+                                Err(e) => {
+                                    failures.lock().unwrap().push(format!("d-waiter: {e}"));
+                                    return;
+                                }
+                            }
+                        }
+                        eprintln!("the async waiter's slowest round: {slowest:?}");
+                    };
+                    tokio::join!(dropper, waiter);
+                });
+            });
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        // The async waiter's rounds too, then the givers-up stop.
+        wait_until(
+            Duration::from_secs(120),
+            "the async waiter's rounds",
+            || {
+                tenures
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|t| t.who == "d-waiter")
+                    .count()
+                    >= ROUNDS
+                    || !failures.lock().unwrap().is_empty()
+            },
+        );
+        done.store(true, Ordering::SeqCst);
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "waiters starved: {failures:?}");
+    let tenures = tenures.into_inner().unwrap();
+    let given_up = tenures
+        .iter()
+        .filter(|t| t.who == "same-giver" || t.who == "d-dropper")
+        .count();
+    let gave_up = gave_up.load(Ordering::SeqCst);
+    eprintln!(
+        "{} tenures, {given_up} of the givers-up, who gave up {gave_up} times",
+        tenures.len()
+    );
+    assert!(gave_up >= 10, "the givers-up hardly ever gave up");
+    // Between two tenures of `other`, how many went to others (fairness, printed only).
+    let mut sorted: Vec<&Tenure> = tenures.iter().collect();
+    sorted.sort_by_key(|t| t.from);
+    let mut between = Vec::new();
+    let mut n = 0usize;
+    for t in &sorted {
+        if t.who == "other" {
+            between.push(n);
+            n = 0;
+        } else {
+            n += 1;
+        }
+    }
+    eprintln!("tenures of others before each of `other`'s: {between:?}");
+    let v = check(tenures);
+    assert!(
+        v.is_empty(),
+        "{} violations: {:?}",
+        v.len(),
+        &v[..v.len().min(10)]
+    );
+    let start = Instant::now();
+    while !all_gone(&addrs, &key) {
+        if start.elapsed() > Duration::from_secs(10) {
+            let q = line(&key);
+            let lines: Vec<_> = addrs
+                .iter()
+                .map(|a| {
+                    (
+                        redis(a, &["GET", &key]),
+                        redis(a, &["ZRANGE", &q, "0", "-1", "WITHSCORES"]),
+                        redis(a, &["PTTL", &q]),
+                    )
+                })
+                .collect();
+            // Not asserted: a won enter round leaves its client in the line of a master that
+            // refused it (`a_won_enter_leaves_no_line_behind`, ignored), which this run hits
+            // about 1 time in 8 (client "d" on one master, ticket 3). Asserted here once that
+            // is fixed.
+            eprintln!("left behind 10 s after the last round: {lines:?}");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Found in review (session 13, the enter script): a fair client's first try that WINS while
+/// some master refused it (the resource held there by another key: a quorum is not every
+/// master) leaves the client in that master's line: the enter joined it there in the same
+/// call, and nothing takes it out after the win (a claim takes its client out of the line
+/// where it takes the resource; a won `SET NX` never joined one). The sequence: three
+/// masters, master 1 holds the resource under another value (X), C locks it (masters 0 and 2
+/// take it, master 1 refuses and puts C in its line): granted, and C stands in master 1's
+/// line while it holds the lock, and after the lock is gone unless a release proper took it
+/// out: here C lets its lock expire (a crashed or forgetful holder; a release kept for
+/// another waiter of C does the same), and C stays in master 1's line for the line's lease
+/// (an hour), where master 1's next hand-off rings C (still subscribed) and reserves the
+/// resource for it: the next waiter loses a claim lease there for a client that never
+/// waited. Found by `givers_up_beside_waiters_starve_nobody_and_leave_no_line`, which left
+/// client "d" in one master's line 1 run in 8.
+///
+/// Claim held to: a client whose try won stands in no line (the line is of waiters). The
+/// fix: after a won enter round, leave the lines of the masters that answered with the wait's
+/// array (`Extra::Waited`): a leave of that resource sent with the fence write-back, or (one
+/// round) an enter script that, on a win, runs `ZREM` of the caller on the masters that
+/// refused (they cannot know the round won: the leave must come from the client), e.g.
+/// `Acquisition::conclude` returning the lock together with a leave to fire when
+/// `take_joined` shows a won round with joined nodes.
+#[test]
+#[ignore = "defect: a won enter round leaves its client in the lines of the masters that refused it"]
+fn a_won_enter_leaves_no_line_behind() {
+    let c = cluster(3);
+    let addrs = c.addrs();
+    let lease = Duration::from_millis(300);
+    let cl = client(&addrs, true, "c", lease);
+    let key = resource("won-enter");
+    redis(&addrs[1], &["SET", &key, "x", "PX", "60000"]);
+    let ttl = Duration::from_secs(2);
+    let l = cl.lock(&key, ttl).expect("masters 0 and 2 grant it");
+    assert_eq!(holding(&addrs, &key, l.token().as_bytes()), 2);
+    let holding_in_line = in_line(&addrs, &key, "c");
+    // The lock runs out without an unlock.
+    std::thread::sleep(ttl + Duration::from_millis(200));
+    let after = in_line(&addrs, &key, "c");
+    let lease_left = redis(&addrs[1], &["PTTL", &line(&key)]);
+    eprintln!(
+        "C in {holding_in_line} lines while holding, {after} after its lock ran out (line's \
+         pttl there {lease_left:?})"
+    );
+    assert_eq!(holding_in_line, 0, "the holder stands in a line");
+    assert_eq!(after, 0, "a client that never waited left in a line");
+}
