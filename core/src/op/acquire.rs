@@ -47,6 +47,9 @@ pub struct Acquisition {
     /// Fair mode: an enter round that was lost, and when it ended: its refusals are the
     /// waiter's reads of the line it joined (see [`Acquisition::take_joined`]).
     joined: Option<Box<(Round, Instant)>>,
+    /// Fair mode: an enter round that won, but that some nodes refused, joining the caller to
+    /// their lines: it leaves them before the lock is handed over.
+    lined: bool,
 }
 
 #[derive(Debug)]
@@ -61,6 +64,11 @@ enum Phase {
     },
     /// Failed with this error; the release runs before it is returned.
     Release(Error),
+    /// Fair mode: granted (as in `Done`), by an enter round that some nodes refused, each
+    /// putting the caller in its line: the leave runs there before the lock is returned (a
+    /// holder left standing in a line would be rung for the resource later, and cost the
+    /// waiters behind it a claim lease, once its lock is gone without a release proper).
+    Leave((Instant, Option<u64>, u64)),
     /// Granted: valid until then, with this fencing token, by the nodes of the mask (the lock
     /// is built by `finish`, which moves the names into it).
     Done(Result<(Instant, Option<u64>, u64), Error>),
@@ -107,6 +115,7 @@ impl Acquisition {
             fair: cfg.fair.is_some(),
             enter: false,
             joined: None,
+            lined: false,
         })
     }
 
@@ -162,6 +171,18 @@ impl Acquisition {
             Phase::Acquire => Some((cmd(OpKind::Acquire, 0), self.try_until(cfg))),
             Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
             Phase::Release(_) => Some((self.release(), Until::AllIn)),
+            // (Its outcome changes nothing: decided as soon as it is.)
+            Phase::Leave(_) => Some((
+                Command {
+                    kind: OpKind::Leave,
+                    resources: &self.names,
+                    token: None,
+                    ttl_ms: 0,
+                    counter: None,
+                    fence_value: 0,
+                },
+                Until::Decided,
+            )),
             Phase::Done(_) => None,
         }
     }
@@ -184,39 +205,12 @@ impl Acquisition {
         self.phase = match (phase, round) {
             (Phase::Release(err), _) => Phase::Done(Err(err)),
             (Phase::Done(r), _) => Phase::Done(r),
+            (Phase::Leave(granted), _) => Phase::Done(Ok(granted)),
             (_, Err(err)) => Phase::Release(err),
-            (Phase::Acquire, Ok((round, t1))) => match acquired(cfg, &round, t1, now, self.ttl) {
-                Err(Error::Conflict { nodes, .. }) => {
-                    let err = Error::Conflict {
-                        nodes,
-                        held: round
-                            .held_key()
-                            .and_then(|k| self.names.get(k))
-                            .map(|n| n.as_str().to_string()),
-                    };
-                    let everywhere = refused_everywhere(&round);
-                    if self.enter {
-                        self.joined = Some(Box::new((round, now)));
-                    }
-                    if everywhere {
-                        Phase::Done(Err(err))
-                    } else {
-                        Phase::Release(err)
-                    }
-                }
-                Err(err) => Phase::Release(err),
-                Ok(_) if cfg.fencing.is_some() && cfg.fence_writeback() => Phase::Fence {
-                    t1,
-                    fence: round.counter(),
-                    granted: granted_mask(&round),
-                },
-                Ok(validity) => {
-                    let fence = cfg.fencing.is_some().then(|| round.counter());
-                    // Left at `now`: the lock holds until `t1 + ttl - drift`.
-                    let until = crate::time::later(now, validity);
-                    Phase::Done(Ok((until, fence, granted_mask(&round))))
-                }
-            },
+            (Phase::Acquire, Ok((round, t1))) => {
+                self.lined = self.enter && lined_on(&round) > 0;
+                self.acquire_outcome(cfg, round, t1, now)
+            }
             (Phase::Fence { t1, fence, granted }, Ok((round, _))) => {
                 if round.decision() != Decision::Won {
                     Phase::Release(Error::NoQuorum {
@@ -226,13 +220,59 @@ impl Acquisition {
                     match validity_after(cfg, t1, now, self.ttl) {
                         Ok(validity) => {
                             let until = crate::time::later(now, validity);
-                            Phase::Done(Ok((until, Some(fence), granted)))
+                            self.granted((until, Some(fence), granted))
                         }
                         Err(err) => Phase::Release(err),
                     }
                 }
             }
         };
+    }
+
+    /// What a won or lost acquire round (started at `t1`, read at `now`) leads to.
+    fn acquire_outcome(&mut self, cfg: &Config, round: Round, t1: Instant, now: Instant) -> Phase {
+        match acquired(cfg, &round, t1, now, self.ttl) {
+            Err(Error::Conflict { nodes, .. }) => {
+                let err = Error::Conflict {
+                    nodes,
+                    held: round
+                        .held_key()
+                        .and_then(|k| self.names.get(k))
+                        .map(|n| n.as_str().to_string()),
+                };
+                let everywhere = refused_everywhere(&round);
+                if self.enter {
+                    self.joined = Some(Box::new((round, now)));
+                }
+                if everywhere {
+                    Phase::Done(Err(err))
+                } else {
+                    Phase::Release(err)
+                }
+            }
+            Err(err) => Phase::Release(err),
+            Ok(_) if cfg.fencing.is_some() && cfg.fence_writeback() => Phase::Fence {
+                t1,
+                fence: round.counter(),
+                granted: granted_mask(&round),
+            },
+            Ok(validity) => {
+                let fence = cfg.fencing.is_some().then(|| round.counter());
+                // Left at `now`: the lock holds until `t1 + ttl - drift`.
+                let until = crate::time::later(now, validity);
+                self.granted((until, fence, granted_mask(&round)))
+            }
+        }
+    }
+
+    /// Granted: done, unless a won enter round joined the caller to some lines (it leaves
+    /// them first).
+    fn granted(&self, granted: (Instant, Option<u64>, u64)) -> Phase {
+        if self.lined {
+            Phase::Leave(granted)
+        } else {
+            Phase::Done(Ok(granted))
+        }
     }
 
     /// Fair mode: the lost enter round of this try, and when it ended, if it was one (taken

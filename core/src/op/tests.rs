@@ -553,6 +553,29 @@ fn a_fair_first_try_joins_the_line_in_the_same_round() {
     // Giving up from there leaves the line it joined.
     assert_eq!(op.abandon().map(|c| c.kind), Some(OpKind::Leave));
 
+    // Won by a quorum, refused (and joined) by the others: the leave goes out before the
+    // lock is handed over, whatever it comes to.
+    let mut op = Acquire::new(names(&["r"]), TTL, Retry::new(&fair));
+    let _ = op.step(Input::Start, &fair, &mut cx);
+    let r = entered(&[true, true, true, false, false], &[9; 5], &[1; 5]);
+    match op.step(Input::Round(Ok((r, now))), &fair, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Leave),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        op.step(Input::Round(Err(Error::Aborted)), &fair, &mut cx),
+        Step::Done
+    ));
+    assert!(op.finish().is_ok(), "granted, the leave's outcome aside");
+    // Won everywhere: no leave.
+    let mut op = Acquire::new(names(&["r"]), TTL, Retry::new(&fair));
+    let _ = op.step(Input::Start, &fair, &mut cx);
+    let r = entered(&[true; 5], &[0; 5], &[0; 5]);
+    assert!(matches!(
+        op.step(Input::Round(Ok((r, now))), &fair, &mut cx),
+        Step::Done
+    ));
+
     // No line for a single try, nor for a set.
     for (names, retry) in [
         (names(&["r"]), Retry::once()),
