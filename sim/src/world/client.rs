@@ -367,9 +367,16 @@ impl Client {
     /// Does everything due now, and arms the next wake-up.
     pub(crate) fn pump(&mut self, sim: &mut Sim) {
         let now = sim.now;
+        // Its clock now: the run's time does not move during a pump.
+        let local = self.local(sim);
+        // The earliest task deadline, as the last pass found the tasks (a pass that changes
+        // nothing leaves them as it found them).
+        let mut earliest = NEVER;
+        let mut settled = false;
         for _ in 0..MAX_PASSES {
             let mut progress = false;
-            self.engine.handle_timeout(self.local(sim));
+            earliest = NEVER;
+            self.engine.handle_timeout(local);
             while let Some(ev) = self.engine.poll_io() {
                 progress = true;
                 match ev {
@@ -409,21 +416,33 @@ impl Client {
                 progress |= self.hand_fired(sim);
             }
             for k in 0..self.tasks.len() {
-                if self.tasks[k].timer <= now {
+                let timer = self.tasks[k].timer;
+                if timer <= now {
                     progress = true;
                     self.tasks[k].timer = NEVER;
                     self.on_timer(sim, k);
+                } else {
+                    earliest = earliest.min(timer);
                 }
                 if let State::Run(run) = &self.tasks[k].state {
                     if run.abandon_at <= now {
                         progress = true;
                         self.abandon(sim, k);
+                    } else {
+                        earliest = earliest.min(run.abandon_at);
                     }
                 }
             }
             if !progress {
+                settled = true;
                 break;
             }
+        }
+        if !settled {
+            earliest = self.tasks.iter().fold(NEVER, |e, t| match &t.state {
+                State::Run(run) => e.min(t.timer).min(run.abandon_at),
+                _ => e.min(t.timer),
+            });
         }
         let mut next = match self.engine.poll_timeout() {
             None => NEVER,
@@ -437,12 +456,7 @@ impl Client {
                 at.max(now)
             }
         };
-        for t in &self.tasks {
-            next = next.min(t.timer);
-            if let State::Run(run) = &t.state {
-                next = next.min(run.abandon_at);
-            }
-        }
+        next = next.min(earliest);
         if next < NEVER {
             sim.wake(self, next);
         }

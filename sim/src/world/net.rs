@@ -291,6 +291,8 @@ impl Sim {
     /// Sends what master `m` has written on each of its connections (replies, and pushes to
     /// other connections), and the FIN of a connection it closed.
     pub(crate) fn collect_output(&mut self, m: usize) {
+        // One buffer, kept between calls.
+        let mut out = std::mem::take(&mut self.out);
         let mut i = 0;
         while i < self.masters[m].links.len() {
             let l = self.masters[m].links[i];
@@ -303,7 +305,6 @@ impl Sim {
                 self.masters[m].links.swap_remove(i);
                 continue;
             }
-            let mut out = std::mem::take(&mut self.out);
             out.clear();
             let closed = self.masters[m].m.drain_output(conn, &mut out);
             if !out.is_empty() && !self.links[l as usize].s2c_closed {
@@ -314,7 +315,6 @@ impl Sim {
                     self.enqueue_bytes(l, Dir::S2c, &out);
                 }
             }
-            self.out = out;
             if closed {
                 self.masters[m].m.close(conn);
                 self.links[l as usize].server_gone = true;
@@ -324,6 +324,7 @@ impl Sim {
             }
             i += 1;
         }
+        self.out = out;
     }
 
     /// The next segment due on `l` toward the client, if any (and not held); the bytes it
