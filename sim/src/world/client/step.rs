@@ -186,8 +186,8 @@ impl Client {
         };
         let keeper = matches!(self.tasks[k].role, Role::Keeper(_));
         let mut guarded = None;
-        let outcome: String = match run.op {
-            AnyOp::Extend(o) if keeper => self.keeper_extended(sim, k, o),
+        let outcome: Outcome = match run.op {
+            AnyOp::Extend(o) if keeper => Outcome::Words(self.keeper_extended(sim, k, o)),
             AnyOp::Acquire(o) => match o.finish() {
                 Ok(lock) => {
                     let id = sim.next_lock();
@@ -224,11 +224,11 @@ impl Client {
                         res,
                     });
                     guarded = run.guarded;
-                    "ok".into()
+                    Outcome::Ok
                 }
                 Err(e) => {
                     self.patience(sim, k, run.waiter, run.tries, &e);
-                    format!("{e}")
+                    Outcome::Failed(e)
                 }
             },
             AnyOp::Extend(o) => {
@@ -263,17 +263,17 @@ impl Client {
                     });
                 }
                 match result {
-                    Ok(()) => "ok".into(),
-                    Err(e) => format!("{e}"),
+                    Ok(()) => Outcome::Ok,
+                    Err(e) => Outcome::Failed(e),
                 }
             }
             AnyOp::Release(o) => match o.finish() {
-                Ok(()) => "ok".into(),
-                Err(e) => format!("{e}"),
+                Ok(()) => Outcome::Ok,
+                Err(e) => Outcome::Failed(e),
             },
             AnyOp::Inspect(o) => match o.finish() {
-                Ok(_) => "ok".into(),
-                Err(e) => format!("{e}"),
+                Ok(_) => Outcome::Ok,
+                Err(e) => Outcome::Failed(e),
             },
         };
         let rec = &mut sim.hist.ops[run.rec];
@@ -281,7 +281,7 @@ impl Client {
         if rec.end.is_none() {
             rec.end = Some(sim.now);
         }
-        let code = u64::from(outcome.len() as u32) ^ fnv_str(&outcome);
+        let code = outcome.code();
         sim.trace.ev(sim.now, 3, run.rec as u64, code, || {
             format!("c{}.{k} ends #{}: {outcome}", self.id, run.rec)
         });
@@ -426,8 +426,46 @@ fn stretch(sim: &Sim, d: u64) -> u64 {
     }
 }
 
-fn fnv_str(s: &str) -> u64 {
-    let mut h = crate::trace::Fnv::default();
-    h.bytes(s.as_bytes());
-    h.finish()
+/// How an operation ended, in the words the trace hashes (and shows in a replay).
+enum Outcome {
+    Ok,
+    Failed(Error),
+    Words(String),
+}
+
+impl Outcome {
+    /// Its words' length and hash: the length in bytes, in 32 bits, xor the FNV-1a hash of
+    /// the bytes (an error's text hashed as it is written, not put in a string first).
+    fn code(&self) -> u64 {
+        let mut w = Hashing {
+            hash: crate::trace::Fnv::default(),
+            len: 0,
+        };
+        let _ = std::fmt::Write::write_fmt(&mut w, format_args!("{self}"));
+        u64::from(w.len as u32) ^ w.hash.finish()
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Ok => f.write_str("ok"),
+            Outcome::Failed(e) => write!(f, "{e}"),
+            Outcome::Words(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A sink for text that keeps only its length and hash.
+struct Hashing {
+    hash: crate::trace::Fnv,
+    len: usize,
+}
+
+impl std::fmt::Write for Hashing {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.hash.bytes(s.as_bytes());
+        self.len += s.len();
+        Ok(())
+    }
 }
