@@ -83,7 +83,8 @@ impl Conn {
             decoder: Decoder::new(request_limits()),
             decoding: false,
             need: 0,
-            out: Vec::new(),
+            // Room for a few replies, so that it does not grow by steps from nothing.
+            out: Vec::with_capacity(512),
             resp3: false,
             db: 0,
             login,

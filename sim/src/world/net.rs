@@ -34,6 +34,16 @@ struct Flow {
 }
 
 impl Flow {
+    /// An empty flow, with room for a few commands or replies (so that it does not grow by
+    /// steps from nothing on every new link).
+    fn new() -> Flow {
+        Flow {
+            q: VecDeque::with_capacity(8),
+            data: Vec::with_capacity(512),
+            head: 0,
+        }
+    }
+
     /// Appends `bytes` to the data (which the segments queued next will carry).
     fn push_data(&mut self, bytes: &[u8]) {
         if self.head == self.data.len() {
@@ -175,7 +185,7 @@ impl Sim {
             node,
             master,
             conn: None,
-            q: [Flow::default(), Flow::default()],
+            q: [Flow::new(), Flow::new()],
             armed: [NEVER; 2],
             lat,
             client_gone: false,
