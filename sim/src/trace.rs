@@ -60,12 +60,22 @@ impl Trace {
 
     /// An event at `t` (nanoseconds of simulated time): a code and two numbers hashed, and
     /// its words (made only when lines are kept).
+    #[inline]
     pub fn ev(&mut self, t: u64, code: u8, a: u64, b: u64, words: impl FnOnce() -> String) {
         self.events += 1;
         self.hash.u64(t);
         self.hash.u64(u64::from(code));
         self.hash.u64(a);
         self.hash.u64(b);
+        if self.lines.is_some() {
+            self.keep(t, words);
+        }
+    }
+
+    /// Keeps the words of an event at `t` (a replay's: out of the hashing's way).
+    #[cold]
+    #[inline(never)]
+    fn keep(&mut self, t: u64, words: impl FnOnce() -> String) {
         if let Some(lines) = self.lines.as_mut() {
             if lines.len() < MAX_LINES {
                 let mut s = String::new();
