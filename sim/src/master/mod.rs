@@ -224,7 +224,12 @@ impl Master {
                         conn.need = 0;
                         frame.clear();
                         frame.extend_from_slice(&conn.inb[..end]);
-                        conn.inb.advance(end);
+                        // Mostly the input was that one command: emptied, not advanced.
+                        if end == conn.inb.len() {
+                            conn.inb.clear();
+                        } else {
+                            conn.inb.advance(end);
+                        }
                         if count == 0 {
                             continue;
                         }
@@ -344,7 +349,7 @@ enum Multibulk {
 /// `ranges` (cleared first; nothing is allocated once it has grown to a command's size).
 fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
     // A decimal count ending in CRLF at `at`: the number and where the next line starts.
-    #[inline]
+    #[inline(always)]
     fn number(b: &[u8], at: usize) -> Result<(usize, usize), Multibulk> {
         let rest = b.get(at..).unwrap_or_default();
         let mut n: usize = 0;
