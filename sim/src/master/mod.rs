@@ -138,6 +138,7 @@ impl Master {
     /// Appends the bytes the master has written on `conn` since the last look to `out` (as
     /// [`take_output`](Master::take_output) does, into a buffer the caller keeps); returns
     /// whether the master has closed `conn` (as [`is_closed`](Master::is_closed)).
+    #[inline]
     pub fn drain_output(&mut self, conn: ConnId, out: &mut Vec<u8>) -> bool {
         match self.conns.get_mut(&conn) {
             Some(c) => {

@@ -152,6 +152,7 @@ impl Sim {
     }
 
     /// Queues `seg` on `l` in direction `dir`, after what is queued already.
+    #[inline]
     fn enqueue(&mut self, l: u32, dir: Dir, seg: Seg) {
         let d = self.delay(l);
         let q = &mut self.links[l as usize].q[dir as usize].q;
@@ -480,6 +481,7 @@ impl Sim {
 }
 
 /// With byte loss on, sometimes a piece to drop from the middle of `bytes`: its range.
+#[inline]
 fn maybe_lose(
     faults: &super::Faults,
     rng: &mut crate::rng::Rng,

@@ -55,6 +55,7 @@ pub(crate) struct Queue {
 
 impl Queue {
     /// Schedules `ev` at `t`, after every event scheduled at `t` before it.
+    #[inline]
     pub(crate) fn push(&mut self, t: u64, ev: Ev) {
         self.seq += 1;
         let key = (u128::from(t) << 64) | u128::from(self.seq);
