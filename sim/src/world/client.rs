@@ -350,8 +350,9 @@ impl Client {
 
     /// Bytes read from node `node`.
     pub(crate) fn input(&mut self, sim: &mut Sim, node: usize, bytes: &[u8]) {
-        self.engine.handle_input(node, bytes, self.local(sim));
-        self.pump(sim);
+        let local = self.local(sim);
+        self.engine.handle_input(node, bytes, local);
+        self.pump_at(sim, local);
     }
 
     /// Node `node`'s socket failed (`kind`) or reached its end; it is gone.
@@ -359,16 +360,21 @@ impl Client {
         if let Some(l) = self.links[node].take() {
             sim.client_close(l);
         }
+        let local = self.local(sim);
         self.engine
-            .handle_closed(node, NodeOutcome::Io(kind), self.local(sim));
-        self.pump(sim);
+            .handle_closed(node, NodeOutcome::Io(kind), local);
+        self.pump_at(sim, local);
     }
 
     /// Does everything due now, and arms the next wake-up.
     pub(crate) fn pump(&mut self, sim: &mut Sim) {
+        self.pump_at(sim, self.local(sim));
+    }
+
+    /// [`pump`](Client::pump), with its clock's reading now (`local`): the run's time does
+    /// not move during a pump.
+    fn pump_at(&mut self, sim: &mut Sim, local: Instant) {
         let now = sim.now;
-        // Its clock now: the run's time does not move during a pump.
-        let local = self.local(sim);
         // The earliest task deadline, as the last pass found the tasks (a pass that changes
         // nothing leaves them as it found them).
         let mut earliest = NEVER;
@@ -460,7 +466,7 @@ impl Client {
         if next < NEVER {
             sim.wake(self, next);
         }
-        self.check_owed(sim);
+        self.check_owed(sim, local);
     }
 
     /// Hands fired watches to the tasks that await them; returns whether any was.

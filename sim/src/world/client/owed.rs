@@ -10,8 +10,9 @@ impl Client {
     /// [`stale_after`](redlock_core::conn::stale_after), where the engine must replace it first
     /// (`owed-stale`): a connection that lost a command or a reply (byte loss, a blackhole) is
     /// dropped, or its rounds end at their deadlines, rather than owing more and more.
-    pub(super) fn check_owed(&mut self, sim: &mut Sim) {
-        let clock = self.clock;
+    ///
+    /// `local` is its clock's reading now.
+    pub(super) fn check_owed(&mut self, sim: &mut Sim, local: std::time::Instant) {
         let submitted = std::mem::replace(&mut self.submitted, false);
         for i in 0..self.owed.len() {
             let (n, oldest) = self.engine.owed(i);
@@ -29,11 +30,7 @@ impl Client {
             // first). A command a connection sends again in another form after a refusal (a
             // master that was paused answering its backlog) goes behind replies that are old
             // but on their way, keeps its first command's time, and rightly stays.
-            let age = || {
-                oldest.map_or(Duration::ZERO, |t| {
-                    clock.local(sim).saturating_duration_since(t)
-                })
-            };
+            let age = || oldest.map_or(Duration::ZERO, |t| local.saturating_duration_since(t));
             if submitted && n > last && age() > self.stale {
                 let age = age();
                 sim.hist.note(
