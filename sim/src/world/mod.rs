@@ -149,6 +149,9 @@ pub(crate) struct Sim {
     pub trace: Trace,
     pub faults: Faults,
     pub resources: u32,
+    /// The resources' keys by their history's index (see
+    /// [`resource_name`](Sim::resource_name)), written once.
+    names: Vec<String>,
     db: u32,
     net_rng: Rng,
     fault_rng: Rng,
@@ -276,6 +279,7 @@ impl Sim {
             trace: Trace::new(trace),
             faults,
             resources: 1,
+            names: Vec::new(),
             db: 0,
             net_rng: Rng::new(seed, 2),
             fault_rng: Rng::new(seed, 3),
@@ -336,8 +340,22 @@ impl Sim {
     }
 
     /// The key of resource `r` (fenced locks have their own).
-    pub(crate) fn resource_name(&self, r: u32, fenced: bool) -> String {
-        format!("{}{r}", if fenced { 'f' } else { 'r' })
+    pub(crate) fn resource_name(&self, r: u32, fenced: bool) -> std::borrow::Cow<'_, str> {
+        match self.names.get(self.resource_id(r, fenced) as usize) {
+            Some(name) if r < self.resources => std::borrow::Cow::Borrowed(name),
+            _ => std::borrow::Cow::Owned(format!("{}{r}", if fenced { 'f' } else { 'r' })),
+        }
+    }
+
+    /// Writes the resources' keys once, for [`resource_name`](Sim::resource_name) to lend.
+    pub(crate) fn name_resources(&mut self) {
+        self.names = (0..2 * self.resources)
+            .map(|id| {
+                let fenced = id >= self.resources;
+                let r = if fenced { id - self.resources } else { id };
+                format!("{}{r}", if fenced { 'f' } else { 'r' })
+            })
+            .collect();
     }
 
     /// The history's index of resource `r`.
@@ -356,8 +374,8 @@ impl Sim {
     }
 
     pub(crate) fn names_of(&self, res: &[u32], fenced: bool) -> Names {
-        let names: Vec<String> = res.iter().map(|r| self.resource_name(*r, fenced)).collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let names: Vec<_> = res.iter().map(|r| self.resource_name(*r, fenced)).collect();
+        let refs: Vec<&str> = names.iter().map(|n| &**n).collect();
         redlock_core::lock::names(&refs).unwrap_or_default()
     }
 
@@ -365,7 +383,7 @@ impl Sim {
         self.names_of(res, false)
     }
 
-    fn key_of(&self, id: u32) -> String {
+    fn key_of(&self, id: u32) -> std::borrow::Cow<'_, str> {
         if id >= self.resources {
             self.resource_name(id - self.resources, true)
         } else {

@@ -207,6 +207,7 @@ impl World {
         sim.cut = vec![0; cl.len()];
         sim.store = vec![0; 2 * sim.resources as usize];
         sim.res = vec![ResState::default(); 2 * sim.resources as usize];
+        sim.name_resources();
         // The fault episodes, over about the time the operations take.
         let horizon = u64::from(ops) * ttl_max / 2 + 10_000_000;
         let episodic: Vec<Fault> = params
