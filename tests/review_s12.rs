@@ -8,28 +8,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redlock_mux::resp::Frame;
-use redlock_mux::{AsyncRedlock, Lock, Redlock};
+use redlock_mux::{AsyncRedlock, Redlock};
 use testkit::proxy::{set_all, Fault};
+use testkit::review::{holding, in_line, violations, Tenure};
 use testkit::{cluster, redis, resource, wait_until};
 
 const TTL: Duration = Duration::from_secs(20);
-
-/// How many of `addrs` hold `value` in `key` (read directly, not through any proxy).
-fn holding(addrs: &[String], key: &str, value: &[u8]) -> usize {
-    addrs
-        .iter()
-        .filter(|a| matches!(redis(a, &["GET", key]), Frame::Bulk(b) if b.as_ref() == value))
-        .count()
-}
-
-/// How many of `addrs` have `id` in the line of `key`.
-fn in_line(addrs: &[String], key: &str, id: &str) -> usize {
-    let q = format!("{}{key}", redlock_mux::script::QUEUE_PREFIX);
-    addrs
-        .iter()
-        .filter(|a| matches!(redis(a, &["ZSCORE", &q, id]), Frame::Bulk(_)))
-        .count()
-}
 
 /// A blocking client on `nodes`, its client id given (fair mode only).
 fn client(nodes: &[String], fair: bool, id: &str, lease: Duration, tries: u32) -> Redlock {
@@ -231,61 +215,6 @@ fn a_waiter_of_the_releasing_client_is_not_left_waiting() {
     );
 }
 
-/// One holder's tenure: from when its lock was granted (as its call returned) to when it
-/// called `unlock`, or its validity's end if that came first; its fencing token.
-#[derive(Debug)]
-struct Tenure {
-    who: &'static str,
-    from: Instant,
-    to: Instant,
-    fence: u64,
-}
-
-impl Tenure {
-    fn of(who: &'static str, l: &Lock, from: Instant) -> Tenure {
-        Tenure {
-            who,
-            from,
-            to: l.valid_until(),
-            fence: l.fencing_token().unwrap_or(0),
-        }
-    }
-
-    /// Ends where its holder called `unlock` (or its validity ended).
-    fn end(mut self, unlocking: Instant, l: &Lock) -> Tenure {
-        self.to = unlocking.min(l.valid_until());
-        self
-    }
-}
-
-/// The violations among `tenures`: two that overlap, fencing tokens that do not increase in
-/// the order of the tenures.
-fn check(mut tenures: Vec<Tenure>) -> Vec<String> {
-    tenures.sort_by_key(|t| t.from);
-    let mut v = Vec::new();
-    for (i, a) in tenures.iter().enumerate() {
-        for b in &tenures[i + 1..] {
-            if b.from < a.to {
-                v.push(format!(
-                    "{} granted {:?} before {}'s tenure ended",
-                    b.who,
-                    a.to.saturating_duration_since(b.from),
-                    a.who
-                ));
-            }
-        }
-    }
-    for w in tenures.windows(2) {
-        if w[1].fence <= w[0].fence {
-            v.push(format!(
-                "{} fenced {} after {}'s {}",
-                w[1].who, w[1].fence, w[0].who, w[0].fence
-            ));
-        }
-    }
-    v
-}
-
 /// Attack on the hand-off tag (fair mode, 32008eb) and the keeping release (8de994d,
 /// c8d4d0b) for two holders: fair blocking clients (two sharing one client id), a fair async
 /// client and an unfair client, fenced, contend for one resource on five masters. Each client
@@ -420,7 +349,7 @@ fn fair_hand_offs_under_cut_paths_never_give_two_holders() {
     assert!(failures.is_empty(), "{failures:?}");
     let tenures = tenures.into_inner().unwrap();
     assert_eq!(tenures.len(), 5 * ROUNDS);
-    let v = check(tenures);
+    let v = violations(tenures);
     assert!(
         v.is_empty(),
         "{} violations: {:?}",

@@ -9,31 +9,10 @@ use std::time::{Duration, Instant};
 use redlock_mux::resp::Frame;
 use redlock_mux::{AsyncRedlock, Error, Redlock};
 use testkit::proxy::{Fault, Proxy};
+use testkit::review::{holding, in_line, line, violations, Tenure};
 use testkit::{cluster, redis, resource, wait_until};
 
 const TTL: Duration = Duration::from_secs(20);
-
-/// How many of `addrs` hold `value` in `key` (read directly, not through any proxy).
-fn holding(addrs: &[String], key: &str, value: &[u8]) -> usize {
-    addrs
-        .iter()
-        .filter(|a| matches!(redis(a, &["GET", key]), Frame::Bulk(b) if b.as_ref() == value))
-        .count()
-}
-
-/// The line key of `key`.
-fn line(key: &str) -> String {
-    format!("{}{key}", redlock_mux::script::QUEUE_PREFIX)
-}
-
-/// How many of `addrs` have `id` in the line of `key`.
-fn in_line(addrs: &[String], key: &str, id: &str) -> usize {
-    let q = line(key);
-    addrs
-        .iter()
-        .filter(|a| matches!(redis(a, &["ZSCORE", &q, id]), Frame::Bulk(_)))
-        .count()
-}
 
 /// Whether no master of `addrs` has `key` or a line for it.
 fn all_gone(addrs: &[String], key: &str) -> bool {
@@ -662,39 +641,6 @@ fn a_late_enter_from_a_healed_path_is_given_back() {
     eprintln!("all gone {:?} after the unlock", start.elapsed());
 }
 
-/// One holder's tenure: from when its lock was granted to when it called `unlock` (or its
-/// validity's end, if sooner); its fencing token.
-#[derive(Debug)]
-struct Tenure {
-    who: String,
-    from: Instant,
-    to: Instant,
-    fence: u64,
-}
-
-/// The violations among `tenures`: two that overlap, fencing tokens that do not increase in
-/// the order of the tenures.
-fn check(mut tenures: Vec<Tenure>) -> Vec<String> {
-    tenures.sort_by_key(|t| t.from);
-    let mut v = Vec::new();
-    for (i, a) in tenures.iter().enumerate() {
-        for b in &tenures[i + 1..] {
-            if b.from < a.to {
-                v.push(format!("{} granted before {}'s tenure ended", b.who, a.who));
-            }
-        }
-    }
-    for w in tenures.windows(2) {
-        if w[1].fence <= w[0].fence {
-            v.push(format!(
-                "{} fenced {} after {}'s {}",
-                w[1].who, w[1].fence, w[0].who, w[0].fence
-            ));
-        }
-    }
-    v
-}
-
 /// Claims (session 13 as a whole): with fenced fair clients whose first tries are enters,
 /// threads and tasks of one client of which some keep giving up (`lock_within` with short
 /// deadlines, async futures dropped by a timeout) beside others that wait, another fair
@@ -724,12 +670,10 @@ fn givers_up_beside_waiters_starve_nobody_and_leave_no_line() {
     let done = AtomicBool::new(false);
     let gave_up = std::sync::atomic::AtomicU64::new(0);
     let record = |who: &str, l: &redlock_mux::Lock, from: Instant| {
-        tenures.lock().unwrap().push(Tenure {
-            who: who.to_string(),
-            from,
-            to: Instant::now().min(l.valid_until()),
-            fence: l.fencing_token().unwrap_or(0),
-        });
+        tenures
+            .lock()
+            .unwrap()
+            .push(Tenure::of(who, l, from).end(Instant::now(), l));
     };
     std::thread::scope(|s| {
         let waiters = [
@@ -885,7 +829,7 @@ fn givers_up_beside_waiters_starve_nobody_and_leave_no_line() {
         }
     }
     eprintln!("tenures of others before each of `other`'s: {between:?}");
-    let v = check(tenures);
+    let v = violations(tenures);
     assert!(
         v.is_empty(),
         "{} violations: {:?}",

@@ -189,7 +189,8 @@ impl Round {
         self.held_key.map(|k| k as usize)
     }
 
-    /// What node `i` read in an inspection round, if it answered one.
+    /// What node `i` read in an inspection round, a waiter's read, or (fair mode) a refusal of
+    /// the enter script, if it answered one.
     pub fn read(&self, i: usize) -> Option<Extra> {
         self.read
             .iter()

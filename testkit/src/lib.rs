@@ -27,6 +27,7 @@ pub mod counting_alloc;
 pub mod hostile;
 pub mod local;
 pub mod proxy;
+pub mod review;
 pub mod soak;
 pub mod tls;
 

@@ -9,7 +9,19 @@ use crate::lock::Name;
 use crate::script;
 use crate::token::Token;
 
-impl Command<'_> {
+impl<'a> Command<'a> {
+    /// Fair mode: the leave script for `resources` (see [`script::LEAVE`]).
+    pub(crate) fn leave(resources: &'a [Name]) -> Command<'a> {
+        Command {
+            kind: OpKind::Leave,
+            resources,
+            token: None,
+            ttl_ms: 0,
+            counter: None,
+            fence_value: 0,
+        }
+    }
+
     /// The fair scripts: `KEYS` the resources, then their lines (then the counter, for a
     /// fenced claim); `ARGV` as each script says (see [`script::WAIT`] and the others).
     pub(super) fn encode_fair(

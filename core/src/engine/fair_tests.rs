@@ -204,16 +204,8 @@ fn a_claim_woken_by_a_minority_names_no_hand_off() {
 /// leave with no other waiter goes out.
 #[test]
 fn a_leave_is_kept_while_another_waiter_of_the_client_waits() {
-    use crate::command::{Command, OpKind};
     let names: crate::lock::Names = [crate::lock::Name::new("res")].into_iter().collect();
-    let leave = Command {
-        kind: OpKind::Leave,
-        resources: &names,
-        token: None,
-        ttl_ms: 0,
-        counter: None,
-        fence_value: 0,
-    };
+    let leave = crate::command::Command::leave(&names);
     let t = Instant::now();
     let mut e = engine();
     e.watch(1, b"res"[..].into());

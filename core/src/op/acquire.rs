@@ -172,17 +172,7 @@ impl Acquisition {
             Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
             Phase::Release(_) => Some((self.release(), Until::AllIn)),
             // (Its outcome changes nothing: decided as soon as it is.)
-            Phase::Leave(_) => Some((
-                Command {
-                    kind: OpKind::Leave,
-                    resources: &self.names,
-                    token: None,
-                    ttl_ms: 0,
-                    counter: None,
-                    fence_value: 0,
-                },
-                Until::Decided,
-            )),
+            Phase::Leave(_) => Some((Command::leave(&self.names), Until::Decided)),
             Phase::Done(_) => None,
         }
     }
@@ -496,14 +486,7 @@ impl Acquire {
 
     /// The leave script for this acquisition's resources (fair mode).
     fn leave(&self) -> Command<'_> {
-        Command {
-            kind: OpKind::Leave,
-            resources: &self.names,
-            token: None,
-            ttl_ms: 0,
-            counter: None,
-            fence_value: 0,
-        }
+        Command::leave(&self.names)
     }
 
     fn done<'a>(&mut self, result: Result<Lock, Error>) -> Step<'a> {

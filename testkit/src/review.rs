@@ -1,0 +1,92 @@
+//! What the hostile reviews' tests read on real masters and check of their holders: the
+//! masters holding a value, a client's places in the fair lines, and the tenures of a run
+//! (no two overlapping, fencing tokens increasing).
+
+use std::time::Instant;
+
+use redlock_mux::resp::Frame;
+use redlock_mux::Lock;
+
+use crate::redis;
+
+/// The line key of resource `key` (fair mode): `redlock-mux:queue:<key>`.
+pub fn line(key: &str) -> String {
+    format!("{}{key}", redlock_mux::script::QUEUE_PREFIX)
+}
+
+/// How many of `addrs` hold `value` in `key` (read directly, not through any proxy).
+pub fn holding(addrs: &[String], key: &str, value: &[u8]) -> usize {
+    addrs
+        .iter()
+        .filter(|a| matches!(redis(a, &["GET", key]), Frame::Bulk(b) if b.as_ref() == value))
+        .count()
+}
+
+/// How many of `addrs` have client `id` in the line of `key`.
+pub fn in_line(addrs: &[String], key: &str, id: &str) -> usize {
+    let q = line(key);
+    addrs
+        .iter()
+        .filter(|a| matches!(redis(a, &["ZSCORE", &q, id]), Frame::Bulk(_)))
+        .count()
+}
+
+/// One holder's tenure: from when its lock was granted (as its call returned) to when it
+/// called `unlock`, or its validity's end if that came first; its fencing token (0 unfenced).
+#[derive(Debug, Clone)]
+pub struct Tenure {
+    /// Who held it.
+    pub who: String,
+    /// From when.
+    pub from: Instant,
+    /// Until when.
+    pub to: Instant,
+    /// Its fencing token.
+    pub fence: u64,
+}
+
+impl Tenure {
+    /// A tenure of lock `l` by `who`, from `from`, until the lock's validity ends.
+    pub fn of(who: &str, l: &Lock, from: Instant) -> Tenure {
+        Tenure {
+            who: who.to_string(),
+            from,
+            to: l.valid_until(),
+            fence: l.fencing_token().unwrap_or(0),
+        }
+    }
+
+    /// Ends where its holder called `unlock` (or its validity ended).
+    pub fn end(mut self, unlocking: Instant, l: &Lock) -> Tenure {
+        self.to = unlocking.min(l.valid_until());
+        self
+    }
+}
+
+/// The violations among `tenures`: two that overlap, fencing tokens that do not increase in
+/// the order of the tenures.
+pub fn violations(mut tenures: Vec<Tenure>) -> Vec<String> {
+    tenures.sort_by_key(|t| t.from);
+    let mut v = Vec::new();
+    for (i, a) in tenures.iter().enumerate() {
+        for b in &tenures[i + 1..] {
+            if b.from < a.to {
+                v.push(format!(
+                    "{} granted {:?} before {}'s tenure ended",
+                    b.who,
+                    a.to.saturating_duration_since(b.from),
+                    a.who
+                ));
+            }
+        }
+    }
+    for w in tenures.windows(2) {
+        if w[1].fence <= w[0].fence {
+            v.push(format!(
+                "{} fenced {} after {}'s {}",
+                w[1].who, w[1].fence, w[0].who, w[0].fence
+            ));
+        }
+    }
+    v
+}
