@@ -300,11 +300,10 @@ fn a_single_waiters_leave_lets_the_next_in_line_be_rung() {
 ///    after that (measured: about two claim leases; the control: milliseconds).
 ///
 /// Claim held to: a waiter that gives up keeps its client's place only for another waiter of
-/// the client in that line. The fix: count only fair watches (a waiter in the resource's
-/// line: `Waiting::is_fair`) in `leave_kept` (and in `own_waiter`, which has the same test
-/// for a release); e.g. register a set's watch with a mark the engine can see.
+/// the client in that line. Fixed: a waiter in a line registers its watch under the line's
+/// key (`redlock-mux:queue:<r>`), a set's under the resource's, and `leave_kept` and
+/// `own_waiter` count only the former.
 #[test]
-#[ignore = "defect: a set's watch keeps a single waiter's leave (Engine::leave_kept); the next in line waits a claim lease or more"]
 fn a_sets_watch_does_not_keep_a_single_waiters_leave() {
     let (rung_c, waited) = single_leave_beside(true);
     assert_eq!(

@@ -30,6 +30,13 @@ fn bell(e: &mut Engine<u32>, node: usize, handoff: &'static [u8], now: Instant) 
     e.rung(node, key(), Bytes::from_static(handoff), now);
 }
 
+/// The key a waiter in `resource`'s line watches.
+fn line(resource: &[u8]) -> Box<[u8]> {
+    let mut key = Vec::new();
+    crate::command::queue_key(resource, &mut key);
+    key.into()
+}
+
 fn woken(e: &mut Engine<u32>) -> Vec<u64> {
     std::iter::from_fn(|| e.poll_woken())
         .map(|(id, _)| id)
@@ -42,7 +49,7 @@ fn woken(e: &mut Engine<u32>) -> Vec<u64> {
 fn a_waiter_is_woken_by_a_quorum_of_bells_not_the_first() {
     let mut e = engine();
     let t = Instant::now();
-    e.watch(1, b"res"[..].into());
+    e.watch(1, line(b"res"));
     bell(&mut e, 0, b"h1", t);
     bell(&mut e, 1, b"h1", t);
     assert!(woken(&mut e).is_empty(), "two of five");
@@ -56,7 +63,7 @@ fn a_waiter_is_woken_by_a_quorum_of_bells_not_the_first() {
 fn bells_of_different_hand_offs_do_not_add_up() {
     let mut e = engine();
     let t = Instant::now();
-    e.watch(1, b"res"[..].into());
+    e.watch(1, line(b"res"));
     bell(&mut e, 0, b"h1", t);
     bell(&mut e, 1, b"h2", t);
     bell(&mut e, 2, b"h3", t);
@@ -72,7 +79,7 @@ fn bells_of_different_hand_offs_do_not_add_up() {
 fn a_minority_of_bells_wakes_the_waiter_after_half_a_claim_lease() {
     let mut e = engine();
     let t = Instant::now();
-    e.watch(1, b"res"[..].into());
+    e.watch(1, line(b"res"));
     bell(&mut e, 2, b"h1", t);
     assert_eq!(e.poll_timeout(), Some(t + LEASE / 2));
     e.handle_timeout(t + LEASE / 2 - Duration::from_millis(1));
@@ -92,14 +99,14 @@ fn bells_before_the_watch_count_for_it_within_a_claim_lease() {
         bell(&mut e, node, b"h1", t);
     }
     assert!(woken(&mut e).is_empty(), "nobody waits yet");
-    e.watch(1, b"res"[..].into());
+    e.watch(1, line(b"res"));
     assert_eq!(woken(&mut e), vec![1], "a quorum had rung");
     // Older than a claim lease: their reservations have lapsed; they count for nothing.
     let mut e = engine();
     bell(&mut e, 0, b"h2", t);
     bell(&mut e, 1, b"h2", t);
     let later = t + LEASE + Duration::from_millis(1);
-    e.watch(2, b"res"[..].into());
+    e.watch(2, line(b"res"));
     bell(&mut e, 2, b"h2", later);
     assert!(woken(&mut e).is_empty(), "two bells lapsed, one new");
 }
@@ -122,7 +129,7 @@ fn a_claim_names_the_hand_off_that_woke_it() {
         fence_value: 0,
     };
     assert_eq!(e.handoff_of(&claim), b"");
-    e.watch(1, b"res"[..].into());
+    e.watch(1, line(b"res"));
     bell(&mut e, 0, b"h0", t);
     for node in 1..4 {
         bell(&mut e, node, b"h1", t);
@@ -143,7 +150,7 @@ fn a_claim_names_the_hand_off_that_woke_it() {
 fn bells_after_their_hand_off_woke_a_waiter_are_spent() {
     let mut e = engine();
     let t = Instant::now();
-    e.watch(1, b"res"[..].into());
+    e.watch(1, line(b"res"));
     for node in 0..3 {
         bell(&mut e, node, b"h1", t);
     }
@@ -151,7 +158,7 @@ fn bells_after_their_hand_off_woke_a_waiter_are_spent() {
     bell(&mut e, 3, b"h1", t);
     bell(&mut e, 4, b"h1", t);
     // The client's next wait: nothing pending, no timer.
-    e.watch(2, b"res"[..].into());
+    e.watch(2, line(b"res"));
     assert_eq!(e.bells_due(), None);
     e.handle_timeout(t + LEASE / 2);
     assert!(woken(&mut e).is_empty());
@@ -179,7 +186,7 @@ fn a_claim_woken_by_a_minority_names_no_hand_off() {
         counter: None,
         fence_value: 0,
     };
-    e.watch(1, b"res"[..].into());
+    e.watch(1, line(b"res"));
     bell(&mut e, 0, b"h1", t);
     bell(&mut e, 1, b"h1", t);
     e.handle_timeout(t + LEASE / 2);
@@ -190,7 +197,7 @@ fn a_claim_woken_by_a_minority_names_no_hand_off() {
         "a minority's hand-off is not named"
     );
     // Its remaining bells are not spent: they still count for the next wait.
-    e.watch(2, b"res"[..].into());
+    e.watch(2, line(b"res"));
     bell(&mut e, 2, b"h1", t + LEASE / 2);
     bell(&mut e, 3, b"h1", t + LEASE / 2);
     bell(&mut e, 4, b"h1", t + LEASE / 2);
@@ -208,7 +215,7 @@ fn a_leave_is_kept_while_another_waiter_of_the_client_waits() {
     let leave = crate::command::Command::leave(&names);
     let t = Instant::now();
     let mut e = engine();
-    e.watch(1, b"res"[..].into());
+    e.watch(1, line(b"res"));
     e.submit(&leave, Until::AllIn, t, 7);
     let done = e.poll_completed().expect("answered at once");
     assert_eq!(done.user, 7);
@@ -218,10 +225,37 @@ fn a_leave_is_kept_while_another_waiter_of_the_client_waits() {
         "no connection opened, nothing to send"
     );
     assert_eq!(e.stats().nodes.iter().map(|n| n.ok).sum::<u64>(), 0);
-    // Another resource's waiter keeps nothing; nor does a client with no other waiter.
+    // Another resource's waiter keeps nothing; nor does a waiter of a set holding the
+    // resource (it watches the resource's own key and stands in no line); nor a client with
+    // no other waiter.
+    for other in [line(b"other"), b"res"[..].into()] {
+        let mut e = engine();
+        e.watch(1, other);
+        e.submit(&leave, Until::AllIn, t, 8);
+        assert!(e.poll_completed().is_none(), "sent, awaiting the nodes");
+        assert!(matches!(e.poll_io(), Some(IoEvent::Connect(_))));
+    }
+}
+
+/// A release while a set's waiter of the same client watches the resource is a release
+/// proper: the set stands in no line, so the engine neither keeps the client's place for it
+/// nor wakes it in the line's stead; a waiter in the line is woken.
+#[test]
+fn a_release_wakes_only_a_waiter_in_the_line() {
+    let names: crate::lock::Names = [crate::lock::Name::new("res")].into_iter().collect();
+    let token = crate::token::Token::from_random(&mut crate::random::Seeded::new(7));
+    let release = crate::command::Command {
+        kind: crate::command::OpKind::Release,
+        resources: &names,
+        token: Some(&token),
+        ttl_ms: 0,
+        counter: None,
+        fence_value: 0,
+    };
+    assert!(engine().own_waiter(&release).is_none());
     let mut e = engine();
-    e.watch(1, b"other"[..].into());
-    e.submit(&leave, Until::AllIn, t, 8);
-    assert!(e.poll_completed().is_none(), "sent, awaiting the nodes");
-    assert!(matches!(e.poll_io(), Some(IoEvent::Connect(_))));
+    e.watch(1, b"res"[..].into());
+    assert!(e.own_waiter(&release).is_none(), "a set's watch");
+    e.watch(2, line(b"res"));
+    assert_eq!(e.own_waiter(&release).as_deref(), Some(&line(b"res")[..]));
 }

@@ -51,6 +51,12 @@ impl Wake {
     }
 }
 
+/// Whether the watched key `key` is the line of `resource` (fair mode: a waiter in a line
+/// watches [`crate::script::QUEUE_PREFIX`]`<resource>`, and its bells fire it).
+fn is_line_of(key: &[u8], resource: &[u8]) -> bool {
+    key.strip_prefix(crate::script::QUEUE_PREFIX.as_bytes()) == Some(resource)
+}
+
 impl<U> Engine<U> {
     /// Fires the watches of the keys node `i` pushed invalidations of.
     pub(super) fn take_invalidated(&mut self, i: usize, now: Instant) {
@@ -127,7 +133,7 @@ impl<U> Engine<U> {
     /// Wakes the waiters of `key` if its bells reached a quorum (or `anyway`), and forgets the
     /// bells once they woke someone.
     fn fire_bells(&mut self, key: &[u8], anyway: bool) {
-        if !self.watches.iter().any(|(_, k)| k.as_ref() == key) {
+        if !self.in_line(key) {
             return;
         }
         let quorum = self.quorum;
@@ -163,7 +169,7 @@ impl<U> Engine<U> {
         }
         // Every hand-off's bells for the key are spent on this wake.
         self.bells.retain(|b| b.key.as_ref() != key);
-        self.wake_watches(|k| k == key, Wake::Pushed);
+        self.wake_watches(|k| is_line_of(k, key), Wake::Pushed);
     }
 
     /// Fair mode: when the waiter of a resource rung by fewer than a quorum of masters is
@@ -172,7 +178,7 @@ impl<U> Engine<U> {
         let half = self.claim_lease() / 2;
         self.bells
             .iter()
-            .filter(|b| self.watches.iter().any(|(_, k)| *k.as_ref() == *b.key))
+            .filter(|b| self.in_line(&b.key))
             .map(|b| crate::time::later(b.first, half))
             .min()
     }
@@ -217,7 +223,7 @@ impl<U> Engine<U> {
         };
         self.watches
             .iter()
-            .find(|(_, k)| **k == *name.as_bytes())
+            .find(|(_, k)| is_line_of(k, name.as_bytes()))
             .map(|(_, k)| k.clone())
     }
 
@@ -231,7 +237,14 @@ impl<U> Engine<U> {
         let [name] = cmd.resources else {
             return false;
         };
-        self.watches.iter().any(|(_, k)| **k == *name.as_bytes())
+        self.in_line(name.as_bytes())
+    }
+
+    /// Fair mode: whether a waiter of this client stands in `resource`'s line (its watch is
+    /// registered under the line's key; a set's waiter, which stands in no line, watches the
+    /// resource's own key).
+    fn in_line(&self, resource: &[u8]) -> bool {
+        self.watches.iter().any(|(_, k)| is_line_of(k, resource))
     }
 
     /// Fires (and forgets) every watch whose key `matches`.
@@ -250,19 +263,20 @@ impl<U> Engine<U> {
     /// Watches `key` for waiter `id` (chosen by the driver, unique among its watches): the
     /// watch fires once, when a tracking master pushes an invalidation of the key or any
     /// connection closes, and [`poll_woken`](Engine::poll_woken) then yields `id`. Register it
-    /// before the read that makes the servers track the key, so that no push is missed.
+    /// before the read that makes the servers track the key, so that no push is missed. A
+    /// waiter in a resource's line (fair mode) watches the line's key
+    /// ([`crate::command::queue_key`]): the bells rung for the resource fire it.
     pub fn watch(&mut self, id: u64, key: Box<[u8]>) {
-        let pending = self.bells.iter().any(|b| *b.key == *key);
+        let pending = self
+            .bells
+            .iter()
+            .find(|b| is_line_of(&key, &b.key))
+            .map(|b| b.key.clone());
         self.watches.push((id, key));
-        if pending {
+        if let Some(resource) = pending {
             // Bells that came before the wait started (between a failed claim and this
             // watch): counted for it.
-            let key = self
-                .watches
-                .last()
-                .map(|(_, k)| k.clone())
-                .unwrap_or_default();
-            self.fire_bells(&key, false);
+            self.fire_bells(&resource, false);
         }
     }
 

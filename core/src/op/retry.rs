@@ -78,6 +78,10 @@ pub struct Waiting {
     /// Fair mode: the read is the wait script, which joins the line, and the watch fires on
     /// the client's bell for the resource.
     fair: bool,
+    /// Fair mode: the line's key ([`crate::command::queue_key`]), which the watch is
+    /// registered under: the engine tells a waiter in a line from one that is not (a set's,
+    /// or a waiter without fair mode) by it.
+    line: Option<Box<[u8]>>,
     /// Fair mode: the waiter's own ttl in ms (see [`crate::script::WAIT`]).
     pub(super) ttl_ms: u64,
 }
@@ -90,8 +94,18 @@ impl Waiting {
             wait,
             started: now,
             fair: false,
+            line: None,
             ttl_ms: 0,
         }
+    }
+
+    /// Makes the wait one in the resource's line (fair mode): its read joins the line, and
+    /// its watch is registered under the line's key.
+    pub(super) fn join_line(&mut self) {
+        let mut line = Vec::new();
+        crate::command::queue_key(self.key[0].as_bytes(), &mut line);
+        self.line = Some(line.into());
+        self.fair = true;
     }
 
     /// Whether the wait is in a line (fair mode).
@@ -99,14 +113,18 @@ impl Waiting {
         self.fair
     }
 
-    /// The key to watch.
+    /// The key to watch: the resource's, or in fair mode its line's (bells for the resource
+    /// fire the watches of its line).
     pub fn key_bytes(&self) -> &[u8] {
-        self.key[0].as_bytes()
+        match &self.line {
+            Some(line) => line,
+            None => self.key[0].as_bytes(),
+        }
     }
 
     /// The key to watch, owned.
     pub fn key(&self) -> Box<[u8]> {
-        self.key[0].as_bytes().into()
+        self.key_bytes().into()
     }
 
     /// The read that makes the tracking servers note the key, in a round that waits for every
@@ -307,7 +325,9 @@ impl Retry {
                     Some(key) => {
                         let mut waiting = Waiting::new(key, wait, now);
                         // A line per resource: a lock over one. (A set waits as before.)
-                        waiting.fair = self.fair && names.len() == 1;
+                        if self.fair && names.len() == 1 {
+                            waiting.join_line();
+                        }
                         Next::Watch(waiting)
                     }
                     None => Next::Wait(wait),

@@ -512,7 +512,8 @@ fn a_fair_first_try_joins_the_line_in_the_same_round() {
     }
     let r = entered(&[false; 5], &[40, 50, 60, 70, 80], &[4, 4, 5, 4, 4]);
     match op.step(Input::Round(Ok((r, now))), &fair, &mut cx) {
-        Step::Watch(key) => assert_eq!(key, b"r"),
+        // The watch of a waiter in the line: under the line's key.
+        Step::Watch(key) => assert_eq!(key, b"redlock-mux:queue:r"),
         other => panic!("{other:?}"),
     }
     // The tickets differ: the place moves to the largest, then the wait (no wait script).
