@@ -560,13 +560,11 @@ fn channel_less_hand_off(h_ttl: Duration) -> (Result<(), Error>, usize, Duration
 ///
 /// Claims held to: `unlock` releases (docs: "A release runs the hand-off script: it deletes
 /// the key as the plain release does"), and the waiter in line has the lock soon after (well
-/// within the holder's ttl). Suggested fix: refuse fair mode at connect when the user may not
-/// publish on the bell channels (`ACL DRYRUN <user> PUBLISH redlock-mux:bell:x x`, or the
-/// `SUBSCRIBE` refusal the connection already sees), or make the ring in Lua tolerate the
-/// refusal (`redis.pcall("PUBLISH", ...)`, treating an error as no subscriber: the resource
-/// then reserved for nobody, the waiter's timer takes over).
+/// within the holder's ttl). Fixed (session 14): the ring publishes with `redis.pcall` and
+/// takes a refusal as a bell that reached nobody (the head leaves the line, the key is
+/// deleted, and the waiter, whose own `SUBSCRIBE` was refused, wakes on its timer: at most
+/// eight claim leases, 2.4 s here, after it started waiting).
 #[test]
-#[ignore = "defect (pre-existing): an ACL user without channels cannot unlock in fair mode while a waiter is in line"]
 fn a_channel_less_acl_user_unlocks_in_fair_mode() {
     let h_ttl = Duration::from_secs(6);
     let (unlocked, still, waited) = channel_less_hand_off(h_ttl);

@@ -122,7 +122,9 @@ pub const BELL_PREFIX: &str = "redlock-mux:bell:";
 /// bell) and reserves the resource for it for the claim lease, leaving it in the line until
 /// its claim takes it out (so that a head rung by some masters only is still the head of
 /// every line). A head whose bell reaches nobody (`PUBLISH` counts the receivers, and a
-/// client whose process is gone has none) leaves the line, and so does one this resource was
+/// client whose process is gone has none; a `PUBLISH` the server refuses, to an ACL user
+/// without access to the bell channels, counts as none, so that the release it is part of
+/// still deletes the key) leaves the line, and so does one this resource was
 /// rung for last (`redlock-mux:rung:<resource>`) and that never claimed it: its reservation
 /// lapsed (not on a release by the holder, the sixth argument: the head rung last may have
 /// claimed, held and come back to the line since). Written at the head of each fair script.
@@ -145,7 +147,7 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "a8b4245a4447921ec484c2ff6be4770ab043d9e0";
+pub const WAIT_SHA1: &str = "378749e588a8795a5003b39739fb804f70209d17";
 
 /// Fair mode, the first try of a waiter that may wait (`lock`, `lock_within`): `SET NX PX`
 /// as a plain try, and, refused, the wait of [`WAIT`] in the same call, so that a waiter
@@ -162,7 +164,7 @@ pub const ENTER: &str = concat!(
 );
 
 /// SHA-1 of [`ENTER`].
-pub const ENTER_SHA1: &str = "407c27b03537c49fc57d8352930037ac70079872";
+pub const ENTER_SHA1: &str = "8cae005362298ea0993bc1f8ecc1050bcce3e9b7";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the
@@ -179,7 +181,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "5bc654bec4ceae63ee233b16e195dbc8c3360210";
+pub const CLAIM_SHA1: &str = "885f09f5105d00353601b72e84dbca2e44cde7ec";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -197,7 +199,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "d20022951125cbb851ad18b2d94af23cedddb76f";
+pub const HANDOFF_SHA1: &str = "c23401b103dd88891ca632c33cef26cd2b24d67b";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. `KEYS`: the
@@ -209,7 +211,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "b38a1c95c3a760a3cdd11da997fca0b3416cbe3e";
+pub const LEAVE_SHA1: &str = "37588afcc3e071731e1ab1b190e4bc11022646f4";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
 pub const FAIR: [(&str, &str); 5] = [

@@ -45,11 +45,11 @@ pub const KNOWN: [(&str, Script); 4] = [
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
-    ("a8b4245a4447921ec484c2ff6be4770ab043d9e0", Script::Wait),
-    ("5bc654bec4ceae63ee233b16e195dbc8c3360210", Script::Claim),
-    ("d20022951125cbb851ad18b2d94af23cedddb76f", Script::Handoff),
-    ("b38a1c95c3a760a3cdd11da997fca0b3416cbe3e", Script::Leave),
-    ("407c27b03537c49fc57d8352930037ac70079872", Script::Enter),
+    ("378749e588a8795a5003b39739fb804f70209d17", Script::Wait),
+    ("885f09f5105d00353601b72e84dbca2e44cde7ec", Script::Claim),
+    ("c23401b103dd88891ca632c33cef26cd2b24d67b", Script::Handoff),
+    ("37588afcc3e071731e1ab1b190e4bc11022646f4", Script::Leave),
+    ("8cae005362298ea0993bc1f8ecc1050bcce3e9b7", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.

@@ -1,3 +1,7 @@
+local function rang(id, msg)
+  local n = redis.pcall("PUBLISH", "redlock-mux:bell:" .. id, msg)
+  return type(n) == "number" and n > 0
+end
 local function ring(r, q, claim, me, tag, released)
   local marker = "redlock-mux:rung:" .. r
   local last = redis.call("GET", marker)
@@ -7,7 +11,7 @@ local function ring(r, q, claim, me, tag, released)
     if id ~= me and id == last and not released then
       redis.call("ZREM", q, id)
       last = false
-    elseif id == me or redis.call("PUBLISH", "redlock-mux:bell:" .. id, tag .. " " .. r) > 0 then
+    elseif id == me or rang(id, tag .. " " .. r) then
       redis.call("SET", r, "redlock-mux:reserved:" .. id, "PX", claim)
       redis.call("SET", marker, id, "PX", claim * 16)
       return id

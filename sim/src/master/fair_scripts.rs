@@ -19,7 +19,7 @@ use super::{pttl_of, pubsub, strings, Master};
 use crate::scripts::Script;
 
 /// The lines of `ring.lua`, ahead of each script's own.
-const RING_LINES: u32 = 19;
+const RING_LINES: u32 = 23;
 
 const RESERVED: &[u8] = b"redlock-mux:reserved:";
 
@@ -167,29 +167,31 @@ fn ring(
     released: bool,
 ) -> Result<Option<Bytes>, Stop> {
     let marker = cat(b"redlock-mux:rung:", r);
-    let mut last = get(m, ex, &marker, 3)?;
+    let mut last = get(m, ex, &marker, 7)?;
     for _ in 0..1024 {
-        let head = call(zset::range(m, ex, q, b"0", b"0"), 5)?;
+        let head = call(zset::range(m, ex, q, b"0", b"0"), 9)?;
         let Some((id, _)) = head.into_iter().next() else {
             return Ok(None);
         };
         if me != Some(&id[..]) && last.as_ref() == Some(&id) && !released {
-            zrem(m, ex, q, &id, 8)?;
+            zrem(m, ex, q, &id, 12)?;
             last = None;
         } else if me == Some(&id[..]) || {
             let channel = cat(b"redlock-mux:bell:", &id);
             let mut message = tag.to_vec();
             message.push(b' ');
             message.extend_from_slice(r);
+            // `redis.pcall`: a refused `PUBLISH` (an ACL user without channels, which the
+            // simulator does not model) would count as none received.
             pubsub::publish(m, ex, &channel, &message) > 0
         } {
-            set_px(m, ex, r, &cat(RESERVED, &id), claim, 11)?;
+            set_px(m, ex, r, &cat(RESERVED, &id), claim, 15)?;
             // `claim * 16`: Lua turns the argument into a number.
             let marker_ms = fmt_g17(number(claim)? * 16.0);
-            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 12)?;
+            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 16)?;
             return Ok(Some(id));
         } else {
-            zrem(m, ex, q, &id, 15)?;
+            zrem(m, ex, q, &id, 19)?;
         }
     }
     Ok(None)
