@@ -208,8 +208,11 @@ impl<C> Builder<C> {
     /// claim lease ([`claim_lease`](Builder::claim_lease)), so that one waiter is woken per
     /// release, and no plain `SET NX` passes it. The waiter still takes the lock only with a
     /// quorum of masters within its validity: the line decides who tries, never who holds.
-    /// Needs wake-ups (RESP3) and the `PUBLISH`/`SUBSCRIBE` permissions on the
-    /// `redlock-mux:bell:*` channels; with [`Scripts::Function`](crate::Scripts) it is off.
+    /// Needs wake-ups (RESP3) and scripts or functions: under
+    /// [`Scripts::Function`](crate::Scripts), or `Auto` for a user denied `EVAL`, the line's
+    /// scripts run as functions of the library; under `Scripts::Native` it is off. Waiters
+    /// are rung only where the user may `SUBSCRIBE` to the `redlock-mux:bell:*` channels (a
+    /// user who may not waits for its timer, at most eight claim leases).
     /// Locks over several resources wait as without it. Every client of a resource should use
     /// the same setting: a release by a client without it rings nobody, and the line then
     /// waits for its timers.

@@ -56,33 +56,58 @@ pub const FENCE: &str = include_str!("scripts/fence.lua");
 /// SHA-1 of [`FENCE`], in lowercase hex, as `EVALSHA` takes it.
 pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
 
-/// The four scripts as a function library (`FUNCTION LOAD`, Redis 7+ and Valkey), for
-/// `Scripts::Function`: servers whose ACL denies `EVAL`/`EVALSHA` to the client's user. Each
-/// function's parameters are named `KEYS` and `ARGV`, so that the bodies are the scripts'
-/// own. The version in the names changes whenever a script does, so that clients of
-/// different versions never call each other's functions.
+/// The scripts as a function library (`FUNCTION LOAD`, Redis 7+ and Valkey), for
+/// `Scripts::Function` and for a connection under `Scripts::Auto` whose user's ACL denies
+/// `EVAL`/`EVALSHA`: acquire, release, extend and fence, then fair mode's hand-off
+/// ([`RING`], a local function of the library that the fair functions share) and its five
+/// scripts. Each function's parameters are named `KEYS` and `ARGV`, so that the bodies are
+/// the scripts' own. The version in the names changes whenever a script does, so that
+/// clients of different versions never call each other's functions.
 pub const LIBRARY: &str = concat!(
-    "#!lua name=redlock_mux_v1\n",
-    "redis.register_function('redlock_mux_v1_acquire', function(KEYS, ARGV)\n",
+    "#!lua name=redlock_mux_v2\n",
+    "redis.register_function('redlock_mux_v2_acquire', function(KEYS, ARGV)\n",
     include_str!("scripts/acquire.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v1_release', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v2_release', function(KEYS, ARGV)\n",
     include_str!("scripts/release.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v1_extend', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v2_extend', function(KEYS, ARGV)\n",
     include_str!("scripts/extend.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v1_fence', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v2_fence', function(KEYS, ARGV)\n",
     include_str!("scripts/fence.lua"),
+    "end)\n",
+    include_str!("scripts/ring.lua"),
+    "redis.register_function('redlock_mux_v2_wait', function(KEYS, ARGV)\n",
+    include_str!("scripts/wait.lua"),
+    "end)\n",
+    "redis.register_function('redlock_mux_v2_claim', function(KEYS, ARGV)\n",
+    include_str!("scripts/claim.lua"),
+    "end)\n",
+    "redis.register_function('redlock_mux_v2_handoff', function(KEYS, ARGV)\n",
+    include_str!("scripts/handoff.lua"),
+    "end)\n",
+    "redis.register_function('redlock_mux_v2_leave', function(KEYS, ARGV)\n",
+    include_str!("scripts/leave.lua"),
+    "end)\n",
+    "redis.register_function('redlock_mux_v2_enter', function(KEYS, ARGV)\n",
+    include_str!("scripts/enter.lua"),
+    include_str!("scripts/wait.lua"),
     "end)\n",
 );
 
-/// The names of [`LIBRARY`]'s functions: acquire, release, extend, fence.
-pub const FUNCTIONS: [&str; 4] = [
-    "redlock_mux_v1_acquire",
-    "redlock_mux_v1_release",
-    "redlock_mux_v1_extend",
-    "redlock_mux_v1_fence",
+/// The names of [`LIBRARY`]'s functions, in the order of [`ALL`] then [`FAIR`]: acquire,
+/// release, extend, fence; wait, claim, hand-off, leave, enter.
+pub const FUNCTIONS: [&str; 9] = [
+    "redlock_mux_v2_acquire",
+    "redlock_mux_v2_release",
+    "redlock_mux_v2_extend",
+    "redlock_mux_v2_fence",
+    "redlock_mux_v2_wait",
+    "redlock_mux_v2_claim",
+    "redlock_mux_v2_handoff",
+    "redlock_mux_v2_leave",
+    "redlock_mux_v2_enter",
 ];
 
 /// Every script with its digest.
@@ -97,6 +122,7 @@ pub const ALL: [(&str, &str); 4] = [
 /// ours.
 pub fn function_by_digest(sha: &[u8]) -> Option<&'static str> {
     ALL.iter()
+        .chain(FAIR.iter())
         .position(|(digest, _)| digest.as_bytes() == sha)
         .and_then(|i| FUNCTIONS.get(i).copied())
 }

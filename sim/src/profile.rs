@@ -162,12 +162,12 @@ impl Server {
             (Server::Valkey91, ScriptName::Eval(_)) => {
                 format!("{msg} script: on @user_script:{line}.")
             }
-            (Server::Valkey91, ScriptName::Function(_)) => {
-                format!("{msg} script: on @user_function:{}.", line + 2)
+            (Server::Valkey91, ScriptName::Function(_, lines)) => {
+                format!("{msg} script: on @user_function:{}.", lines.of(line))
             }
             (_, ScriptName::Eval(sha)) => format!("{msg} script: {sha}, on @user_script:{line}."),
-            (_, ScriptName::Function(f)) => {
-                format!("{msg} script: {f}, on @user_function:{}.", line + 2)
+            (_, ScriptName::Function(f, lines)) => {
+                format!("{msg} script: {f}, on @user_function:{}.", lines.of(line))
             }
         }
     }
@@ -178,8 +178,9 @@ impl Server {
 pub(crate) enum ScriptName<'a> {
     /// Run by `EVAL` or `EVALSHA`: its digest.
     Eval(&'a str),
-    /// Run by `FCALL`: the function's name. Its body starts on the library's third line.
-    Function(&'a str),
+    /// Run by `FCALL`: the function's name, and where its lines are in its library (errors
+    /// name the library's line).
+    Function(&'a str, crate::scripts::Lines),
 }
 
 /// What an ACL denies a user, beyond which every command and key is allowed.

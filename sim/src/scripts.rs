@@ -33,6 +33,16 @@ pub enum Script {
     Enter,
 }
 
+impl Script {
+    /// Whether it is one of fair mode's scripts (whose text starts with `ring.lua`).
+    pub fn is_fair(self) -> bool {
+        !matches!(
+            self,
+            Script::Acquire | Script::Release | Script::Extend | Script::Fence
+        )
+    }
+}
+
 /// The digests of the scripts the simulation runs, as the core's `script::ALL` lists them:
 /// acquire, release, extend, fence.
 pub const KNOWN: [(&str, Script); 4] = [
@@ -88,14 +98,55 @@ pub fn digest(text: &[u8]) -> String {
     }
 }
 
+/// A function of a loaded library: its name, the script its body is, and where its lines
+/// sit in the library's text (a failed `redis.call` is reported at its line there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Function {
+    /// The function's name, as registered.
+    pub name: String,
+    /// The script its body runs.
+    pub script: Script,
+    /// Where its lines are in the library's text.
+    pub lines: Lines,
+}
+
+/// Where a function's lines are in its library's text: line `l` of its body is the library's
+/// line `body + l`, and, for a fair script (whose lines count `ring.lua`'s first), line `l`
+/// of `ring.lua` (shared by the library's fair functions) is the library's line `ring + l`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lines {
+    /// The library line of the function's registration (its body starts on the next).
+    pub body: u32,
+    /// For a fair function: the library line before `ring.lua`'s first.
+    pub ring: Option<u32>,
+}
+
+/// How many lines `ring.lua` has, ahead of each fair script's own.
+pub fn ring_lines() -> u32 {
+    redlock_core::script::RING.lines().count() as u32
+}
+
+impl Lines {
+    /// The library line of line `line` of the script (counted as in its `EVAL` text).
+    pub fn of(self, line: u32) -> u32 {
+        match self.ring {
+            Some(ring) if line <= ring_lines() => ring + line,
+            Some(_) => self.body + line - ring_lines(),
+            None => self.body + line,
+        }
+    }
+}
+
 /// A function library's name and its functions, from its code (`FUNCTION LOAD`), in the
 /// shape the core writes: a `#!lua name=<name>` line, then for each function
 /// `redis.register_function('<fname>', function(KEYS, ARGV)\n<body>end)\n`, each body one of
-/// the known scripts. `Err` says what is not of that shape.
-pub fn parse_library(code: &[u8]) -> Result<(String, Vec<(String, Script)>), String> {
+/// the known scripts, or, after `ring.lua`'s text at the library's top level, the body of a
+/// fair script without it. `Err` says what is not of that shape.
+pub fn parse_library(code: &[u8]) -> Result<(String, Vec<Function>), String> {
     const REGISTER: &str = "redis.register_function('";
     const OPEN: &str = "', function(KEYS, ARGV)\n";
     const CLOSE: &str = "end)\n";
+    let ring_text = redlock_core::script::RING;
     let code = std::str::from_utf8(code).map_err(|_| "library code is not UTF-8".to_string())?;
     let (first, mut rest) = code.split_once('\n').unwrap_or((code, ""));
     let name = first
@@ -104,21 +155,59 @@ pub fn parse_library(code: &[u8]) -> Result<(String, Vec<(String, Script)>), Str
         .ok_or("Missing library metadata")?
         .to_string();
     let mut functions = Vec::new();
+    // The library line `rest` starts on, less one.
+    let mut line = 1u32;
+    let mut ring = None;
     while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix(ring_text) {
+            ring = Some(line);
+            line += ring_lines();
+            rest = after;
+            continue;
+        }
         let after = rest
             .strip_prefix(REGISTER)
             .ok_or("library code of a shape the simulation does not run")?;
         let (fname, after) = after
             .split_once(OPEN)
             .ok_or("a function of a shape the simulation does not run")?;
-        // The body ends at the next registration, or at the end.
-        let end = after.find(REGISTER).unwrap_or(after.len());
+        // The body ends at the next registration, or `ring.lua`'s text, or the end.
+        let end = [after.find(REGISTER), after.find(ring_text)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(after.len());
         let body = after[..end]
             .strip_suffix(CLOSE)
             .ok_or("a function body the simulation does not run")?;
-        let script = by_text(body.as_bytes())
-            .ok_or_else(|| format!("function {fname}: a body the simulation does not run"))?;
-        functions.push((fname.to_string(), script));
+        let own = by_text(body.as_bytes()).filter(|s| !s.is_fair());
+        let (script, ring) = match (own, ring) {
+            (Some(s), _) => (s, None),
+            (None, Some(r)) => {
+                let whole = format!("{ring_text}{body}");
+                let s = by_text(whole.as_bytes()).filter(|s| s.is_fair());
+                (
+                    s.ok_or_else(|| {
+                        format!("function {fname}: a body the simulation does not run")
+                    })?,
+                    Some(r),
+                )
+            }
+            (None, None) => {
+                return Err(format!(
+                    "function {fname}: a body the simulation does not run"
+                ))
+            }
+        };
+        functions.push(Function {
+            name: fname.to_string(),
+            script,
+            lines: Lines {
+                body: line + 1,
+                ring,
+            },
+        });
+        line += 1 + body.lines().count() as u32 + 1;
         rest = &after[end..];
     }
     Ok((name, functions))

@@ -296,7 +296,8 @@ fn label(step: &Step, reply: &Frame) -> String {
                 .or_else(|| {
                     let fair = script::FAIR
                         .iter()
-                        .position(|(sha, body)| text == *sha || text == *body);
+                        .zip(&script::FUNCTIONS[4..])
+                        .position(|((sha, body), f)| text == *sha || text == *body || text == *f);
                     fair.map(|i| ["wait", "claim", "handoff", "leave", "enter"][i])
                 })
                 .unwrap_or("?");
@@ -345,7 +346,7 @@ const MUST_REACH: &[&str] = &[
     "PTTL: >1",
     "HELLO: map",
     "AUTH: error WRONGPASS invalid username-password",
-    "FUNCTION: error ERR Library 'redlock_mux_v1'",
+    "FUNCTION: error ERR Library 'redlock_mux_v2'",
     "CONFIG: map",
 ];
 
@@ -525,9 +526,11 @@ fn the_sims_digests_are_the_cores_scripts() {
         );
     }
     let (name, functions) = sim_scripts::parse_library(script::LIBRARY.as_bytes()).unwrap();
+    let functions: Vec<(String, Script)> =
+        functions.into_iter().map(|f| (f.name, f.script)).collect();
     let expected: Vec<(String, Script)> = script::FUNCTIONS
         .iter()
-        .zip(order)
+        .zip(order.into_iter().chain(fair))
         .map(|(f, s)| (f.to_string(), s))
         .collect();
     assert_eq!(functions, expected);

@@ -38,8 +38,8 @@ pub struct Options {
     /// Whether waiters are woken by the servers' invalidation pushes.
     pub wakeups: bool,
     /// Whether waiters queue on the masters and a release hands the lock to the first of them
-    /// (fair mode: see `Builder::fair`). Needs wake-ups (RESP3) and scripts sent as
-    /// `EVALSHA`/`EVAL` (not [`Scripts::Function`]); off where either is missing.
+    /// (fair mode: see `Builder::fair`). Needs wake-ups (RESP3) and scripts or functions
+    /// (not [`Scripts::Native`], whose users may run neither); off where either is missing.
     pub fair: bool,
     /// Fair mode: this client's id, its place in the lines and the name of its bell (the
     /// `Builder` draws one at random).
@@ -139,7 +139,7 @@ impl Options {
         if self.fencing && self.fencing_key.is_empty() {
             return Err(ConfigError::FencingKey(String::new()));
         }
-        let fair = if self.fair && self.wakeups && self.scripts != Scripts::Function {
+        let fair = if self.fair && self.wakeups && self.scripts != Scripts::Native {
             if self.claim_lease.is_zero() || self.claim_lease > MAX_OPTION_DURATION {
                 return Err(ConfigError::ClaimLease(self.claim_lease));
             }

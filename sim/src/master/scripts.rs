@@ -11,13 +11,13 @@ use super::reply::Reply;
 use super::strings::{self, parse_i64, NOT_AN_INTEGER};
 use super::Master;
 use crate::profile::ScriptName;
-use crate::scripts::{by_digest, digest, parse_library, Script};
+use crate::scripts::{by_digest, digest, parse_library, Function, Script};
 
 /// A loaded function library: its functions, by name, with the script each runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Library {
     /// The functions, in the order the code registers them.
-    pub functions: Vec<(String, Script)>,
+    pub functions: Vec<Function>,
 }
 
 /// Why a script stopped: a `redis.call` failed (its error, at a line of the script), or it
@@ -88,10 +88,15 @@ pub(crate) fn fcall<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -
     let found = m.libraries.values().find_map(|lib| {
         lib.functions
             .iter()
-            .find(|(f, _)| f.eq_ignore_ascii_case(&name))
+            .find(|f| f.name.eq_ignore_ascii_case(&name))
             .cloned()
     });
-    let Some((fname, script)) = found else {
+    let Some(Function {
+        name: fname,
+        script,
+        lines,
+    }) = found
+    else {
         return Reply::err("ERR Function not found");
     };
     let (keys, argv) = match keys_and_args(args, "ERR Bad number of keys provided") {
@@ -102,7 +107,7 @@ pub(crate) fn fcall<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -
         m,
         ex,
         Some(script),
-        ScriptName::Function(&fname),
+        ScriptName::Function(&fname, lines),
         keys,
         argv,
     )
@@ -163,12 +168,12 @@ pub(crate) fn function(m: &mut Master, sub: &str, args: &[&[u8]]) -> Reply {
         if *other == name {
             continue;
         }
-        if let Some((f, _)) = lib
-            .functions
-            .iter()
-            .find(|(f, _)| functions.iter().any(|(g, _)| g.eq_ignore_ascii_case(f)))
-        {
-            return Reply::err(format!("ERR Function {f} already exists"));
+        if let Some(f) = lib.functions.iter().find(|f| {
+            functions
+                .iter()
+                .any(|g| g.name.eq_ignore_ascii_case(&f.name))
+        }) {
+            return Reply::err(format!("ERR Function {} already exists", f.name));
         }
     }
     m.libraries.insert(name.clone(), Library { functions });

@@ -89,6 +89,10 @@ const FAIR_MUST_REACH: &[&str] = &[
     "leave: 1",
     "leave: 0",
     "EVALSHA wait: error NOSCRIPT",
+    // The function library's fair functions (a failed call names the library's line).
+    "FCALL wait: array",
+    "FCALL claim: error WRONGTYPE",
+    "FCALL handoff: error WRONGTYPE",
     "claim: error WRONGTYPE",
     "ZADD: error WRONGTYPE",
     "ZADD: error ERR GT, LT",

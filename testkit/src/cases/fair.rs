@@ -1,7 +1,9 @@
 //! Fair mode (`Builder::fair`): waiters line up on the masters, and each release hands the
 //! lock to the first of them, waking no other.
 
+use super::scripts::server_version;
 use super::*;
+use redlock_mux::Scripts;
 
 /// Waiters that started waiting one after another (each in the line on every master before
 /// the next starts) get the lock in that order, each woken by its bell: their retry delay is
@@ -13,12 +15,60 @@ where
     F::Client: Sync + Send,
 {
     let c = LocalCluster::start(5).expect("redis-server");
+    four_in_order::<F>(&c, c.addrs(), redlock_mux::Scripts::Auto, "fair-order");
+}
+
+/// Fair mode through the function library: under `Scripts::Function`, and under
+/// `Scripts::Auto` for a user whose ACL denies `EVAL`/`EVALSHA` (each connection's first
+/// script is refused and it goes on with `FCALL`), waiters line up and are handed the lock
+/// in the order they started waiting, each by its bell, as with scripts. (Before the fair
+/// functions, the first was silently unfair and the second failed every acquisition that
+/// found the resource held.) Skipped, saying so, on a server without functions.
+pub fn fair_waiters_line_up_through_functions<F: Flavor>()
+where
+    F::Client: Sync + Send,
+{
+    let c = LocalCluster::start(3).expect("redis-server");
+    let (name, version) = server_version(&c.addrs()[0]);
+    if name == "redis" && version < (7, 0) {
+        eprintln!("skipped: {name} {version:?} has no FUNCTION/FCALL (Redis 7+)");
+        return;
+    }
+    four_in_order::<F>(
+        &c,
+        c.addrs(),
+        redlock_mux::Scripts::Function,
+        "fair-fn-order",
+    );
+    for a in c.addrs() {
+        let args = [
+            "ACL", "SETUSER", "noeval", "on", ">pw", "~*", "&*", "+@all", "-eval", "-evalsha",
+        ];
+        assert_eq!(redis(&a, &args), Frame::Simple("OK".into()), "ACL on {a}");
+    }
+    let as_user: Vec<String> = c
+        .servers()
+        .iter()
+        .map(|s| format!("redis://noeval:pw@127.0.0.1:{}", s.port()))
+        .collect();
+    four_in_order::<F>(&c, as_user, redlock_mux::Scripts::Auto, "fair-noeval-order");
+}
+
+/// Four fair waiters on `nodes` (the masters of `c`) under `scripts` start waiting one after
+/// another while a fifth client holds `name`; the holder's release hands the lock on in that
+/// order, one bell per master per hand-off, and the lines are left empty.
+fn four_in_order<F: Flavor>(c: &LocalCluster, nodes: Vec<String>, scripts: Scripts, name: &str)
+where
+    F::Client: Sync + Send,
+{
     let addrs = c.addrs();
-    let key = resource("fair-order");
+    let key = resource(name);
     // A claim lease far beyond any pause of a loaded machine: a waiter slower than its lease
     // would lose its place (as documented), and the order would say nothing.
     let fair = || {
-        builder(&c)
+        builder(c)
+            .nodes(&nodes)
+            .scripts(scripts)
             .fair(true)
             .retry(1000, Duration::from_secs(60))
             .claim_lease(Duration::from_secs(30))

@@ -47,6 +47,7 @@ macro_rules! for_each_case {
             a_fair_waiter_whose_holder_vanished_takes_the_lock_when_its_ttl_runs_out,
             a_failed_try_keeps_its_clients_place_in_line,
             inspect_line_shows_each_masters_line_in_order,
+            fair_waiters_line_up_through_functions,
         );
     };
 }
