@@ -64,6 +64,9 @@ struct Variant {
     name: &'static str,
     client: Redlock,
     resources: Vec<String>,
+    /// `lock` (an acquisition that may wait: in fair mode its first try is the enter script)
+    /// rather than `try_lock` (always the plain try).
+    wait: bool,
 }
 
 impl Variant {
@@ -72,7 +75,9 @@ impl Variant {
         let start = Instant::now();
         while start.elapsed() < slice {
             let t0 = Instant::now();
-            let lock = if names.len() == 1 {
+            let lock = if self.wait {
+                self.client.lock(names[0], Duration::from_secs(10))
+            } else if names.len() == 1 {
                 self.client.try_lock(names[0], Duration::from_secs(10))
             } else {
                 self.client.try_lock_many(&names, Duration::from_secs(10))
@@ -134,6 +139,7 @@ fn concurrent_pps_with(
             .nodes(nodes)
             .node_timeout(Duration::from_millis(500))
             .fail_fast(false)
+            .fair(false)
             .scripts(scripts);
         if let Some(ca) = ca {
             builder = builder.tls_ca_file(ca);
@@ -243,6 +249,7 @@ fn main() {
             .nodes(nodes)
             .node_timeout(Duration::from_millis(200))
             .fencing(fencing)
+            .fair(false)
             .build()
             .unwrap()
     };
@@ -252,6 +259,7 @@ fn main() {
         .nodes(&tls_nodes)
         .node_timeout(Duration::from_millis(200))
         .tls_ca_file(&tls_files.ca)
+        .fair(false)
         .build()
         .unwrap();
     let ten: Vec<String> = (0..10).map(|i| format!("bench:set:{i}")).collect();
@@ -260,37 +268,44 @@ fn main() {
             name: "plain lock",
             client: build(false),
             resources: vec!["bench:one".into()],
+            wait: false,
         },
         Variant {
             name: "fenced lock",
             client: build(true),
             resources: vec!["bench:fenced".into()],
+            wait: false,
         },
         Variant {
             name: "lock_many, 10 resources",
             client: build(false),
             resources: ten.clone(),
+            wait: false,
         },
         Variant {
             name: "lock_many, 10 resources, fenced",
             client: build(true),
             resources: ten.iter().map(|r| format!("{r}:f")).collect(),
+            wait: false,
         },
         Variant {
             name: "plain lock over Unix sockets",
             client: build_on(&cluster.unix_addrs(), false),
             resources: vec!["bench:unix".into()],
+            wait: false,
         },
         Variant {
             name: "plain lock over TLS",
             client: tls_client,
             resources: vec!["bench:tls".into()],
+            wait: false,
         },
         // One node: its lock is one round trip to one master through the same client.
         Variant {
             name: "plain lock on one node (the single-node round trip)",
             client: build_on(&nodes[..1], false),
             resources: vec!["bench:single".into()],
+            wait: false,
         },
         // Last, so that the indices above stay.
         Variant {
@@ -299,9 +314,29 @@ fn main() {
                 .nodes(&nodes)
                 .node_timeout(Duration::from_millis(200))
                 .verify_stream(true)
+                .fair(false)
                 .build()
                 .unwrap(),
             resources: vec!["bench:verified".into()],
+            wait: false,
+        },
+        // What fair mode (the default) costs a lock nobody else wants: its first try is the
+        // enter script, its release the hand-off script; against the same calls without it.
+        Variant {
+            name: "lock (may wait), fair(false)",
+            client: build(false),
+            resources: vec!["bench:wait-plain".into()],
+            wait: true,
+        },
+        Variant {
+            name: "lock (may wait), fair (the default)",
+            client: Redlock::builder()
+                .nodes(&nodes)
+                .node_timeout(Duration::from_millis(200))
+                .build()
+                .unwrap(),
+            resources: vec!["bench:wait-fair".into()],
+            wait: true,
         },
     ];
     // Warm-up: connections, script caches.
@@ -376,6 +411,15 @@ fn main() {
         Samples::q(&mut rtt, 0.99)
     );
     println!();
+    // The last two variants: `lock` + `unlock` with and without fair mode.
+    let (plain, fair) = (p50.len() - 2, p50.len() - 1);
+    println!(
+        "fair mode (the default), uncontended lock + unlock: pair p50 {:.1} µs vs {:.1} µs without it ({:.2}x), pairs/s {:.2}x",
+        p50[fair].1,
+        p50[plain].1,
+        p50[fair].1 / p50[plain].1,
+        pps[fair] / pps[plain]
+    );
     let extra = p50[1].0 - p50[0].0;
     let bound = p50[0].0 + 1.2 * rtt_p50;
     println!(

@@ -72,7 +72,11 @@ impl<C> fmt::Debug for Builder<C> {
 impl<C> Default for Builder<C> {
     fn default() -> Self {
         Builder {
-            opts: Options::default(),
+            // Fair by default when waiting (see `fair`).
+            opts: Options {
+                fair: true,
+                ..Options::default()
+            },
             tls: Default::default(),
             client: PhantomData,
         }
@@ -196,10 +200,11 @@ impl<C> Builder<C> {
     }
 
     /// Whether waiters line up on the masters and a release hands the lock to the first of
-    /// them (default off). **Experimental**: at 32 contenders it hands the lock over in half a
-    /// millisecond and wakes one waiter per release, but the blocking client still stalls at
-    /// 128 in some runs and the masters run more commands than they should; see
-    /// docs/redlock.md, "Waiting in line", for the figures and what limits them.
+    /// them (default on). At 2 to 128 contenders it hands the lock over in about half a
+    /// millisecond, wakes one waiter per release and serves them in order; off, every
+    /// release wakes every waiter of the resource (a herd, whose cost grows with the
+    /// waiters). What it costs an uncontended lock, and what still limits it, are in
+    /// docs/redlock.md, "Waiting in line".
     ///
     /// On: a `lock` that finds a single resource held joins the resource's line on every
     /// master (a sorted set by arrival, one place per client however many of its threads or
@@ -215,7 +220,8 @@ impl<C> Builder<C> {
     /// user who may not waits for its timer, at most eight claim leases).
     /// Locks over several resources wait as without it. Every client of a resource should use
     /// the same setting: a release by a client without it rings nobody, and the line then
-    /// waits for its timers.
+    /// waits for its timers. Off (`fair(false)`): waiters are woken by the servers'
+    /// invalidation pushes, as before fair mode existed.
     pub fn fair(mut self, on: bool) -> Self {
         self.opts.fair = on;
         self

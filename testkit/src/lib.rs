@@ -178,7 +178,9 @@ pub fn release_once_a_waiter_is_tracked(
     c: &LocalCluster,
     key: &str,
 ) -> std::thread::JoinHandle<()> {
-    let holder = builder(c).build().expect("holder client");
+    // Without fair mode (the default): these helpers are about the tracking servers'
+    // invalidation pushes; fair mode's bells ring a waiter in line instead.
+    let holder = builder(c).fair(false).build().expect("holder client");
     let lock = holder
         .lock(key, Duration::from_secs(60))
         .expect("the holder's lock");
@@ -192,11 +194,12 @@ pub fn release_once_a_waiter_is_tracked(
     })
 }
 
-/// A waiter with a retry delay of 30 s (far past any test's patience, so that only a push
-/// ends its wait in time) takes `key` within a minute and releases it; with
+/// A waiter (without fair mode) with a retry delay of 30 s (far past any test's patience, so
+/// that only a push ends its wait in time) takes `key` within a minute and releases it; with
 /// [`release_once_a_waiter_is_tracked`], the wait is ended by the holder's release.
 pub fn wait_for_a_push_and_take(c: &LocalCluster, key: &str) {
     let waiter = builder(c)
+        .fair(false)
         .retry(1000, Duration::from_secs(30))
         .build()
         .expect("waiter client");

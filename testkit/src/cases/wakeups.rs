@@ -18,9 +18,11 @@ where
         .collect();
     servers.push(crate::local::LocalServer::start_with(NO_HELLO).expect("redis-server"));
     let c = LocalCluster::from_servers(servers);
-    let holder = F::build(builder(&c)).unwrap();
+    // Without fair mode (the default): the tracking servers' invalidation pushes wake the
+    // waiter (fair mode's bells are `fair_waiters_get_the_lock_in_the_order_they_started_waiting`'s).
+    let holder = F::build(builder(&c).fair(false)).unwrap();
     let delay = Duration::from_secs(30);
-    let waiter = F::build(builder(&c).retry(1000, delay)).unwrap();
+    let waiter = F::build(builder(&c).fair(false).retry(1000, delay)).unwrap();
     let key = resource("wake");
     let held = holder.lock(&key, Duration::from_secs(120)).unwrap();
     std::thread::scope(|s| {
