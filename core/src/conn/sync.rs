@@ -71,6 +71,12 @@ impl<T> Conn<T> {
         }
     }
 
+    /// Whether [`seal`](Conn::seal) and a write would do anything: bytes wait to be written,
+    /// or a command was queued since the last pass ended.
+    pub(crate) fn wants_transmit(&self) -> bool {
+        self.unsealed || !self.out.is_empty()
+    }
+
     /// With [`verifying`](Conn::verifying) on (and sentinels answered), keeps `reply` until
     /// the sentinel behind it comes back; otherwise hands it back to be returned now.
     pub(super) fn hold(&mut self, reply: Reply<T>) -> Option<Reply<T>> {

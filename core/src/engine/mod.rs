@@ -48,7 +48,7 @@ use smallvec::SmallVec;
 use crate::command::{Command, Expect, Extra, Form, OpKind};
 use crate::config::Scripts;
 use crate::config::{Config, NodeAddr};
-use crate::conn::{stale_after, Conn};
+use crate::conn::{stale_after, Conn, CONNECT_TIMEOUT};
 use crate::conn::{How, Native, Note};
 use crate::error::NodeOutcome;
 use crate::event::Event;
@@ -376,6 +376,30 @@ impl<U> Engine<U> {
         self.nodes
             .iter()
             .any(|n| n.link != Link::Closed && n.conn.owes_scripted())
+    }
+
+    /// Whether a driver's pass at `now` would find anything to do: a socket to open or drop,
+    /// bytes to write (or a write pass to end) on an open connection, a decided round, a
+    /// watch that fired, an event to take, or a timer due by `now` (a round's deadline, a
+    /// connect's timeout, a fair waiter's bells). A driver that has just made a pass and
+    /// changed something may stop when this is false, instead of making one more pass only to
+    /// find nothing. It errs towards `true` (a deadline of a round that ended, any bell
+    /// pending): one pass too many, never one too few.
+    pub fn has_work(&self, now: Instant) -> bool {
+        !self.io.is_empty()
+            || !self.completed.is_empty()
+            || !self.woken.is_empty()
+            || !self.events.is_empty()
+            || !self.bells.is_empty()
+            || self
+                .deadlines
+                .peek()
+                .is_some_and(|Reverse((when, ..))| *when <= now)
+            || self.nodes.iter().any(|n| match n.link {
+                Link::Open => n.conn.wants_transmit(),
+                Link::Connecting(since) => now.saturating_duration_since(since) >= CONNECT_TIMEOUT,
+                Link::Closed => false,
+            })
     }
 
     /// Whether anything is waiting to be written to an open connection.

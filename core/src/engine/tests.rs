@@ -178,6 +178,31 @@ fn a_round_opens_every_connection_and_writes_once_per_node() {
 }
 
 #[test]
+fn has_work_says_whether_a_pass_would_find_anything() {
+    let mut s = Sim::new(3, false);
+    assert!(!s.e.has_work(s.now), "a new engine");
+    s.submit(OpKind::Acquire, false, 1);
+    assert!(s.e.has_work(s.now), "sockets to open");
+    s.io();
+    assert!(s.e.has_work(s.now), "commands to write");
+    for i in 0..3 {
+        s.sent(i);
+    }
+    while s.e.poll_event().is_some() {}
+    assert!(!s.e.has_work(s.now), "everything taken");
+    assert!(
+        s.e.has_work(s.now + TIMEOUT),
+        "the round's deadline is due then"
+    );
+    for i in 0..3 {
+        s.reply(i, OK);
+    }
+    assert!(s.e.has_work(s.now), "a decided round");
+    assert_eq!(s.completed().len(), 1);
+    assert!(!s.e.has_work(s.now), "nothing left");
+}
+
+#[test]
 fn fail_fast_decides_at_the_quorum_either_way() {
     let mut s = Sim::new(5, true);
     let won = s.submit(OpKind::Acquire, true, 1);

@@ -443,6 +443,11 @@ impl Client {
                 settled = true;
                 break;
             }
+            if !self.has_work(now, local) {
+                // The pass that would follow finds nothing: its look at the tasks is the
+                // fold below.
+                break;
+            }
         }
         if !settled {
             earliest = self.tasks.iter().fold(NEVER, |e, t| match &t.state {
@@ -467,6 +472,17 @@ impl Client {
             sim.wake(self, next);
         }
         self.check_owed(sim, local);
+    }
+
+    /// Whether another pass of the pump at `now` (its clock reading `local`) would find
+    /// anything to do: something in the engine (see `Engine::has_work`), a fired watch not
+    /// yet handed over, or a task's timer or abandonment due.
+    fn has_work(&self, now: u64, local: Instant) -> bool {
+        self.engine.has_work(local)
+            || !self.fired.is_empty()
+            || self.tasks.iter().any(|t| {
+                t.timer <= now || matches!(&t.state, State::Run(run) if run.abandon_at <= now)
+            })
     }
 
     /// Hands fired watches to the tasks that await them; returns whether any was.
