@@ -28,7 +28,7 @@
 //! - A node whose connection fails gives every round waiting on it that failure as its vote.
 //!   Its connection is opened again on the next round that needs it, after the backoff.
 //! - A connection that owes a reply long past every deadline ([`stale_after`]), owes more than
-//!   [`MAX_OWED`] replies, or takes longer than [`CONNECT_TIMEOUT`](crate::conn::CONNECT_TIMEOUT) to open is dropped.
+//!   [`MAX_OWED`] replies, or takes longer than [`CONNECT_TIMEOUT`] to open is dropped.
 
 // | module | its job |
 // |---|---|
