@@ -320,7 +320,7 @@ fn main() {
             resources: vec!["bench:verified".into()],
             wait: false,
         },
-        // What fair mode (the default) costs a lock nobody else wants: its first try is the
+        // What fair mode costs a lock nobody else wants: its first try is the
         // enter script, its release the hand-off script; against the same calls without it.
         Variant {
             name: "lock (may wait), fair(false)",
@@ -329,10 +329,11 @@ fn main() {
             wait: true,
         },
         Variant {
-            name: "lock (may wait), fair (the default)",
+            name: "lock (may wait), fair(true)",
             client: Redlock::builder()
                 .nodes(&nodes)
                 .node_timeout(Duration::from_millis(200))
+                .fair(true)
                 .build()
                 .unwrap(),
             resources: vec!["bench:wait-fair".into()],
@@ -414,7 +415,7 @@ fn main() {
     // The last two variants: `lock` + `unlock` with and without fair mode.
     let (plain, fair) = (p50.len() - 2, p50.len() - 1);
     println!(
-        "fair mode (the default), uncontended lock + unlock: pair p50 {:.1} µs vs {:.1} µs without it ({:.2}x), pairs/s {:.2}x",
+        "fair mode, uncontended lock + unlock: pair p50 {:.1} µs vs {:.1} µs without it ({:.2}x), pairs/s {:.2}x",
         p50[fair].1,
         p50[plain].1,
         p50[fair].1 / p50[plain].1,

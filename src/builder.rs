@@ -72,11 +72,7 @@ impl<C> fmt::Debug for Builder<C> {
 impl<C> Default for Builder<C> {
     fn default() -> Self {
         Builder {
-            // Fair by default when waiting (see `fair`).
-            opts: Options {
-                fair: true,
-                ..Options::default()
-            },
+            opts: Options::default(),
             tls: Default::default(),
             client: PhantomData,
         }
@@ -200,7 +196,7 @@ impl<C> Builder<C> {
     }
 
     /// Whether waiters line up on the masters and a release hands the lock to the first of
-    /// them (default on). At 2 to 128 contenders it hands the lock over in about half a
+    /// them (default off: see below). At 2 to 128 contenders it hands the lock over in about half a
     /// millisecond, wakes one waiter per release and serves them in order; off, every
     /// release wakes every waiter of the resource (a herd, whose cost grows with the
     /// waiters). What it costs an uncontended lock, and what still limits it, are in
@@ -218,7 +214,9 @@ impl<C> Builder<C> {
     /// scripts run as functions of the library; under `Scripts::Native` it is off. Waiters
     /// are rung only where the user may `SUBSCRIBE` to the `redlock-mux:bell:*` channels (a
     /// user who may not waits for its timer, at most eight claim leases).
-    /// Locks over several resources wait as without it. Every client of a resource should use
+    /// Not yet the default: a user denied every script and function, who releases with the
+    /// server's native commands under `Scripts::Auto`, could then neither enter a line nor
+    /// release (the hand-off is a script). Locks over several resources wait as without it. Every client of a resource should use
     /// the same setting: a release by a client without it rings nobody, and the line then
     /// waits for its timers. Off (`fair(false)`): waiters are woken by the servers'
     /// invalidation pushes, as before fair mode existed.

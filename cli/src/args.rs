@@ -61,10 +61,9 @@ pub struct Global {
     /// being woken by the masters when the holder lets go (RESP3 client-side tracking).
     #[arg(long, env = "REDLOCK_NO_WAKEUPS", global = true)]
     pub no_wakeups: bool,
-    /// Fair mode (the library's default; the command asks for it with this flag): waiters
-    /// line up on the masters and each release hands the lock to the first of them, waking no
-    /// other (`Builder::fair`). Every client of a resource should use it; it needs wake-ups
-    /// and is off with --scripts native.
+    /// Fair mode: waiters line up on the masters and each release hands the lock to the
+    /// first of them, waking no other (`Builder::fair`). Every client of a resource should
+    /// use it; it needs wake-ups and is off with --scripts native.
     #[arg(long, env = "REDLOCK_FAIR", global = true)]
     pub fair: bool,
     /// Check every reply against the stream: each write pass to a master ends with a `PING`
