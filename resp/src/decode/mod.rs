@@ -182,13 +182,6 @@ impl Decoder {
             // The caller broke the append-only contract; what we remembered is meaningless.
             self.clear();
         }
-        if self.pos == 0 && self.scan == 0 && self.pending.is_none() {
-            // Nothing of a frame decoded yet: the common reply (a whole top-level scalar)
-            // without the state machine.
-            if let Some((tok, end)) = self.whole_scalar(buf) {
-                return Ok(Some(take_scalar(tok, buf, end)));
-            }
-        }
         match self.advance(buf) {
             Ok(Step::Incomplete) => Ok(None),
             Ok(Step::Single(tok)) => {
@@ -207,48 +200,6 @@ impl Decoder {
                 Err(e)
             }
         }
-    }
-
-    /// A whole, valid top-level simple string, error, integer, null or bulk string at the
-    /// front of `buf`, and the length of its bytes; `None` for anything else
-    /// (another type, a frame not all here, any fault), which the state machine then decodes
-    /// as before. It looks at nothing the state machine would not, and decides no frame
-    /// differently: the same checks, on the same bytes.
-    #[inline]
-    fn whole_scalar(&self, buf: &[u8]) -> Option<(Tok, usize)> {
-        let (&ty, _) = buf.split_first()?;
-        if !matches!(ty, b'+' | b'-' | b':' | b'_' | b'$') {
-            return None;
-        }
-        // The line's CR: the first CR or LF after the type byte, a CR with its LF behind it,
-        // within the line limit.
-        let cr = 1 + buf[1..].iter().position(|&c| c == b'\r' || c == b'\n')?;
-        if buf[cr] != b'\r'
-            || buf.get(cr + 1) != Some(&b'\n')
-            || cr - 1 > self.limits.max_line_len()
-        {
-            return None;
-        }
-        let body = &buf[1..cr];
-        let end = cr + 2;
-        Some(match ty {
-            b'+' => (Tok::Simple(1, cr), end),
-            b'-' => (Tok::Error(1, cr), end),
-            b':' => (Tok::Integer(parse_int(body)?), end),
-            b'_' if body.is_empty() => (Tok::Null, end),
-            b'$' => match parse_int(body)? {
-                -1 => (Tok::NullBulk, end),
-                n if n >= 0 && n as u64 <= self.limits.max_bulk_len() as u64 => {
-                    let stop = end.checked_add(n as usize)?;
-                    if buf.get(stop..stop.checked_add(2)?)? != b"\r\n" {
-                        return None;
-                    }
-                    (Tok::Bulk(end, stop), stop + 2)
-                }
-                _ => return None,
-            },
-            _ => return None,
-        })
     }
 
     /// Runs the state machine over `buf` from `self.pos` until a frame is whole, the buffer
