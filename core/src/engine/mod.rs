@@ -28,7 +28,7 @@
 //! - A node whose connection fails gives every round waiting on it that failure as its vote.
 //!   Its connection is opened again on the next round that needs it, after the backoff.
 //! - A connection that owes a reply long past every deadline ([`stale_after`]), owes more than
-//!   [`MAX_OWED`] replies, or takes longer than [`CONNECT_TIMEOUT`] to open is dropped.
+//!   [`MAX_OWED`] replies, or takes longer than [`CONNECT_TIMEOUT`](crate::conn::CONNECT_TIMEOUT) to open is dropped.
 
 // | module | its job |
 // |---|---|
@@ -48,7 +48,7 @@ use smallvec::SmallVec;
 use crate::command::{Command, Expect, Extra, Form, OpKind};
 use crate::config::Scripts;
 use crate::config::{Config, NodeAddr};
-use crate::conn::{stale_after, Conn, CONNECT_TIMEOUT};
+use crate::conn::{stale_after, Conn};
 use crate::conn::{How, Native, Note};
 use crate::error::NodeOutcome;
 use crate::event::Event;
@@ -397,7 +397,7 @@ impl<U> Engine<U> {
                 .is_some_and(|Reverse((when, ..))| *when <= now)
             || self.nodes.iter().any(|n| match n.link {
                 Link::Open => n.conn.wants_transmit(),
-                Link::Connecting(since) => now.saturating_duration_since(since) >= CONNECT_TIMEOUT,
+                Link::Connecting(since) => timers::connect_overdue(since, now),
                 Link::Closed => false,
             })
     }

@@ -48,7 +48,7 @@ impl<U> Engine<U> {
                 break;
             }
             if let Link::Connecting(since) = self.nodes[i].link {
-                if now.saturating_duration_since(since) >= CONNECT_TIMEOUT {
+                if connect_overdue(since, now) {
                     self.fail_node(i, &NodeOutcome::Timeout, now, Socket::Held);
                 }
             }
@@ -101,4 +101,10 @@ impl<U> Engine<U> {
             (a, b) => a.or(b),
         }
     }
+}
+
+/// Whether a connect started at `since` has run past [`CONNECT_TIMEOUT`] at `now` (its node
+/// then fails with a timeout).
+pub(super) fn connect_overdue(since: Instant, now: Instant) -> bool {
+    now.saturating_duration_since(since) >= CONNECT_TIMEOUT
 }
