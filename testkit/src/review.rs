@@ -2,10 +2,11 @@
 //! masters holding a value, a client's places in the fair lines, and the tenures of a run
 //! (no two overlapping, fencing tokens increasing).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use redlock_mux::redlock_core::config::Options;
 use redlock_mux::resp::Frame;
-use redlock_mux::Lock;
+use redlock_mux::{Lock, Redlock};
 
 use crate::redis;
 
@@ -89,4 +90,26 @@ pub fn violations(mut tenures: Vec<Tenure>) -> Vec<String> {
         }
     }
     v
+}
+
+/// The options of a reviewed client on `nodes`: fair mode with client id `id` when `fair`,
+/// `lease` its claim lease, `tries` tries 50 ms apart, and a generous node timeout (a busy
+/// machine's slow connect must not lose a master's vote).
+pub fn options(nodes: &[String], fair: bool, id: &str, lease: Duration, tries: u32) -> Options {
+    Options {
+        nodes: nodes.to_vec(),
+        node_timeout: Duration::from_secs(2),
+        tries,
+        retry_delay: Duration::from_millis(50),
+        fair,
+        client_id: if fair { id.to_string() } else { String::new() },
+        claim_lease: lease,
+        ..Default::default()
+    }
+}
+
+/// A blocking client of [`options`] with 10,000 tries.
+pub fn client(nodes: &[String], fair: bool, id: &str, lease: Duration) -> Redlock {
+    let cfg = options(nodes, fair, id, lease, 10_000).validate();
+    Redlock::with_config(cfg.expect("valid options")).expect("a client")
 }

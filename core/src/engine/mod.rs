@@ -293,18 +293,26 @@ impl<U> Engine<U> {
             user,
         });
         self.live += 1;
-        self.prune_deadlines();
-        self.deadlines.push(Reverse((
-            crate::time::later(t1, self.node_timeout),
-            slot,
-            gen,
-        )));
+        let sent = matches!(until, Until::Sent { .. });
+        if !sent {
+            self.prune_deadlines();
+            self.deadlines.push(Reverse((
+                crate::time::later(t1, self.node_timeout),
+                slot,
+                gen,
+            )));
+        }
         match cmd.kind {
             OpKind::Acquire | OpKind::Enter => self.tries += 1,
             OpKind::Claim => self.claims += 1,
             _ => {}
         }
-        self.queue_everywhere(cmd, Tag::of(slot, gen, cmd.expect()), t1);
+        let tag = Tag::of(slot, gen, cmd.expect());
+        self.queue_everywhere(cmd, tag, until, t1);
+        if sent {
+            // Over once written (its votes never decide it): complete now.
+            self.complete(tag);
+        }
         OpId { slot, gen }
     }
 
@@ -581,6 +589,14 @@ impl<U> Engine<U> {
         let Some(op) = self.op_mut(tag) else { return };
         op.round.record_reply(i, outcome, extra, reply);
         if op.round.decision() == Decision::Open {
+            return;
+        }
+        self.complete(tag);
+    }
+
+    /// Ends operation `tag`'s round: the nodes still owing an outcome are undecided.
+    fn complete(&mut self, tag: Tag) {
+        if self.op(tag).is_none() {
             return;
         }
         let Some(mut op) = self.ops[tag.slot as usize].take() else {

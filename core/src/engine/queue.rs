@@ -11,7 +11,13 @@ impl<U> Engine<U> {
     /// `EVALSHA` for a script call (each connection writes it in the form it uses, see
     /// [`crate::forms`]), with its native forms where the mode and the command allow
     /// them. A node that cannot take it votes at once.
-    pub(super) fn queue_everywhere(&mut self, cmd: &Command<'_>, tag: Tag, now: Instant) {
+    pub(super) fn queue_everywhere(
+        &mut self,
+        cmd: &Command<'_>,
+        tag: Tag,
+        until: Until,
+        now: Instant,
+    ) {
         // Fair mode: a release while another waiter of this client waits for the resource
         // keeps the client's place (the waiters of a client share one), and wakes that waiter
         // for its claim, queued behind the release on every connection (a release proper
@@ -67,6 +73,9 @@ impl<U> Engine<U> {
         }
         let watch = cmd.kind == crate::command::OpKind::Watch;
         for i in 0..self.nodes.len() {
+            if !until.writes_to(i) {
+                continue;
+            }
             if watch && self.nodes[i].link != Link::Closed {
                 // Right before the read: the server tracks the key of the next command only.
                 self.nodes[i].conn.queue_caching(now);
@@ -114,7 +123,7 @@ impl<U> Engine<U> {
     pub fn fire(&mut self, cmd: &Command<'_>, now: Instant) {
         // Best effort: a node that cannot take it has lost the key's connection anyway; the
         // key expires with its ttl.
-        self.queue_everywhere(cmd, Tag::of(0, 0, cmd.expect()), now);
+        self.queue_everywhere(cmd, Tag::of(0, 0, cmd.expect()), Until::AllIn, now);
     }
 
     /// Records how many operations one write pass carried (for [`Stats::largest_batch`]).

@@ -242,6 +242,54 @@ fn fail_fast_decides_at_the_quorum_either_way() {
     assert_eq!(s.e.in_flight(), 0);
 }
 
+/// A round sent without waiting (`Until::Sent`) is complete once queued, written only to the
+/// nodes it is meant for, after what each connection already owes; its replies are read and
+/// dropped, and no deadline is set for it.
+#[test]
+fn a_round_sent_without_waiting_is_over_once_written() {
+    let mut s = Sim::new(5, true);
+    s.submit(OpKind::Acquire, true, 1);
+    s.io();
+    for i in 0..5 {
+        s.sent(i);
+    }
+    for i in [0, 2, 4] {
+        s.reply(i, OK);
+    }
+    assert_eq!(s.completed().len(), 1);
+    // Nodes 1 and 3 still owe the acquire's reply: the next command goes to them only.
+    let (token, res) = (s.token, s.res.clone());
+    let release = Command {
+        kind: OpKind::Release,
+        resources: &res,
+        token: Some(&token),
+        ttl_ms: 0,
+        counter: None,
+        fence_value: 0,
+    };
+    s.e.submit(&release, Until::Sent { except: 0b10101 }, s.now, 2);
+    let done = s.completed();
+    assert_eq!(done.len(), 1, "complete at once");
+    assert_eq!(done[0].user, 2);
+    assert_eq!(done[0].round.decision(), Decision::Open);
+    assert_eq!(done[0].round.count(&NodeOutcome::Undecided), 5);
+    assert_eq!(s.e.in_flight(), 0);
+    assert_eq!(s.e.poll_timeout(), None, "no deadline for it");
+    for i in 0..5 {
+        let out = s.sent(i);
+        assert_eq!(commands_in(&out), usize::from(i % 2 == 1), "node {i}");
+    }
+    // The acquire's late refusals, then the release's replies: read and dropped, and the
+    // connections stay in step.
+    for i in [1, 3] {
+        s.reply(i, NULL);
+        s.reply(i, b":0\r\n");
+        assert_eq!(s.e.stats().nodes[i].late_replies, 2, "node {i}");
+        assert_eq!(s.e.owed(i).0, 0, "node {i}");
+    }
+    assert!(s.completed().is_empty());
+}
+
 #[test]
 fn without_fail_fast_every_node_is_awaited_or_times_out_at_the_deadline() {
     let mut s = Sim::new(3, false);

@@ -8,7 +8,7 @@ use super::verdict::{acquired, granted_mask, refused_everywhere, ttl_ms};
 use super::{Cx, Input, Operation, Step};
 use crate::command::{Command, Extra, OpKind};
 use crate::config::Config;
-use crate::error::{ConfigError, Error};
+use crate::error::{ConfigError, Error, NodeOutcome};
 use crate::lock::{Lock, Names};
 use crate::random::Randomness;
 use crate::round::{Decision, Round, Until};
@@ -47,9 +47,12 @@ pub struct Acquisition {
     /// Fair mode: an enter round that was lost, and when it ended: its refusals are the
     /// waiter's reads of the line it joined (see [`Acquisition::take_joined`]).
     joined: Option<Box<(Round, Instant)>>,
-    /// Fair mode: an enter round that won, but that some nodes refused, joining the caller to
-    /// their lines: it leaves them before the lock is handed over.
-    lined: bool,
+    /// Fair mode: an enter round won without every node's yes: the nodes that said yes (a
+    /// bit each, the first 64). Each of the others may have put the caller in its line: one
+    /// that refused did, and one still owed its answer when the quorum decided the round may
+    /// yet (its refusal comes after the decision). The leave goes to those nodes, without
+    /// waiting (`Until::Sent`), before the lock is handed over.
+    leave_except: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -115,7 +118,7 @@ impl Acquisition {
             fair: cfg.fair.is_some(),
             enter: false,
             joined: None,
-            lined: false,
+            leave_except: None,
         })
     }
 
@@ -171,8 +174,14 @@ impl Acquisition {
             Phase::Acquire => Some((cmd(OpKind::Acquire, 0), self.try_until(cfg))),
             Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
             Phase::Release(_) => Some((self.release(), Until::AllIn)),
-            // (Its outcome changes nothing: decided as soon as it is.)
-            Phase::Leave(_) => Some((Command::leave(&self.names), Until::Decided)),
+            // (Its outcome changes nothing: over once written. The connections' order puts it
+            // after the enter on each node, and before any later command of the lock.)
+            Phase::Leave(_) => Some((
+                Command::leave(&self.names),
+                Until::Sent {
+                    except: self.leave_except.unwrap_or(0),
+                },
+            )),
             Phase::Done(_) => None,
         }
     }
@@ -198,7 +207,8 @@ impl Acquisition {
             (Phase::Leave(granted), _) => Phase::Done(Ok(granted)),
             (_, Err(err)) => Phase::Release(err),
             (Phase::Acquire, Ok((round, t1))) => {
-                self.lined = self.enter && lined_on(&round) > 0;
+                self.leave_except =
+                    (self.enter && !unanimous(&round)).then(|| granted_mask(&round));
                 self.acquire_outcome(cfg, round, t1, now)
             }
             (Phase::Fence { t1, fence, granted }, Ok((round, _))) => {
@@ -255,10 +265,10 @@ impl Acquisition {
         }
     }
 
-    /// Granted: done, unless a won enter round joined the caller to some lines (it leaves
-    /// them first).
+    /// Granted: done, unless a won enter round may have joined the caller to some lines (it
+    /// leaves them first).
     fn granted(&self, granted: (Instant, Option<u64>, u64)) -> Phase {
-        if self.lined {
+        if self.leave_except.is_some() {
             Phase::Leave(granted)
         } else {
             Phase::Done(Ok(granted))
@@ -305,6 +315,11 @@ impl Acquisition {
             }
         }
     }
+}
+
+/// Whether every node of a round said yes.
+fn unanimous(round: &Round) -> bool {
+    round.count(&NodeOutcome::Ok) == round.node_count()
 }
 
 /// How many nodes of a fair try's lost enter round put the caller in the line.

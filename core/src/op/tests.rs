@@ -9,6 +9,7 @@ use crate::error::NodeOutcome;
 use crate::lock::Name;
 use crate::lock::Names;
 use crate::random::Seeded;
+use crate::round::Decision;
 
 fn cfg(fencing: bool) -> Config {
     crate::Options {
@@ -554,13 +555,16 @@ fn a_fair_first_try_joins_the_line_in_the_same_round() {
     // Giving up from there leaves the line it joined.
     assert_eq!(op.abandon().map(|c| c.kind), Some(OpKind::Leave));
 
-    // Won by a quorum, refused (and joined) by the others: the leave goes out before the
-    // lock is handed over, whatever it comes to.
+    // Won by a quorum, refused (and joined) by the others: the leave goes out to those
+    // others, not waited for, before the lock is handed over, whatever it comes to.
     let mut op = Acquire::new(names(&["r"]), TTL, Retry::new(&fair));
     let _ = op.step(Input::Start, &fair, &mut cx);
     let r = entered(&[true, true, true, false, false], &[9; 5], &[1; 5]);
     match op.step(Input::Round(Ok((r, now))), &fair, &mut cx) {
-        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Leave),
+        Step::Round(cmd, until) => {
+            assert_eq!(cmd.kind, OpKind::Leave);
+            assert_eq!(until, Until::Sent { except: 0b00111 });
+        }
         other => panic!("{other:?}"),
     }
     assert!(matches!(
@@ -568,6 +572,29 @@ fn a_fair_first_try_joins_the_line_in_the_same_round() {
         Step::Done
     ));
     assert!(op.finish().is_ok(), "granted, the leave's outcome aside");
+    // Won by a quorum with two nodes still owed: their refusals, which would join the caller
+    // to their lines, may come after the decision. The leave goes to them (it follows the
+    // enter on each connection).
+    let mut op = Acquire::new(names(&["r"]), TTL, Retry::new(&fair));
+    let _ = op.step(Input::Start, &fair, &mut cx);
+    let mut r = Round::new(5, 3, Until::WonOrAllIn);
+    for i in [0, 2, 4] {
+        r.record_with(i, NodeOutcome::Ok, Extra::Counter(0));
+    }
+    assert_eq!(r.decision(), Decision::Won);
+    r.close(|_| NodeOutcome::Undecided);
+    match op.step(Input::Round(Ok((r, now))), &fair, &mut cx) {
+        Step::Round(cmd, until) => {
+            assert_eq!(cmd.kind, OpKind::Leave);
+            assert_eq!(until, Until::Sent { except: 0b10101 });
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        op.step(Input::Round(Err(Error::Aborted)), &fair, &mut cx),
+        Step::Done
+    ));
+    assert!(op.finish().is_ok());
     // Won everywhere: no leave.
     let mut op = Acquire::new(names(&["r"]), TTL, Retry::new(&fair));
     let _ = op.step(Input::Start, &fair, &mut cx);
