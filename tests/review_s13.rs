@@ -309,7 +309,7 @@ fn counters(addrs: &[String], key: &str) -> Vec<Option<u64>> {
 /// reservation, is left there), the counter is incremented only where the `SET` took (a
 /// refused enter joins the line and leaves the counter alone), the waiter is in line on every
 /// master, and it is granted the lock once the holder's keys expire, by a quorum of masters
-/// that hold its own token, with a fencing token larger than every counter before it.
+/// that hold its own token, with a fencing token larger than a quorum's counters before it.
 #[test]
 fn a_split_fenced_enter_gives_back_what_it_took_and_counts_only_what_it_set() {
     let c = cluster(3);
@@ -361,9 +361,14 @@ fn a_split_fenced_enter_gives_back_what_it_took_and_counts_only_what_it_set() {
             "granted without a quorum of its own token"
         );
         let fence = l.fencing_token().expect("fenced");
+        // Above what a quorum of masters counted before: the claim is decided by a quorum, so
+        // master 0 (whose count the lost try raised, a value no lock was granted with) may not
+        // be among its yeses (1 run in 5 on a busy machine).
+        let mut counted: Vec<u64> = before.iter().map(|c| c.unwrap_or(0)).collect();
+        counted.sort_unstable();
         assert!(
-            before.iter().all(|c| c.unwrap_or(0) < fence),
-            "fence {fence} not above the counters {before:?}"
+            counted[counted.len() / 2] < fence,
+            "fence {fence} not above a quorum's counters {before:?}"
         );
         cl.unlock(&l).unwrap();
         let again = cl.lock(&key, TTL).unwrap();

@@ -282,6 +282,12 @@ impl Acquisition {
         self.joined.take()
     }
 
+    /// Whether the try is won and its next round is the leave of the lines a won enter may
+    /// have joined.
+    fn is_leaving(&self) -> bool {
+        matches!(self.phase, Phase::Leave(_))
+    }
+
     /// Whether the outcome is known: no round is left.
     #[inline]
     pub fn is_done(&self) -> bool {
@@ -354,6 +360,24 @@ pub struct Acquire {
     queued: bool,
     /// Fair mode: its ticket, the largest the masters gave it.
     ticket: u64,
+    /// Fair mode: the key of the watch registered before the first try's enter (the
+    /// resource's line), while the driver holds it: from before the enter goes out, the
+    /// engine counts this acquisition among the client's waiters for the resource, so that
+    /// another waiter's leave or release keeps the client's place for it (it shares that
+    /// place) while its enter is in flight.
+    watching: Option<Box<[u8]>>,
+}
+
+/// What follows once the early watch is taken back ([`State::TakingBack`]).
+#[derive(Debug)]
+enum Then {
+    /// The won try's leave round: the leave must not count the winner's own watch as
+    /// another waiter of the client.
+    Try(Acquisition),
+    /// Giving up: the leave, then this error.
+    Leave(Error),
+    /// A wait under another key than the early watch's: its registration.
+    Watch(Waiting, Option<Box<(Round, Instant)>>),
 }
 
 #[derive(Debug)]
@@ -376,6 +400,10 @@ enum State {
     Awaiting(Waiting, bool),
     /// Fair mode: giving up with this error, after leaving the line.
     Leaving(Error),
+    /// Fair mode: the early watch is being registered; then the try's enter.
+    Entering(Acquisition),
+    /// Fair mode: the early watch is being taken back; then what follows.
+    TakingBack(Then),
 }
 
 impl Acquire {
@@ -390,6 +418,7 @@ impl Acquire {
             result: None,
             queued: false,
             ticket: 0,
+            watching: None,
         }
     }
 
@@ -402,6 +431,17 @@ impl Acquire {
                 acq.claim = self.queued;
                 acq.enter = !self.queued && cfg.fair.is_some() && self.retry.lines(&acq.names);
                 acq.ticket = self.ticket;
+                if acq.enter && self.watching.is_none() {
+                    // The line's watch first (see `watching`).
+                    let mut line = Vec::new();
+                    crate::command::queue_key(acq.names[0].as_bytes(), &mut line);
+                    self.watching = Some(line.into());
+                    self.state = State::Entering(acq);
+                    return match &self.watching {
+                        Some(key) => Step::Watch(key),
+                        None => Step::Done,
+                    };
+                }
                 self.state = State::Trying(acq);
                 self.next_round(cfg, cx)
             }
@@ -415,6 +455,13 @@ impl Acquire {
         let State::Trying(acq) = &self.state else {
             return Step::Done;
         };
+        if acq.is_leaving() && self.watching.is_some() {
+            let State::Trying(acq) = std::mem::replace(&mut self.state, State::Idle) else {
+                return Step::Done;
+            };
+            self.state = State::TakingBack(Then::Try(acq));
+            return Step::Await(None);
+        }
         if !acq.is_done() {
             // (Borrowed again for the step it returns: the borrow checker does not let a
             // conditionally returned borrow end on the other branch.)
@@ -444,6 +491,10 @@ impl Acquire {
                 .after(e, &self.names, cx.now, &mut *cx.rng, cx.events),
         };
         match next {
+            Next::Fail(e) if self.queued && self.watching.is_some() => {
+                self.state = State::TakingBack(Then::Leave(e));
+                Step::Await(None)
+            }
             Next::Fail(e) if self.queued => {
                 // Out of the line before the error is returned, so that no hand-off waits a
                 // claim lease for a waiter that has gone.
@@ -460,12 +511,48 @@ impl Acquire {
                 // The enter round is the wait's read only if every node joined: otherwise
                 // the wait round joins the others (and reads them all again).
                 let read = joined.filter(|j| waiting.is_fair() && lined == j.0.node_count());
-                self.state = State::Watching(waiting, read);
-                match &self.state {
-                    State::Watching(w, _) => Step::Watch(w.key_bytes()),
-                    _ => Step::Done,
+                match self.watching.as_deref() {
+                    // Registered before the enter, under this key: the wait goes on as if
+                    // just registered.
+                    Some(key) if key == waiting.key_bytes() => self.watched(waiting, read, cfg),
+                    Some(_) => {
+                        self.state = State::TakingBack(Then::Watch(waiting, read));
+                        Step::Await(None)
+                    }
+                    None => self.watch(waiting, read),
                 }
             }
+        }
+    }
+
+    /// Registers the watch of `waiting` (its read, or the enter round that read every node).
+    fn watch<'a>(&'a mut self, waiting: Waiting, read: Option<Box<(Round, Instant)>>) -> Step<'a> {
+        self.state = State::Watching(waiting, read);
+        match &self.state {
+            State::Watching(w, _) => Step::Watch(w.key_bytes()),
+            _ => Step::Done,
+        }
+    }
+
+    /// The watch of `w` is registered: its read goes out, unless the enter round that joined
+    /// the line on every node is that read.
+    fn watched<'a>(
+        &'a mut self,
+        w: Waiting,
+        read: Option<Box<(Round, Instant)>>,
+        cfg: &'a Config,
+    ) -> Step<'a> {
+        if let Some(joined) = read {
+            let (round, at) = *joined;
+            return self.read_in(w, Ok((round, at)), at, cfg);
+        }
+        self.state = State::Reading(w);
+        match &self.state {
+            State::Reading(w) => {
+                let (cmd, until) = w.round();
+                Step::Round(cmd, until)
+            }
+            _ => Step::Done,
         }
     }
 
@@ -529,18 +616,23 @@ impl Operation for Acquire {
         let state = std::mem::replace(&mut self.state, State::Idle);
         match (state, input) {
             (State::Idle, Input::Start) | (State::Sleeping, Input::Slept) => self.try_once(cfg, cx),
-            (State::Watching(w, Some(joined)), Input::Watching) => {
-                let (round, at) = *joined;
-                self.read_in(w, Ok((round, at)), at, cfg)
+            (State::Watching(w, read), Input::Watching) => self.watched(w, read, cfg),
+            (State::Entering(acq), Input::Watching) => {
+                self.state = State::Trying(acq);
+                self.next_round(cfg, cx)
             }
-            (State::Watching(w, None), Input::Watching) => {
-                self.state = State::Reading(w);
-                match &self.state {
-                    State::Reading(w) => {
-                        let (cmd, until) = w.round();
-                        Step::Round(cmd, until)
+            (State::TakingBack(then), Input::Woken(_)) => {
+                self.watching = None;
+                match then {
+                    Then::Try(acq) => {
+                        self.state = State::Trying(acq);
+                        self.next_round(cfg, cx)
                     }
-                    _ => Step::Done,
+                    Then::Leave(e) => {
+                        self.state = State::Leaving(e);
+                        Step::Round(self.leave(), cfg.until())
+                    }
+                    Then::Watch(w, read) => self.watch(w, read),
                 }
             }
             (State::Reading(w), Input::Round(read)) => self.read_in(w, read, cx.now, cfg),
@@ -549,6 +641,8 @@ impl Operation for Acquire {
                 Step::Await(deadline)
             }
             (State::Awaiting(w, waited), Input::Woken(woken)) => {
+                // The driver took the watch back (the early one too, if it was that).
+                self.watching = None;
                 // (No wait, no record of one, when the read could not run.) A bell wakes one
                 // waiter: no jitter after it.
                 let fair = w.is_fair();
@@ -571,7 +665,9 @@ impl Operation for Acquire {
 
     fn abandon(&self) -> Option<Command<'_>> {
         match &self.state {
-            State::Trying(acq) => Some(acq.abandoned()),
+            State::Trying(acq) | State::TakingBack(Then::Try(acq)) => Some(acq.abandoned()),
+            State::TakingBack(Then::Leave(_)) => Some(self.leave()),
+            State::TakingBack(Then::Watch(..)) if self.queued => Some(self.leave()),
             // Fair mode: out of the line (a bell that still comes finds no waiter: its
             // reservation lapses after the claim lease).
             State::Sleeping

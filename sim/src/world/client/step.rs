@@ -120,8 +120,9 @@ impl Client {
                     Some(Input::Watching)
                 }
                 Step::Await(deadline) => {
-                    if run.in_line && !run.joined {
-                        // Its first wait in line begins: it has joined the line.
+                    if run.in_line && !run.joined && deadline.is_some() {
+                        // Its first wait in line begins: it has joined the line. (An await
+                        // with no deadline only takes a watch back: a won try's early one.)
                         run.joined = true;
                         if let Some(a) = sim.fair.acq_mut(run.rec) {
                             a.joined = Some(sim.now);
