@@ -192,6 +192,15 @@ pub struct Engine<U> {
     handed: Vec<watch::Handed>,
     /// Waiters for a key to change: (id, key). One-shot: a watch leaves when it fires.
     watches: Vec<(u64, Box<[u8]>)>,
+    /// The waiters' tracked reads in flight (`OpKind::Watch`): each operation's slot and
+    /// generation, and the key it reads.
+    watch_reads: Vec<(u32, u32, Box<[u8]>)>,
+    /// Keys whose invalidations from some nodes wake nobody (a bit per node): the last tracked
+    /// read of the key there found it absent, so no holder's release can delete it there, and
+    /// a push from there only reports another waiter's try come and gone (every waiter woken by
+    /// it would try, lose, release what it took there, and wake the others again: a storm
+    /// while the lock is still held).
+    deaf: Vec<(Box<[u8]>, u64)>,
     /// Watches that fired, with why, for the driver to tell their waiters.
     woken: VecDeque<(u64, Wake)>,
     /// Events for the driver to report ([`record`](Engine::record)), and those dropped
@@ -245,6 +254,8 @@ impl<U> Engine<U> {
             bells: Vec::new(),
             handed: Vec::new(),
             watches: Vec::new(),
+            watch_reads: Vec::new(),
+            deaf: Vec::new(),
             woken: VecDeque::new(),
             events: VecDeque::new(),
             events_dropped: 0,
@@ -308,6 +319,9 @@ impl<U> Engine<U> {
             _ => {}
         }
         let tag = Tag::of(slot, gen, cmd.expect());
+        if let (OpKind::Watch, [name]) = (cmd.kind, cmd.resources) {
+            self.watch_reads.push((slot, gen, name.as_bytes().into()));
+        }
         self.queue_everywhere(cmd, tag, until, t1);
         if sent {
             // Over once written (its votes never decide it): complete now.
@@ -573,6 +587,11 @@ impl<U> Engine<U> {
         if let Some(stats) = self.nodes.get_mut(i).map(|n| &mut n.stats) {
             stats.count(&outcome);
         }
+        if let (Expect::Pttl, Extra::Number(pttl), false) =
+            (tag.expect, extra, self.watch_reads.is_empty())
+        {
+            self.tracked_read(tag, i, pttl);
+        }
         self.tally(tag, i, outcome, extra, reply);
     }
 
@@ -602,6 +621,10 @@ impl<U> Engine<U> {
         let Some(mut op) = self.ops[tag.slot as usize].take() else {
             return;
         };
+        if !self.watch_reads.is_empty() {
+            self.watch_reads
+                .retain(|(slot, gen, _)| (*slot, *gen) != (tag.slot, tag.gen));
+        }
         op.round.close(|_| NodeOutcome::Undecided);
         self.free.push(tag.slot);
         self.live -= 1;

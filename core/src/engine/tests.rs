@@ -709,6 +709,52 @@ fn a_pushed_invalidation_wakes_the_watches_of_its_key_once_and_never_votes() {
     assert_eq!(sim.e.stats().nodes[1].invalidations, 4);
 }
 
+/// A node whose tracked read found the watched key absent cannot see the holder release it:
+/// its invalidations of the key (another waiter's try, taken there and given back) wake
+/// nobody, until a later read finds the key there. (Without this, each woken waiter tried,
+/// took the key on that node, lost, gave it back and woke every other waiter: the simulator's
+/// seed 25 ran 229 events per operation.)
+#[test]
+fn a_push_from_a_node_that_read_the_key_absent_wakes_nobody() {
+    let mut sim = Sim::tracking(3);
+    sim.submit(OpKind::Pttl, false, 1);
+    sim.io();
+    for i in 0..3 {
+        sim.sent(i);
+        sim.reply(i, b":1500\r\n+OK\r\n");
+    }
+    assert_eq!(sim.e.tracking(), 3);
+    sim.completed();
+    let read = |sim: &mut Sim, user: u32, pttls: [&[u8]; 3]| {
+        sim.e.watch(u64::from(user), b"res"[..].into());
+        sim.submit(OpKind::Watch, false, user);
+        for (i, pttl) in pttls.iter().enumerate() {
+            let sent = sim.sent(i);
+            assert!(sent.windows(7).any(|w| w == b"CACHING"), "node {i}");
+            // `CLIENT CACHING YES`'s reply, then the read's.
+            let mut bytes = OK.to_vec();
+            bytes.extend_from_slice(pttl);
+            sim.reply(i, &bytes);
+        }
+        assert_eq!(sim.completed().len(), 1);
+    };
+    read(&mut sim, 7, [b":-2\r\n", b":900\r\n", b":900\r\n"]);
+    sim.reply(0, &invalidate("res"));
+    assert_eq!(sim.e.poll_woken(), None, "node 0 read it absent");
+    sim.reply(1, &invalidate("res"));
+    assert_eq!(sim.e.poll_woken(), Some((7, Wake::Pushed)));
+    // A later read that finds it on node 0: node 0's pushes wake again.
+    read(&mut sim, 8, [b":700\r\n", b":-2\r\n", b":700\r\n"]);
+    sim.reply(1, &invalidate("res"));
+    assert_eq!(sim.e.poll_woken(), None, "node 1 read it absent now");
+    sim.reply(0, &invalidate("res"));
+    assert_eq!(sim.e.poll_woken(), Some((8, Wake::Pushed)));
+    // A dropped connection still wakes every watch.
+    read(&mut sim, 9, [b":-2\r\n", b":-2\r\n", b":700\r\n"]);
+    sim.e.handle_closed(0, NodeOutcome::Down, sim.now);
+    assert_eq!(sim.e.poll_woken(), Some((9, Wake::Dropped)));
+}
+
 #[test]
 fn a_dropped_connection_wakes_every_watch_and_unwatch_forgets() {
     let mut sim = Sim::tracking(3);

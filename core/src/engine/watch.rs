@@ -67,6 +67,7 @@ impl<U> Engine<U> {
         for what in pushed {
             match what {
                 Invalidated::All => self.wake_watches(|_| true, Wake::Pushed),
+                Invalidated::Key(k) if self.is_deaf(&k, i) => {}
                 Invalidated::Key(k) => self.wake_watches(|key| key == k.as_ref(), Wake::Pushed),
                 Invalidated::Bell { key, handoff } => self.rung(i, key, handoff, now),
             }
@@ -245,6 +246,39 @@ impl<U> Engine<U> {
     /// resource's own key).
     fn in_line(&self, resource: &[u8]) -> bool {
         self.watches.iter().any(|(_, k)| is_line_of(k, resource))
+    }
+
+    /// Node `i` answered a waiter's tracked read (operation `tag`) with `pttl`: its
+    /// invalidations of the key wake nobody while the key is absent there (`-2`), and do again
+    /// once a read finds it there.
+    pub(super) fn tracked_read(&mut self, tag: super::Tag, i: usize, pttl: i64) {
+        let Some((_, _, key)) = self
+            .watch_reads
+            .iter()
+            .find(|(slot, gen, _)| (*slot, *gen) == (tag.slot, tag.gen))
+        else {
+            return;
+        };
+        let bit = if i < 64 { 1u64 << i } else { 0 };
+        let watches = &self.watches;
+        // Forgotten once nobody watches the key.
+        self.deaf
+            .retain(|(k, mask)| *mask != 0 && watches.iter().any(|(_, w)| w == k));
+        match self.deaf.iter_mut().find(|(k, _)| k == key) {
+            Some((_, mask)) if pttl == -2 => *mask |= bit,
+            Some((_, mask)) => *mask &= !bit,
+            None if pttl == -2 && bit != 0 => self.deaf.push((key.clone(), bit)),
+            None => {}
+        }
+    }
+
+    /// Whether node `i`'s invalidations of `key` wake nobody (see `Engine::deaf`).
+    fn is_deaf(&self, key: &[u8], i: usize) -> bool {
+        i < 64
+            && self
+                .deaf
+                .iter()
+                .any(|(k, mask)| k.as_ref() == key && mask & (1 << i) != 0)
     }
 
     /// Fires (and forgets) every watch whose key `matches`.
