@@ -416,3 +416,49 @@ fn stats_count_one_reply_per_command_a_node_ran() {
         assert_eq!(sets, 3, "{addr}: one SET NX, two inside the script");
     }
 }
+
+/// `stats()` never waits for a waiter's wait: a waiter that reads pushes in the driver gives it
+/// up when asked, and one about to start reading them does not start while `stats()` wants the
+/// driver. (helper-23 saw `stats()` blocked 16 s: it checked whether a waiter was reading
+/// before taking the driver, and a waiter that started in between held it to its timer.) The
+/// waiter here waits up to a minute; each `stats()` call wakes it, and it starts again at once,
+/// so that the calls keep meeting it at that start.
+#[test]
+fn stats_never_waits_for_a_waiters_wait() {
+    let c = testkit::cluster(3);
+    let key = testkit::resource("stats-waiter");
+    for a in c.addrs() {
+        redis(&a, &["SET", &key, "x", "PX", "90000"]);
+    }
+    let client = testkit::builder(&c)
+        .retry(1_000, Duration::from_secs(60))
+        .build()
+        .unwrap();
+    std::thread::scope(|s| {
+        let waiter =
+            s.spawn(|| client.lock_within(&key, Duration::from_secs(5), Duration::from_secs(60)));
+        testkit::wait_until(Duration::from_secs(10), "the waiter to read pushes", || {
+            client.stats().nodes.iter().all(|n| n.invalidations == 0)
+                && c.addrs().iter().all(|a| calls(a, "pttl") >= 1)
+        });
+        // The slowest of many calls: a call that waits for the waiter's timer takes a minute.
+        let mut slowest = Duration::ZERO;
+        for _ in 0..3000 {
+            let t = std::time::Instant::now();
+            let _ = client.stats();
+            slowest = slowest.max(t.elapsed());
+        }
+        assert!(
+            slowest < Duration::from_secs(20),
+            "a stats() call took {slowest:?}"
+        );
+        for a in c.addrs() {
+            redis(&a, &["DEL", &key]);
+        }
+        let l = waiter
+            .join()
+            .unwrap()
+            .expect("granted once the key is gone");
+        client.unlock(&l).unwrap();
+    });
+}

@@ -105,6 +105,9 @@ struct Queue {
     woken: Vec<(u64, Wake)>,
     /// Waiters parked while another caller runs the driver: (watch, thread).
     sleepers: Vec<(u64, std::thread::Thread)>,
+    /// Callers of [`Redlock::stats`] waiting for the driver: a waiter does not start reading
+    /// pushes in it meanwhile (it would hold the driver until its timer).
+    readers: usize,
 }
 
 impl Queue {
@@ -275,15 +278,25 @@ impl Redlock {
         if self.forked() {
             return Stats::default();
         }
-        self.wake_watcher();
-        self.driver().engine.stats()
-    }
-
-    /// Asks a waiter that reads pushes in the driver to give it up, if one does.
-    fn wake_watcher(&self) {
-        if self.queue().watching {
-            let _ = self.shared.waker.wake();
+        {
+            // Said before the driver is taken, under the lock the waiters decide under: a
+            // waiter reading pushes now is woken, and none starts until this call is done.
+            let mut q = self.queue();
+            q.readers += 1;
+            if q.watching {
+                let _ = self.shared.waker.wake();
+            }
         }
+        let stats = self.driver().engine.stats();
+        let mut q = self.queue();
+        q.readers -= 1;
+        if q.readers == 0 && !q.busy {
+            // A waiter that parked rather than start reading: its turn.
+            if let Some((_, sleeper)) = q.sleepers.first() {
+                sleeper.unpark();
+            }
+        }
+        stats
     }
 
     fn driver(&self) -> MutexGuard<'_, Driver> {
@@ -638,7 +651,7 @@ impl Redlock {
             if now >= deadline {
                 return None;
             }
-            if !q.busy && q.waiting.is_empty() {
+            if !q.busy && q.waiting.is_empty() && q.readers == 0 {
                 // Nobody runs the driver: read the pushes in it until something happens.
                 q.busy = true;
                 q.watching = true;
