@@ -492,15 +492,23 @@ impl Redlock {
         if self.forked() {
             return false;
         }
-        {
+        let mut pending = {
             let mut q = self.queue();
             if q.busy || !q.waiting.is_empty() {
                 return false;
             }
             q.busy = true;
-        }
+            // The watches registered and taken back since the last round, applied before
+            // anything is read (a late reply the engine answers asks who still waits).
+            Queue {
+                watch: std::mem::take(&mut q.watch),
+                unwatch: std::mem::take(&mut q.unwatch),
+                ..Queue::default()
+            }
+        };
         let _turn = EndTurn(self);
         let mut driver = self.driver();
+        pending.sync_watches(&mut driver);
         driver.service(crate::core::time::later(Instant::now(), max_wait))
     }
 
