@@ -8,7 +8,7 @@ use super::verdict::{acquired, granted_mask, refused_everywhere, ttl_ms};
 use super::{Cx, Input, Operation, Step};
 use crate::command::{Command, Extra, OpKind};
 use crate::config::Config;
-use crate::error::{ConfigError, Error};
+use crate::error::{ConfigError, Error, NodeOutcome};
 use crate::lock::{Lock, Names};
 use crate::random::Randomness;
 use crate::round::{Decision, Round, Until};
@@ -47,11 +47,11 @@ pub struct Acquisition {
     /// Fair mode: an enter round that was lost, and when it ended: its refusals are the
     /// waiter's reads of the line it joined (see [`Acquisition::take_joined`]).
     joined: Option<Box<(Round, Instant)>>,
-    /// Fair mode: an enter round won while some nodes refused it, putting the caller in
-    /// their lines: every other node (a bit each, the first 64). The leave goes to the
-    /// refusing nodes, without waiting (`Until::Sent`), before the lock is handed over. (A
-    /// refusal that comes after the quorum decided the round is the engine's to answer with
-    /// a leave: `Engine::late_enter`.)
+    /// Fair mode: an enter round won without every node's yes: the nodes that said yes (a
+    /// bit each, the first 64). Each of the others may have put the caller in its line: one
+    /// that refused did, and one still owed its answer when the quorum decided the round may
+    /// yet (its refusal comes after the decision). The leave goes to those nodes, without
+    /// waiting (`Until::Sent`), before the lock is handed over.
     leave_except: Option<u64>,
 }
 
@@ -208,7 +208,7 @@ impl Acquisition {
             (_, Err(err)) => Phase::Release(err),
             (Phase::Acquire, Ok((round, t1))) => {
                 self.leave_except =
-                    (self.enter && lined_on(&round) > 0).then(|| !waited_mask(&round));
+                    (self.enter && !unanimous(&round)).then(|| granted_mask(&round));
                 self.acquire_outcome(cfg, round, t1, now)
             }
             (Phase::Fence { t1, fence, granted }, Ok((round, _))) => {
@@ -323,12 +323,9 @@ impl Acquisition {
     }
 }
 
-/// The nodes of an enter round that refused and put the caller in their line (a bit each,
-/// the first 64).
-fn waited_mask(round: &Round) -> u64 {
-    (0..round.node_count().min(64))
-        .filter(|&i| matches!(round.read(i), Some(Extra::Waited { .. })))
-        .fold(0, |mask, i| mask | 1 << i)
+/// Whether every node of a round said yes.
+fn unanimous(round: &Round) -> bool {
+    round.count(&NodeOutcome::Ok) == round.node_count()
 }
 
 /// How many nodes of a fair try's lost enter round put the caller in the line.
