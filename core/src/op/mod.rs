@@ -15,7 +15,8 @@
 //!
 //! | module | its job |
 //! |---|---|
-//! | `acquire.rs` | the rounds of one try ([`Acquisition`]) and the [`Acquire`] operation |
+//! | `acquire.rs` | the [`Acquire`] operation: tries, and the waits and watches between them |
+//! | `attempt.rs` | the rounds of one try ([`Acquisition`]) |
 //! | `extend.rs` | the validity cap and the [`Extend`] operation |
 //! | `release.rs` | the [`Release`] and [`Inspect`] operations |
 //! | `retry.rs` | the retry policy, waits and watches ([`Retry`], [`Waiting`]) |
@@ -32,12 +33,14 @@ use crate::random::Randomness;
 use crate::round::{Round, Until};
 
 mod acquire;
+mod attempt;
 mod extend;
 mod release;
 mod retry;
 mod verdict;
 
-pub use acquire::{Acquire, Acquisition};
+pub use acquire::Acquire;
+pub use attempt::Acquisition;
 pub use extend::{begin_extend, finish_extend, Extend};
 pub use release::{Inspect, Release};
 pub use retry::{jitter_yields, wake_jitter, Next, Retry, Waiting, WAKE_JITTER};

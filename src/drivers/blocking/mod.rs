@@ -111,6 +111,16 @@ struct Queue {
 }
 
 impl Queue {
+    /// The watches registered and taken back since the engine last ran, taken out (for the
+    /// caller that takes the driver to hand them over after letting the queue go).
+    fn take_watches(&mut self) -> Queue {
+        Queue {
+            watch: std::mem::take(&mut self.watch),
+            unwatch: std::mem::take(&mut self.unwatch),
+            ..Queue::default()
+        }
+    }
+
     /// Hands the engine the watches registered and taken back since it last ran.
     fn sync_watches(&mut self, driver: &mut Driver) {
         for (id, key) in self.watch.drain(..) {
@@ -499,12 +509,8 @@ impl Redlock {
             }
             q.busy = true;
             // The watches registered and taken back since the last round, applied before
-            // anything is read (a late reply the engine answers asks who still waits).
-            Queue {
-                watch: std::mem::take(&mut q.watch),
-                unwatch: std::mem::take(&mut q.unwatch),
-                ..Queue::default()
-            }
+            // anything is read.
+            q.take_watches()
         };
         let _turn = EndTurn(self);
         let mut driver = self.driver();
@@ -663,11 +669,7 @@ impl Redlock {
                 // Nobody runs the driver: read the pushes in it until something happens.
                 q.busy = true;
                 q.watching = true;
-                let mut pending = Queue {
-                    watch: std::mem::take(&mut q.watch),
-                    unwatch: std::mem::take(&mut q.unwatch),
-                    ..Queue::default()
-                };
+                let mut pending = q.take_watches();
                 drop(q);
                 // (Declared first, dropped last: the turn ends after the driver is let go.)
                 let _turn = EndTurn(self);

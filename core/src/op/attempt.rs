@@ -1,0 +1,343 @@
+//! One try of an acquisition ([`Acquisition`]): its rounds, in order, and what they come to.
+
+use std::time::{Duration, Instant};
+
+use super::verdict::{acquired, granted_mask, refused_everywhere, ttl_ms};
+use crate::command::{Command, Extra, OpKind};
+use crate::config::Config;
+use crate::error::{ConfigError, Error, NodeOutcome};
+use crate::lock::{Lock, Names};
+use crate::random::Randomness;
+use crate::round::{Decision, Round, Until};
+use crate::rules::validity_after;
+use crate::Token;
+
+/// An acquisition in progress: the rounds it runs, in order, and what they come to.
+///
+/// A client asks [`round`](Acquisition::round) for the next round to run, runs it on every
+/// node, hands the outcome to [`advance`](Acquisition::advance), and repeats until there is no
+/// round left; [`finish`](Acquisition::finish) then gives the lock or the error. The rounds:
+/// 1. acquire (`SET NX PX`, or the acquire script for a set of resources or a fenced lock);
+/// 2. fenced only: the write-back that raises the fencing counter on the nodes still holding
+///    the keys to the highest value phase 1 returned;
+/// 3. after any failure: the release on every node, awaited on all of them (a node may have
+///    set the keys and lost the reply, or answered after the round was decided), before the
+///    caller hears of the error.
+#[derive(Debug)]
+pub struct Acquisition {
+    pub(super) names: Names,
+    token: Token,
+    ttl: Duration,
+    ttl_ms: u64,
+    phase: Phase,
+    /// Fair mode: the try of a waiter in the line, by the claim script (which takes a
+    /// reservation of its own, or a free resource once the line's head has been rung).
+    pub(super) claim: bool,
+    /// Fair mode: the waiter's ticket (its place in the lines), given back to the lines its
+    /// claim took it out of if the claim fails overall.
+    pub(super) ticket: u64,
+    /// Fair mode (the client's): its releases keep the client's place in the lines.
+    fair: bool,
+    /// Fair mode: the first try of an acquisition that may wait, by the enter script (which
+    /// joins the line where the resource is held, in the same call).
+    pub(super) enter: bool,
+    /// Fair mode: an enter round that was lost, and when it ended: its refusals are the
+    /// waiter's reads of the line it joined (see [`Acquisition::take_joined`]).
+    joined: Option<Box<(Round, Instant)>>,
+    /// Fair mode: an enter round won without every node's yes: the nodes that said yes (a
+    /// bit each, the first 64). Each of the others may have put the caller in its line: one
+    /// that refused did, and one still owed its answer when the quorum decided the round may
+    /// yet (its refusal comes after the decision). The leave goes to those nodes, without
+    /// waiting (`Until::Sent`), before the lock is handed over.
+    leave_except: Option<u64>,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Acquire,
+    /// Phase 1 won at `t1` (its start) with the highest counter `fence`, on the nodes of
+    /// `granted`.
+    Fence {
+        t1: Instant,
+        fence: u64,
+        granted: u64,
+    },
+    /// Failed with this error; the release runs before it is returned.
+    Release(Error),
+    /// Fair mode: granted (as in `Done`), by an enter round that some nodes refused, each
+    /// putting the caller in its line: the leave runs there before the lock is returned (a
+    /// holder left standing in a line would be rung for the resource later, and cost the
+    /// waiters behind it a claim lease, once its lock is gone without a release proper).
+    Leave((Instant, Option<u64>, u64)),
+    /// Granted: valid until then, with this fencing token, by the nodes of the mask (the lock
+    /// is built by `finish`, which moves the names into it).
+    Done(Result<(Instant, Option<u64>, u64), Error>),
+}
+
+impl Acquisition {
+    /// An acquisition of `names` for `ttl` with a fresh token, its arguments checked: at
+    /// least one resource and at most [`MAX_RESOURCES`](crate::MAX_RESOURCES), the ttl, and
+    /// that no resource is the fencing counter.
+    ///
+    /// (An empty list would be granted: every node answers the acquire script over no key
+    /// with 0. The client's own checks refuse one before any try; this one makes a try that
+    /// somehow got none, its names lost between tries, fail rather than report a lock over
+    /// nothing.)
+    pub fn new(
+        cfg: &Config,
+        names: Names,
+        ttl: Duration,
+        rng: &mut dyn Randomness,
+    ) -> Result<Acquisition, Error> {
+        if names.is_empty() || names.len() > crate::MAX_RESOURCES {
+            return Err(ConfigError::Resources {
+                count: names.len(),
+                max: crate::MAX_RESOURCES,
+            }
+            .into());
+        }
+        let (ttl_ms, ttl) = ttl_ms(cfg, ttl)?;
+        if let Some(key) = cfg.fencing.as_deref() {
+            if names.iter().any(|n| n.as_bytes() == key) {
+                return Err(
+                    ConfigError::FencingKey(String::from_utf8_lossy(key).into_owned()).into(),
+                );
+            }
+        }
+        Ok(Acquisition {
+            names,
+            token: Token::from_random(rng),
+            ttl,
+            ttl_ms,
+            phase: Phase::Acquire,
+            claim: false,
+            ticket: 0,
+            fair: cfg.fair.is_some(),
+            enter: false,
+            joined: None,
+            leave_except: None,
+        })
+    }
+
+    /// The release of this acquisition's token on every resource after a failed try. In fair
+    /// mode it keeps the client's place in the lines (a claim's back at its ticket; a first
+    /// try's, that of the client's other waiters): the acquisition goes on waiting, and a
+    /// release proper would take the client out of them.
+    pub fn release(&self) -> Command<'_> {
+        let (kind, ticket) = if self.claim || self.fair {
+            (OpKind::Unclaim, self.ticket)
+        } else {
+            (OpKind::Release, 0)
+        };
+        Command {
+            kind,
+            resources: &self.names,
+            token: Some(&self.token),
+            ttl_ms: 0,
+            counter: None,
+            fence_value: ticket,
+        }
+    }
+
+    /// The release of this acquisition's token on every resource when it is abandoned
+    /// half-way (an async caller that went away): a release proper, which in fair mode takes
+    /// the client out of the lines, unless the engine finds another waiter of the client
+    /// waiting for the resource (see `Engine::own_waiter`).
+    pub fn abandoned(&self) -> Command<'_> {
+        Command {
+            kind: OpKind::Release,
+            resources: &self.names,
+            token: Some(&self.token),
+            ttl_ms: 0,
+            counter: None,
+            fence_value: 0,
+        }
+    }
+
+    /// The next round to run, and when it ends; `None` once the outcome is known.
+    pub fn round<'a>(&'a self, cfg: &'a Config) -> Option<(Command<'a>, Until)> {
+        let counter = cfg.fencing.as_deref();
+        let cmd = |kind, fence_value: u64| Command {
+            kind,
+            resources: &self.names,
+            token: Some(&self.token),
+            ttl_ms: self.ttl_ms,
+            counter,
+            fence_value,
+        };
+        match self.phase {
+            Phase::Acquire if self.claim => Some((cmd(OpKind::Claim, 0), self.try_until(cfg))),
+            Phase::Acquire if self.enter => Some((cmd(OpKind::Enter, 0), self.try_until(cfg))),
+            Phase::Acquire => Some((cmd(OpKind::Acquire, 0), self.try_until(cfg))),
+            Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
+            Phase::Release(_) => Some((self.release(), Until::AllIn)),
+            // (Its outcome changes nothing: over once written. The connections' order puts it
+            // after the enter on each node, and before any later command of the lock.)
+            Phase::Leave(_) => Some((
+                Command::leave(&self.names),
+                Until::Sent {
+                    except: self.leave_except.unwrap_or(0),
+                },
+            )),
+            Phase::Done(_) => None,
+        }
+    }
+
+    /// When a try's round ends: as configured, but in fair mode a loss waits for every node
+    /// (fail-fast or not): the waiter joins the line next, where a few hundred microseconds
+    /// are nothing, and a try refused by every node needs no release of what it may have
+    /// taken (a round trip and two calls per master per contended acquisition).
+    fn try_until(&self, cfg: &Config) -> Until {
+        match cfg.until() {
+            Until::Decided if self.fair => Until::WonOrAllIn,
+            until => until,
+        }
+    }
+
+    /// The outcome of the round [`round`](Acquisition::round) gave (or why it could not be
+    /// run), read at `now`.
+    pub fn advance(&mut self, cfg: &Config, round: Result<(Round, Instant), Error>, now: Instant) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Acquire);
+        self.phase = match (phase, round) {
+            (Phase::Release(err), _) => Phase::Done(Err(err)),
+            (Phase::Done(r), _) => Phase::Done(r),
+            (Phase::Leave(granted), _) => Phase::Done(Ok(granted)),
+            (_, Err(err)) => Phase::Release(err),
+            (Phase::Acquire, Ok((round, t1))) => {
+                self.leave_except =
+                    (self.enter && !unanimous(&round)).then(|| granted_mask(&round));
+                self.acquire_outcome(cfg, round, t1, now)
+            }
+            (Phase::Fence { t1, fence, granted }, Ok((round, _))) => {
+                if round.decision() != Decision::Won {
+                    Phase::Release(Error::NoQuorum {
+                        nodes: round.reports_for(cfg),
+                    })
+                } else {
+                    match validity_after(cfg, t1, now, self.ttl) {
+                        Ok(validity) => {
+                            let until = crate::time::later(now, validity);
+                            self.granted((until, Some(fence), granted))
+                        }
+                        Err(err) => Phase::Release(err),
+                    }
+                }
+            }
+        };
+    }
+
+    /// What a won or lost acquire round (started at `t1`, read at `now`) leads to.
+    fn acquire_outcome(&mut self, cfg: &Config, round: Round, t1: Instant, now: Instant) -> Phase {
+        match acquired(cfg, &round, t1, now, self.ttl) {
+            Err(Error::Conflict { nodes, .. }) => {
+                let err = Error::Conflict {
+                    nodes,
+                    held: round
+                        .held_key()
+                        .and_then(|k| self.names.get(k))
+                        .map(|n| n.as_str().to_string()),
+                };
+                let everywhere = refused_everywhere(&round);
+                if self.enter {
+                    self.joined = Some(Box::new((round, now)));
+                }
+                if everywhere {
+                    Phase::Done(Err(err))
+                } else {
+                    Phase::Release(err)
+                }
+            }
+            Err(err) => Phase::Release(err),
+            Ok(_) if cfg.fencing.is_some() && cfg.fence_writeback() => Phase::Fence {
+                t1,
+                fence: round.counter(),
+                granted: granted_mask(&round),
+            },
+            Ok(validity) => {
+                let fence = cfg.fencing.is_some().then(|| round.counter());
+                // Left at `now`: the lock holds until `t1 + ttl - drift`.
+                let until = crate::time::later(now, validity);
+                self.granted((until, fence, granted_mask(&round)))
+            }
+        }
+    }
+
+    /// Granted: done, unless a won enter round may have joined the caller to some lines (it
+    /// leaves them first).
+    fn granted(&self, granted: (Instant, Option<u64>, u64)) -> Phase {
+        if self.leave_except.is_some() {
+            Phase::Leave(granted)
+        } else {
+            Phase::Done(Ok(granted))
+        }
+    }
+
+    /// Fair mode: the lost enter round of this try, and when it ended, if it was one (taken
+    /// once). Each node that refused put the caller in the resource's line and answered what
+    /// the wait round would have (its `PTTL`, the caller's ticket there).
+    pub fn take_joined(&mut self) -> Option<Box<(Round, Instant)>> {
+        self.joined.take()
+    }
+
+    /// Whether the try is won and its next round is the leave of the lines a won enter may
+    /// have joined.
+    pub(super) fn is_leaving(&self) -> bool {
+        matches!(self.phase, Phase::Leave(_))
+    }
+
+    /// Whether the outcome is known: no round is left.
+    #[inline]
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done(_))
+    }
+
+    /// The lock, or why there is none; [`Error::Aborted`] if called before the last round.
+    pub fn finish(self) -> Result<Lock, Error> {
+        self.conclude(&mut Names::new())
+    }
+
+    /// [`finish`](Acquisition::finish), with the names given back into `back` on failure (the
+    /// next try takes them, so a try does not copy them).
+    pub(super) fn conclude(self, back: &mut Names) -> Result<Lock, Error> {
+        match self.phase {
+            Phase::Done(Ok((valid_until, fencing, granted))) => Ok(Lock {
+                resources: self.names,
+                token: self.token,
+                valid_until,
+                ttl: self.ttl,
+                fencing,
+                granted,
+            }),
+            Phase::Done(Err(e)) => {
+                *back = self.names;
+                Err(e)
+            }
+            _ => {
+                *back = self.names;
+                Err(Error::Aborted)
+            }
+        }
+    }
+}
+
+/// Whether every node of a round said yes.
+fn unanimous(round: &Round) -> bool {
+    round.count(&NodeOutcome::Ok) == round.node_count()
+}
+
+/// How many nodes of a fair try's lost enter round put the caller in the line.
+pub(super) fn lined_on(round: &Round) -> usize {
+    (0..round.node_count())
+        .filter(|&i| matches!(round.read(i), Some(Extra::Waited { .. })))
+        .count()
+}
+
+/// The largest ticket the nodes of an enter round gave the caller.
+pub(super) fn max_ticket(round: &Round) -> Option<u64> {
+    (0..round.node_count())
+        .filter_map(|i| match round.read(i) {
+            Some(Extra::Waited { ticket, .. }) if ticket > 0 => Some(ticket),
+            _ => None,
+        })
+        .max()
+}
