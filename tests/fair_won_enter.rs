@@ -4,12 +4,12 @@
 //! with the quorum's decision found in session 14).
 //!
 //! Claim held to (docs/redlock.md, "What leaves the line"): a client whose try won stands in
-//! no line once the masters have read what it sent before the lock was handed over. After a
-//! won enter round that not every master answered with a yes, the leave goes, without being
-//! waited for, to every master that did not say yes: one that refused joined the caller to its
-//! line, and one whose answer was still owed when the quorum decided may have (its refusal
-//! comes after the decision). Each connection's order puts the leave after the enter there,
-//! and before any later command of the lock.
+//! no line once the masters have read what it sent. After a won enter round, the leave goes,
+//! without being waited for, to every master whose refusal the round saw (it joined the
+//! caller to its line); a refusal read after the quorum decided the round is answered by the
+//! engine with a leave to that master as it is read (`Engine::late_enter`), even while the
+//! winner's own watch of the line is still registered. Either way the leave follows the enter
+//! on the connection that carried it.
 
 use std::time::Duration;
 
@@ -87,7 +87,8 @@ fn a_won_enter_leaves_the_line_of_a_master_whose_refusal_came_after_the_decision
     wait_until(Duration::from_secs(10), "master 1 to run the enter", || {
         scripts_run(&direct[1]) > scripts_before
     });
-    // The leave went to master 1 behind the enter (the client serves meanwhile: harmless).
+    // The refusal reaches the client 3 s after the decision; the engine answers it with a
+    // leave to master 1 as it reads it (this client reads when it runs: here, serving).
     wait_until(Duration::from_secs(10), "C out of master 1's line", || {
         cl.poll_idle(Duration::from_millis(100));
         in_line(&direct, &key, "c") == 0

@@ -21,6 +21,7 @@ fn encoded(kind: OpKind, resources: &[Name]) -> BytesMut {
         ttl_ms: 5_000,
         counter: None,
         fence_value: 0,
+        watch: None,
     };
     let mut b = BytesMut::new();
     cmd.encode(&mut b, Form::Evalsha);

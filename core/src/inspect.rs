@@ -231,6 +231,7 @@ pub fn commands(name: &[Name]) -> [Command<'_>; 2] {
         ttl_ms: 0,
         counter: None,
         fence_value: 0,
+        watch: None,
     };
     [get, get.with_kind(OpKind::Pttl)]
 }

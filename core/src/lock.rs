@@ -209,6 +209,7 @@ impl Lock {
             ttl_ms,
             counter: None,
             fence_value: 0,
+            watch: None,
         }
     }
 }

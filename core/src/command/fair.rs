@@ -19,6 +19,7 @@ impl<'a> Command<'a> {
             ttl_ms: 0,
             counter: None,
             fence_value: 0,
+            watch: None,
         }
     }
 

@@ -114,6 +114,9 @@ pub struct Command<'a> {
     pub(crate) counter: Option<&'a [u8]>,
     /// For [`OpKind::Fence`]: the token the client chose, which the counter is raised to.
     pub(crate) fence_value: u64,
+    /// The driver's id of the watch its operation holds while the command runs, if any (see
+    /// [`Command::watched_by`]).
+    pub(crate) watch: Option<u64>,
 }
 
 /// The shape of the replies to a command.
@@ -379,6 +382,16 @@ impl Command<'_> {
         Command { kind, ..self }
     }
 
+    /// The same command, run by an operation that holds watch `watch` (the id its driver
+    /// gave [`Engine::watch`](crate::engine::Engine::watch)), or none. Drivers set it on every
+    /// round; the engine reads it for a fair enter round, whose operation registered the
+    /// watch of the resource's line before the enter went out: a refusal that comes after
+    /// the round was won is answered with a leave unless a waiter of the client other than
+    /// that operation stands in the line (see `Engine::late_enter`).
+    pub fn watched_by(self, watch: Option<u64>) -> Self {
+        Command { watch, ..self }
+    }
+
     /// Whether the command has a native form (`Scripts::Auto`/`Native`): a release or an
     /// extension of a single resource.
     pub fn has_native_form(&self) -> bool {
@@ -557,6 +570,7 @@ pub struct OwnedCommand {
     ttl_ms: u64,
     counter: Option<Box<[u8]>>,
     fence_value: u64,
+    watch: Option<u64>,
 }
 
 impl OwnedCommand {
@@ -569,6 +583,7 @@ impl OwnedCommand {
             ttl_ms: cmd.ttl_ms,
             counter: cmd.counter.map(Into::into),
             fence_value: cmd.fence_value,
+            watch: cmd.watch,
         }
     }
 
@@ -581,6 +596,7 @@ impl OwnedCommand {
             ttl_ms: self.ttl_ms,
             counter: self.counter.as_deref(),
             fence_value: self.fence_value,
+            watch: self.watch,
         }
     }
 }

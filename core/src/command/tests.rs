@@ -23,6 +23,7 @@ fn commands_on_the_wire() {
         ttl_ms: 30_000,
         counter: None,
         fence_value: 0,
+        watch: None,
     };
     let t = token.as_str();
     assert_eq!(
@@ -58,6 +59,7 @@ fn sets_and_fenced_commands_on_the_wire() {
         ttl_ms: 500,
         counter: None,
         fence_value: 0,
+        watch: None,
     };
     // Two keys, no counter: token, ttl, n.
     assert_eq!(

@@ -262,6 +262,7 @@ fn command<'a>(kind: OpKind, token: &'a Token, res: &'a [Name]) -> Command<'a> {
         ttl_ms: 30_000,
         counter: None,
         fence_value: 0,
+        watch: None,
     }
 }
 

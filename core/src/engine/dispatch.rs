@@ -52,8 +52,15 @@ impl<U> Engine<U> {
                         return;
                     }
                     if !self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
-                        // Late, or a reply to a fired command: read and dropped.
+                        // Late, or a reply to a fired command: read and dropped (a won enter's
+                        // late refusal is answered with a leave: see `late_enter`).
                         self.nodes[i].stats.late_replies += 1;
+                        if matches!(expect, Expect::Entered | Expect::EnteredFenced)
+                            && !self.enters.is_empty()
+                        {
+                            let (_, extra) = Command::judge(expect, &frame);
+                            self.late_enter(tag, i, &extra, now);
+                        }
                         continue;
                     }
                     let (mut outcome, extra) = Command::judge(expect, &frame);

@@ -127,6 +127,7 @@ fn a_claim_names_the_hand_off_that_woke_it() {
         ttl_ms: 1000,
         counter: None,
         fence_value: 0,
+        watch: None,
     };
     assert_eq!(e.handoff_of(&claim), b"");
     e.watch(1, line(b"res"));
@@ -185,6 +186,7 @@ fn a_claim_woken_by_a_minority_names_no_hand_off() {
         ttl_ms: 1000,
         counter: None,
         fence_value: 0,
+        watch: None,
     };
     e.watch(1, line(b"res"));
     bell(&mut e, 0, b"h1", t);
@@ -251,6 +253,7 @@ fn a_release_wakes_only_a_waiter_in_the_line() {
         ttl_ms: 0,
         counter: None,
         fence_value: 0,
+        watch: None,
     };
     assert!(engine().own_waiter(&release).is_none());
     let mut e = engine();
@@ -258,4 +261,118 @@ fn a_release_wakes_only_a_waiter_in_the_line() {
     assert!(e.own_waiter(&release).is_none(), "a set's watch");
     e.watch(2, line(b"res"));
     assert_eq!(e.own_waiter(&release).as_deref(), Some(&line(b"res")[..]));
+}
+
+/// The commands node `i` has been sent since last asked, each as its arguments.
+fn sent_commands(e: &mut Engine<u32>, i: usize) -> Vec<Vec<Vec<u8>>> {
+    let out = e.transmit(i).to_vec();
+    e.handle_written(i, out.len());
+    let mut d = resp::Decoder::default();
+    let mut buf = bytes::BytesMut::from(&out[..]);
+    let mut cmds = Vec::new();
+    while let Ok(Some(resp::Frame::Array(args))) = d.decode(&mut buf) {
+        let args = args
+            .into_iter()
+            .map(|a| match a {
+                resp::Frame::Bulk(b) => b.to_vec(),
+                other => format!("{other:?}").into_bytes(),
+            })
+            .collect();
+        cmds.push(args);
+    }
+    cmds
+}
+
+/// What a node answers to the commands `sent` (a new connection's `HELLO 3`, script loads,
+/// `CLIENT` and the bell's `SUBSCRIBE`), with `scripted` for each script call.
+fn serve(sent: &[Vec<Vec<u8>>], scripted: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for cmd in sent {
+        match cmd[0].as_slice() {
+            b"HELLO" => out.extend(&b"%2\r\n+server\r\n+redis\r\n+version\r\n+7.0.15\r\n"[..]),
+            b"SCRIPT" => out.extend(b"$1\r\nx\r\n"),
+            b"CLIENT" => out.extend(b"+OK\r\n"),
+            b"SUBSCRIBE" => {
+                let ch = &cmd[1];
+                out.extend(format!(">3\r\n$9\r\nsubscribe\r\n${}\r\n", ch.len()).bytes());
+                out.extend(ch);
+                out.extend(b"\r\n:1\r\n");
+            }
+            _ => out.extend(scripted),
+        }
+    }
+    out
+}
+
+/// Five connections opened (by a read, answered with everything the handshakes asked), then
+/// an enter round of `res` submitted as operation 1, whose own watch is `own`.
+fn entering(own: Option<u64>, t: Instant) -> Engine<u32> {
+    use crate::command::{Command, OpKind};
+    let names: crate::lock::Names = [crate::lock::Name::new("res")].into_iter().collect();
+    let mut e = engine();
+    e.submit(
+        &Command::leave(&names).with_kind(OpKind::Get),
+        Until::AllIn,
+        t,
+        0,
+    );
+    while let Some(ev) = e.poll_io() {
+        if let IoEvent::Connect(i) = ev {
+            e.handle_connected(i);
+        }
+    }
+    for i in 0..5 {
+        let sent = sent_commands(&mut e, i);
+        e.handle_input(i, &serve(&sent, b"$-1\r\n"), t);
+        // Tracking and the bell, asked for once the server agreed to RESP3.
+        let more = sent_commands(&mut e, i);
+        assert!(!more.is_empty(), "node {i}");
+        e.handle_input(i, &serve(&more, b""), t);
+    }
+    assert_eq!(e.poll_completed().map(|d| d.user), Some(0));
+    let enter = Command::leave(&names)
+        .with_kind(OpKind::Enter)
+        .watched_by(own);
+    e.submit(&enter, Until::WonOrAllIn, t, 1);
+    for i in 0..5 {
+        assert_eq!(sent_commands(&mut e, i).len(), 1, "node {i}: the enter");
+    }
+    e
+}
+
+/// A fair enter round won by a quorum, one slower master refusing (which joined the client to
+/// its line there) after the decision: the engine sends that master a leave, not waited for,
+/// even while the winning operation's own early watch of the line is still registered (read
+/// in the same pass as the decision, before the operation takes it back: session 15 counted
+/// it as another waiter of the client, kept the leave, and left the client in the line). A
+/// late yes gets nothing; another waiter of the client keeps the place (no leave).
+#[test]
+fn a_refusal_after_a_won_enter_gets_a_leave_unless_another_waiter_of_the_client_waits() {
+    const GRANTED: &[u8] = b":0\r\n";
+    const REFUSED: &[u8] = b"*2\r\n:500\r\n:1\r\n";
+    let t = Instant::now();
+    for other in [false, true] {
+        let mut e = entering(Some(1), t);
+        e.watch(1, line(b"res"));
+        if other {
+            e.watch(2, line(b"res"));
+        }
+        for i in 0..3 {
+            e.handle_input(i, GRANTED, t);
+        }
+        let done = e.poll_completed().expect("decided at the quorum");
+        assert_eq!(done.round.decision(), Decision::Won);
+        // Node 3's refusal, in the same pass: the winner's watch is still there.
+        e.handle_input(3, REFUSED, t);
+        e.handle_input(4, GRANTED, t);
+        let leaves: Vec<usize> = (0..5)
+            .filter(|&i| !sent_commands(&mut e, i).is_empty())
+            .collect();
+        if other {
+            assert!(leaves.is_empty(), "the place is the other waiter's too");
+        } else {
+            assert_eq!(leaves, vec![3], "a leave to the refusing master only");
+        }
+        assert!(e.poll_completed().is_none(), "nobody waits for it");
+    }
 }

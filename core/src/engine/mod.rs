@@ -192,6 +192,9 @@ pub struct Engine<U> {
     handed: Vec<watch::Handed>,
     /// Waiters for a key to change: (id, key). One-shot: a watch leaves when it fires.
     watches: Vec<(u64, Box<[u8]>)>,
+    /// Fair mode: the enter rounds (of one resource) in flight, and the won ones some nodes
+    /// still owe an answer (see [`watch::Enter`]).
+    enters: Vec<watch::Enter>,
     /// The waiters' tracked reads in flight (`OpKind::Watch`): each operation's slot and
     /// generation, and the key it reads.
     watch_reads: Vec<(u32, u32, Box<[u8]>)>,
@@ -255,6 +258,7 @@ impl<U> Engine<U> {
             handed: Vec::new(),
             watches: Vec::new(),
             watch_reads: Vec::new(),
+            enters: Vec::new(),
             deaf: Vec::new(),
             woken: VecDeque::new(),
             events: VecDeque::new(),
@@ -321,6 +325,9 @@ impl<U> Engine<U> {
         let tag = Tag::of(slot, gen, cmd.expect());
         if let (OpKind::Watch, [name]) = (cmd.kind, cmd.resources) {
             self.watch_reads.push((slot, gen, name.as_bytes().into()));
+        }
+        if let (OpKind::Enter, [name]) = (cmd.kind, cmd.resources) {
+            self.entering(slot, gen, name, cmd.watch);
         }
         self.queue_everywhere(cmd, tag, until, t1);
         if sent {
@@ -540,6 +547,11 @@ impl<U> Engine<U> {
             self.connecting -= 1;
         }
         node.link = Link::Closed;
+        if !self.enters.is_empty() {
+            // What it owed will never be read: no late refusal to answer with a leave.
+            self.enters.retain_mut(|e| e.forget(i));
+        }
+        let node = &mut self.nodes[i];
         let owed: SmallVec<[Tag; 16]> = node.conn.failed(now).collect();
         for tag in owed {
             if self.op(tag).is_some_and(|op| op.round.is_pending(i)) {
@@ -624,6 +636,9 @@ impl<U> Engine<U> {
         if !self.watch_reads.is_empty() {
             self.watch_reads
                 .retain(|(slot, gen, _)| (*slot, *gen) != (tag.slot, tag.gen));
+        }
+        if !self.enters.is_empty() {
+            self.entered(tag, &op.round);
         }
         op.round.close(|_| NodeOutcome::Undecided);
         self.free.push(tag.slot);

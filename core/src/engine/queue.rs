@@ -18,10 +18,6 @@ impl<U> Engine<U> {
         until: Until,
         now: Instant,
     ) {
-        // Fair mode: a release while another waiter of this client waits for the resource
-        // keeps the client's place (the waiters of a client share one), and wakes that waiter
-        // for its claim, queued behind the release on every connection (a release proper
-        // would take the client out of the lines, and ring nobody for the waiter).
         if self.leave_kept(cmd) {
             // Fair mode: a waiter that gives up while another waiter of this client waits for
             // the resource leaves nothing: the client's place in the lines is the other's too
@@ -33,6 +29,24 @@ impl<U> Engine<U> {
             }
             return;
         }
+        self.queue_written(cmd, tag, until, now);
+    }
+
+    /// Queues `cmd` on every node `until` writes to, as [`queue_everywhere`] does, but a
+    /// leave whether or not another waiter of the client waits (its caller decided).
+    ///
+    /// [`queue_everywhere`]: Engine::queue_everywhere
+    pub(super) fn queue_written(
+        &mut self,
+        cmd: &Command<'_>,
+        tag: Tag,
+        until: Until,
+        now: Instant,
+    ) {
+        // Fair mode: a release while another waiter of this client waits for the resource
+        // keeps the client's place (the waiters of a client share one), and wakes that waiter
+        // for its claim, queued behind the release on every connection (a release proper
+        // would take the client out of the lines, and ring nobody for the waiter).
         let kept;
         let own_waiter = self.own_waiter(cmd);
         let cmd = match own_waiter {

@@ -92,6 +92,7 @@ impl Sim {
             ttl_ms: 10_000,
             counter: None,
             fence_value: 0,
+            watch: None,
         }
     }
 
@@ -104,6 +105,7 @@ impl Sim {
             ttl_ms: 10_000,
             counter: None,
             fence_value: 0,
+            watch: None,
         };
         let until = if fail_fast {
             Until::Decided
@@ -266,6 +268,7 @@ fn a_round_sent_without_waiting_is_over_once_written() {
         ttl_ms: 0,
         counter: None,
         fence_value: 0,
+        watch: None,
     };
     s.e.submit(&release, Until::Sent { except: 0b10101 }, s.now, 2);
     let done = s.completed();
@@ -859,6 +862,7 @@ fn a_command_lost_in_the_stream_is_caught_before_a_shifted_reply_is_taken() {
             ttl_ms: 10_000,
             counter: None,
             fence_value: 0,
+            watch: None,
         };
         s.e.submit(&cmd, Until::AllIn, s.now, user);
     }
@@ -934,6 +938,7 @@ fn an_acquisition_is_sent_again_only_while_its_round_waits_for_the_node() {
         ttl_ms: 10_000,
         counter: None,
         fence_value: 0,
+        watch: None,
     };
     const NOSCRIPT: &[u8] = b"-NOSCRIPT No matching script.\r\n";
     // Decided by nodes 0 and 1 first: node 2's NOSCRIPT comes after, and the acquisition

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use super::{Engine, Link};
+use crate::command::Extra;
 use crate::conn::Invalidated;
+use crate::error::NodeOutcome;
 
 /// Resources with bells pending at once, at most (past it, the oldest is forgotten: its
 /// reservations lapse after the claim lease).
@@ -57,7 +59,124 @@ fn is_line_of(key: &[u8], resource: &[u8]) -> bool {
     key.strip_prefix(crate::script::QUEUE_PREFIX.as_bytes()) == Some(resource)
 }
 
+/// Fair mode: an enter round of one resource, from its submission until no node owes it an
+/// answer that could matter. A won enter is decided at a quorum; a slower node's refusal,
+/// which joined the caller to that node's line, comes after the decision, and the engine
+/// answers it with a leave on that node (the try's own leave covers the refusals it saw).
+#[derive(Debug)]
+pub(super) struct Enter {
+    slot: u32,
+    gen: u32,
+    name: crate::lock::Name,
+    /// The id of the watch the enter's operation registered on the line before the enter
+    /// went out (its own, not another waiter of the client), if any.
+    watch: Option<u64>,
+    /// Decided won: the nodes that still owed their answer then (a bit each, the first 64).
+    owed: u64,
+}
+
+/// The most enter rounds followed at once (a bound on what a flood of tries can hold).
+const MAX_ENTERS: usize = 4096;
+
+impl Enter {
+    /// Node `i`'s connection failed: its answer will never be read. Whether anything is left.
+    pub(super) fn forget(&mut self, i: usize) -> bool {
+        if i < 64 {
+            self.owed &= !(1 << i);
+        }
+        self.owed != 0 || self.is_open()
+    }
+
+    /// Still in flight (not yet decided).
+    fn is_open(&self) -> bool {
+        self.owed == u64::MAX
+    }
+}
+
 impl<U> Engine<U> {
+    /// An enter round of `name` is submitted as operation (`slot`, `gen`), whose own watch
+    /// is `watch`.
+    pub(super) fn entering(
+        &mut self,
+        slot: u32,
+        gen: u32,
+        name: &crate::lock::Name,
+        watch: Option<u64>,
+    ) {
+        if self.enters.len() >= MAX_ENTERS {
+            self.enters.remove(0);
+        }
+        self.enters.push(Enter {
+            slot,
+            gen,
+            name: name.clone(),
+            watch,
+            owed: u64::MAX,
+        });
+    }
+
+    /// Operation `tag`'s round is decided: an enter won with some nodes still to answer is
+    /// followed until they have; any other is forgotten.
+    pub(super) fn entered(&mut self, tag: super::Tag, round: &crate::round::Round) {
+        let Some(k) = self
+            .enters
+            .iter()
+            .position(|e| (e.slot, e.gen) == (tag.slot, tag.gen))
+        else {
+            return;
+        };
+        // Still owed, or past the deadline (a late answer may yet come).
+        let owed = round
+            .reports_iter()
+            .take(64)
+            .enumerate()
+            .filter(|(_, o)| matches!(o, NodeOutcome::Undecided | NodeOutcome::Timeout))
+            .fold(0u64, |m, (i, _)| m | 1 << i);
+        if round.decision() == crate::round::Decision::Won && owed != 0 {
+            self.enters[k].owed = owed;
+        } else {
+            self.enters.swap_remove(k);
+        }
+    }
+
+    /// Node `i` answered operation `tag`'s enter after its round was decided, with `extra`:
+    /// if the round was won and this answer joined the caller to node `i`'s line, a leave
+    /// goes to that node only, behind the enter on the connection that carried it, unless a
+    /// waiter of the client other than the enter's own operation stands in the resource's
+    /// line (the client's place is that waiter's too: kept, as any leave then is).
+    pub(super) fn late_enter(&mut self, tag: super::Tag, i: usize, extra: &Extra, now: Instant) {
+        let Some(k) = self
+            .enters
+            .iter()
+            .position(|e| (e.slot, e.gen) == (tag.slot, tag.gen) && !e.is_open())
+        else {
+            return;
+        };
+        let bit = if i < 64 { 1u64 << i } else { 0 };
+        if self.enters[k].owed & bit == 0 {
+            return;
+        }
+        self.enters[k].owed &= !bit;
+        let (name, own) = (self.enters[k].name.clone(), self.enters[k].watch);
+        if self.enters[k].owed == 0 {
+            self.enters.swap_remove(k);
+        }
+        if !matches!(extra, Extra::Waited { .. }) {
+            return;
+        }
+        let other_waiter = self
+            .watches
+            .iter()
+            .any(|(id, key)| Some(*id) != own && is_line_of(key, name.as_bytes()));
+        if other_waiter {
+            return;
+        }
+        let names = [name];
+        let leave = crate::command::Command::leave(&names);
+        let to = super::Until::Sent { except: !bit };
+        self.queue_written(&leave, super::Tag::of(0, 0, leave.expect()), to, now);
+    }
+
     /// Fires the watches of the keys node `i` pushed invalidations of.
     pub(super) fn take_invalidated(&mut self, i: usize, now: Instant) {
         let Some(pushed) = self.nodes[i].conn.take_invalidated() else {

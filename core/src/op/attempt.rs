@@ -44,11 +44,12 @@ pub struct Acquisition {
     /// Fair mode: an enter round that was lost, and when it ended: its refusals are the
     /// waiter's reads of the line it joined (see [`Acquisition::take_joined`]).
     joined: Option<Box<(Round, Instant)>>,
-    /// Fair mode: an enter round won without every node's yes: the nodes that said yes (a
-    /// bit each, the first 64). Each of the others may have put the caller in its line: one
-    /// that refused did, and one still owed its answer when the quorum decided the round may
-    /// yet (its refusal comes after the decision). The leave goes to those nodes, without
-    /// waiting (`Until::Sent`), before the lock is handed over.
+    /// Fair mode: an enter round won while some nodes refused it (putting the caller in their
+    /// lines) or failed: every other node (a bit each, the first 64; see [`leave_except`]).
+    /// The leave goes to those nodes, without waiting (`Until::Sent`), before the lock is
+    /// handed over. A refusal that comes after the quorum decided the round is the engine's
+    /// to answer with a leave (`Engine::late_enter`): an uncontended lock, whose slower
+    /// masters say yes after the decision, sends no leave.
     leave_except: Option<u64>,
 }
 
@@ -136,6 +137,7 @@ impl Acquisition {
             ttl_ms: 0,
             counter: None,
             fence_value: ticket,
+            watch: None,
         }
     }
 
@@ -151,6 +153,7 @@ impl Acquisition {
             ttl_ms: 0,
             counter: None,
             fence_value: 0,
+            watch: None,
         }
     }
 
@@ -164,6 +167,7 @@ impl Acquisition {
             ttl_ms: self.ttl_ms,
             counter,
             fence_value,
+            watch: None,
         };
         match self.phase {
             Phase::Acquire if self.claim => Some((cmd(OpKind::Claim, 0), self.try_until(cfg))),
@@ -204,8 +208,11 @@ impl Acquisition {
             (Phase::Leave(granted), _) => Phase::Done(Ok(granted)),
             (_, Err(err)) => Phase::Release(err),
             (Phase::Acquire, Ok((round, t1))) => {
-                self.leave_except =
-                    (self.enter && !unanimous(&round)).then(|| granted_mask(&round));
+                self.leave_except = if self.enter {
+                    leave_except(&round)
+                } else {
+                    None
+                };
                 self.acquire_outcome(cfg, round, t1, now)
             }
             (Phase::Fence { t1, fence, granted }, Ok((round, _))) => {
@@ -320,9 +327,26 @@ impl Acquisition {
     }
 }
 
-/// Whether every node of a round said yes.
-fn unanimous(round: &Round) -> bool {
-    round.count(&NodeOutcome::Ok) == round.node_count()
+/// Fair mode: the nodes of an enter round that the try's leave skips (a bit each, the first
+/// 64), or `None` when it skips them all: those that said yes, and those whose answer was still
+/// owed when the round was decided (a refusal they send later is the engine's to answer, see
+/// `Engine::late_enter`). Every other node refused, and put the caller in its line, or failed
+/// and may have.
+fn leave_except(round: &Round) -> Option<u64> {
+    let n = round.node_count().min(64);
+    let except = round
+        .reports_iter()
+        .take(n)
+        .enumerate()
+        .filter(|(_, o)| {
+            matches!(
+                o,
+                NodeOutcome::Ok | NodeOutcome::Undecided | NodeOutcome::Timeout
+            )
+        })
+        .fold(0u64, |mask, (i, _)| mask | 1 << i);
+    let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+    (except != all).then_some(except)
 }
 
 /// How many nodes of a fair try's lost enter round put the caller in the line.

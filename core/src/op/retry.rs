@@ -141,6 +141,7 @@ impl Waiting {
             ttl_ms: self.ttl_ms,
             counter: None,
             fence_value: 0,
+            watch: None,
         };
         (cmd, Until::AllIn)
     }
@@ -183,6 +184,7 @@ impl Waiting {
             ttl_ms: 0,
             counter: None,
             fence_value: ticket,
+            watch: None,
         }
     }
 

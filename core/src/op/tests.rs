@@ -578,9 +578,9 @@ fn a_fair_first_try_joins_the_line_in_the_same_round() {
         Step::Done
     ));
     assert!(op.finish().is_ok(), "granted, the leave's outcome aside");
-    // Won by a quorum with two nodes still owed: their refusals, which would join the caller
-    // to their lines, may come after the decision. The leave goes to them (it follows the
-    // enter on each connection).
+    // Won by a quorum with two nodes still owed: no leave from the try (their refusals, which
+    // would join the caller to their lines, come after the decision: the engine answers each
+    // with a leave to its node, `Engine::late_enter`).
     let mut op = Acquire::new(names(&["r"]), TTL, Retry::new(&fair));
     let _ = op.step(Input::Start, &fair, &mut cx);
     let _ = op.step(Input::Watching, &fair, &mut cx);
@@ -592,12 +592,28 @@ fn a_fair_first_try_joins_the_line_in_the_same_round() {
     r.close(|_| NodeOutcome::Undecided);
     assert!(matches!(
         op.step(Input::Round(Ok((r, now))), &fair, &mut cx),
+        Step::Done
+    ));
+    assert!(op.finish().is_ok());
+    // Won by a quorum with one node owed and one whose connection failed (it may have run
+    // the enter): the leave goes to the failed one only.
+    let mut op = Acquire::new(names(&["r"]), TTL, Retry::new(&fair));
+    let _ = op.step(Input::Start, &fair, &mut cx);
+    let _ = op.step(Input::Watching, &fair, &mut cx);
+    let mut r = Round::new(5, 3, Until::WonOrAllIn);
+    for i in [0, 2, 4] {
+        r.record_with(i, NodeOutcome::Ok, Extra::Counter(0));
+    }
+    r.record(3, NodeOutcome::Down);
+    r.close(|_| NodeOutcome::Undecided);
+    assert!(matches!(
+        op.step(Input::Round(Ok((r, now))), &fair, &mut cx),
         Step::Await(None)
     ));
     match op.step(Input::Woken(None), &fair, &mut cx) {
         Step::Round(cmd, until) => {
             assert_eq!(cmd.kind, OpKind::Leave);
-            assert_eq!(until, Until::Sent { except: 0b10101 });
+            assert_eq!(until, Until::Sent { except: 0b10111 });
         }
         other => panic!("{other:?}"),
     }

@@ -606,7 +606,10 @@ impl Redlock {
         let mut watch = None;
         loop {
             input = match crate::drivers::next_step(&mut op, input, cfg, &mut events) {
-                Step::Round(cmd, until) => Input::Round(self.submit(cmd, until)),
+                Step::Round(cmd, until) => {
+                    // (The engine tells this operation's watch from other waiters'.)
+                    Input::Round(self.submit(cmd.watched_by(watch), until))
+                }
                 Step::Sleep(d) | Step::Jitter(d) => {
                     std::thread::sleep(d);
                     Input::Slept

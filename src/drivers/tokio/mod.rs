@@ -263,7 +263,9 @@ impl AsyncRedlock {
             input = match crate::drivers::next_step(op, input, cfg, &mut events) {
                 // (A driver that is gone answers at once: the keys then expire.)
                 Step::Round(cmd, until) => {
-                    let cmd = OwnedCommand::new(&cmd);
+                    // (The engine tells this operation's watch from other waiters'.)
+                    let watch = run.watch.as_ref().map(|(id, _)| *id);
+                    let cmd = OwnedCommand::new(&cmd.watched_by(watch));
                     Input::Round(self.round(cmd, until).await)
                 }
                 Step::Sleep(d) => {

@@ -99,7 +99,8 @@ impl Client {
                     } else {
                         now
                     };
-                    self.engine.submit(&cmd, until, t1, seq);
+                    self.engine
+                        .submit(&cmd.watched_by(run.watch), until, t1, seq);
                     self.submitted = true;
                     self.engine.note_batch(1);
                     self.outstanding.push((seq, k as u32));
