@@ -699,21 +699,17 @@ fn a_kept_leave_of_a_split_enter_does_not_let_the_next_waiter_pass_another_clien
 /// less than a claim lease (a reservation left for a client that no longer waits costs a
 /// lease); once all have stopped, no client in any line and nothing of the resource left.
 ///
-/// Open defect, not from f2bce3f (seen at f2bce3f^ too: 1 run in 8 there, 5 in about 30 here;
-/// the other tests of this file never show it): now and then both of D's threads wait while
-/// R is reserved for D on every master, and neither claims. The reservation lapses after the
-/// claim lease (D waited 3.05 s, a lease of 3 s), or, at the end of the run with no arrival to
-/// ring anyone after the lapse, D waits its whole timer (23 s: the reservation plus its own
-/// ttl). A trace of one such run (temporary prints in the blocking driver and the engine,
-/// not kept): D's two threads were both in `wait_woken`, one idling in the driver
-/// (`Driver::idle`, deadline 23 s) and the other parked; the masters then held
-/// `redlock-mux:reserved:d` (set by a ring that publishes to D: A's leave or release, as no
-/// operation of D ran then), yet D's engine read no bell (`Engine::rung` never ran) and the idle
-/// poll returned only at its deadline. Why the pushes were not read is not known yet (the
-/// edge-triggered reads, the short-read shortcut, and the idle/park hand-over of
-/// `wait_woken` are where to look).
+/// Found by this test (1 run in 8 at f2bce3f^, 3 in 30 at 7cd1f80, then ignored): now and
+/// then both of D's threads waited while R was reserved for D on every master, and neither
+/// claimed, until the reservation lapsed (D waited 3.05 s, a lease of 3 s) or, with no arrival
+/// left to ring anyone after the lapse, its whole timer (23 s). A's dropped waiters leave the
+/// line, and a leave that finds R reserved for A passes it on to D; its bell is tagged with
+/// A's id, not with the hand-off. Two such leaves within a claim lease, with no other
+/// hand-off waking D between them, rang D under the same tag, and D's engine spent the second's bells as late
+/// bells of the first (`Engine::rung`). Fixed in the engine: a bell is spent only from a
+/// master that has not rung that hand-off yet; focused tests in `core/src/engine/fair_tests.rs`
+/// and `tests/fair_bells.rs`. 0 runs in 30 fail since.
 #[test]
-#[ignore = "defect: a blocking client's two waiters miss the bells of a hand-off to it (R reserved for D on every master, D's idle driver reads nothing until its 23 s deadline; also at f2bce3f^)"]
 fn async_waiters_dropped_at_random_moments_leave_nothing_behind() {
     let c = cluster(3);
     let direct = c.addrs();

@@ -170,6 +170,39 @@ fn bells_after_their_hand_off_woke_a_waiter_are_spent() {
     assert_eq!(woken(&mut e), vec![2]);
 }
 
+/// Two hand-offs to this client under one tag within a claim lease (a leave, and a claim that
+/// rings the next waiter on, are tagged with the ringing client's id, not the hand-off): the
+/// second's bells wake the client's next wait. Only a bell from a master that has not rung the
+/// first yet is taken for that one's late bell, and spent.
+#[test]
+fn a_second_hand_off_under_the_same_tag_wakes_the_next_wait() {
+    let mut e = engine();
+    let t = Instant::now();
+    e.watch(1, line(b"res"));
+    for node in 0..3 {
+        bell(&mut e, node, b"a", t);
+    }
+    assert_eq!(woken(&mut e), vec![1]);
+    bell(&mut e, 3, b"a", t);
+    // The client's next wait; the same client rings it again, from the same masters.
+    e.watch(2, line(b"res"));
+    let later = t + LEASE / 4;
+    bell(&mut e, 4, b"a", later);
+    assert!(
+        woken(&mut e).is_empty(),
+        "master 4's late bell of the first"
+    );
+    assert_eq!(e.bells_due(), None, "spent");
+    for node in 0..3 {
+        bell(&mut e, node, b"a", later);
+    }
+    assert_eq!(woken(&mut e), vec![2], "a quorum of the second's bells");
+    // The second's bell from a master that had rung the first late is its late bell.
+    bell(&mut e, 3, b"a", later);
+    e.watch(3, line(b"res"));
+    assert_eq!(e.bells_due(), None, "spent");
+}
+
 /// Woken by a minority of a hand-off's bells (half a lease after the first), the claim names
 /// no hand-off: that release may have failed, and its holder, still holding a quorum, may
 /// extend its lock; the claim must not take the masters that still hold its token.

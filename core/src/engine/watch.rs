@@ -31,6 +31,8 @@ pub(crate) struct Bells {
 pub(crate) struct Handed {
     key: bytes::Bytes,
     handoff: bytes::Bytes,
+    /// The nodes whose bells of it have come (a master rings one hand-off once).
+    mask: u64,
     first: Instant,
 }
 
@@ -219,16 +221,21 @@ impl<U> Engine<U> {
             .retain(|b| now.saturating_duration_since(b.first) < lease);
         self.handed
             .retain(|h| now.saturating_duration_since(h.first) < lease);
-        if self
+        let bit = 1u64 << (i.min(63));
+        if let Some(h) = self
             .handed
-            .iter()
-            .any(|h| h.key == key && h.handoff == handoff)
+            .iter_mut()
+            .find(|h| h.key == key && h.handoff == handoff && h.mask & bit == 0)
         {
             // A slower master's bell of a hand-off that already woke the waiter: spent (kept,
             // it would wake the client's next wait half a lease later for a claim that fails).
+            // A master that has rung that hand-off already rings another one: only a release
+            // names its hand-off uniquely (its token); a leave, and a claim that rings the
+            // next waiter on, name the ringing client, so two hand-offs of one client to this
+            // one within a claim lease share a tag. That bell counts as a new hand-off's.
+            h.mask |= bit;
             return;
         }
-        let bit = 1u64 << (i.min(63));
         match self
             .bells
             .iter_mut()
@@ -284,6 +291,7 @@ impl<U> Engine<U> {
             self.handed.push(Handed {
                 key: best.key.clone(),
                 handoff: best.handoff.clone(),
+                mask: best.mask,
                 first: best.first,
             });
         }
