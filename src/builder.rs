@@ -214,9 +214,11 @@ impl<C> Builder<C> {
     /// scripts run as functions of the library; under `Scripts::Native` it is off. Waiters
     /// are rung only where the user may `SUBSCRIBE` to the `redlock-mux:bell:*` channels (a
     /// user who may not waits for its timer, at most eight claim leases).
-    /// Not yet the default: a user denied every script and function, who releases with the
-    /// server's native commands under `Scripts::Auto`, could then neither enter a line nor
-    /// release (the hand-off is a script). Locks over several resources wait as without it. Every client of a resource should use
+    /// A user who may run neither scripts nor functions (under `Scripts::Auto`) still locks:
+    /// on such a connection the first try goes out as a plain `SET NX`, the release as the
+    /// server's native command where it has one, and a waiter refused by masters that keep
+    /// no line waits as without fair mode. Locks over several resources wait as without it.
+    /// Every client of a resource should use
     /// the same setting: a release by a client without it rings nobody, and the line then
     /// waits for its timers. Off (`fair(false)`): waiters are woken by the servers'
     /// invalidation pushes, as before fair mode existed.

@@ -24,6 +24,12 @@
 //! preference, skipping what was refused; [`Scripts::Native`] uses native commands only (the
 //! dialect the server named, or, before it has, Valkey's, corrected once it has);
 //! [`Scripts::Eval`] and [`Scripts::Function`] use their one form.
+//!
+//! Fair mode's commands prefer their scripts to anything native (the line lives in the
+//! scripts), but under [`Scripts::Auto`] a connection whose user may run neither scripts nor
+//! functions still serves them in a scriptless form ([`Alt::Release`], [`Alt::Set`]): the
+//! enter and the claim of one resource as the `SET NX PX` they start with, the hand-off as the
+//! native release. That master keeps no line: its waiters are woken as without fair mode.
 
 use bytes::{BufMut, BytesMut};
 use resp::Frame;
@@ -64,6 +70,22 @@ impl Sent {
             Sent::Native(_) => Some(Family::Native),
         }
     }
+}
+
+/// What a scripted command has instead of its script, besides the script's other forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alt {
+    /// Nothing: the script's forms only.
+    None,
+    /// A native form, preferred under [`Scripts::Auto`] where the server has it (a release
+    /// or extension of one resource).
+    Native,
+    /// Fair mode's hand-off of one resource: the native release, only where neither scripts
+    /// nor functions may run (and the server has it).
+    Release,
+    /// Fair mode's enter or claim of one resource, unfenced: `SET key token NX PX ttl`, only
+    /// where neither scripts nor functions may run.
+    Set,
 }
 
 /// How many times one command may be sent again in another form: the chain has three
@@ -128,6 +150,12 @@ impl Forms {
 
     /// The form for a scripted command; `native_able` says whether it has a native form.
     pub fn choose(&self, native_able: bool) -> Sent {
+        self.choose_alt(if native_able { Alt::Native } else { Alt::None })
+    }
+
+    /// The form for a scripted command that has `alt` besides its script.
+    pub fn choose_alt(&self, alt: Alt) -> Sent {
+        let native_able = alt == Alt::Native;
         let script = if self.functions() {
             Sent::Fcall
         } else {
@@ -152,8 +180,16 @@ impl Forms {
                 if !self.refused_function {
                     return Sent::Fcall;
                 }
-                // Everything refused: the script, whose error then says why.
-                Sent::Evalsha
+                match alt {
+                    // Fair mode's scriptless forms (see the module's docs).
+                    Alt::Release => match self.native.filter(|_| !self.refused_native) {
+                        Some(n) => Sent::Native(n),
+                        None => Sent::Evalsha,
+                    },
+                    Alt::Set => Sent::Native(self.native.unwrap_or(Native::Valkey)),
+                    // Everything refused: the script, whose error then says why.
+                    _ => Sent::Evalsha,
+                }
             }
             _ => script,
         }
@@ -162,6 +198,12 @@ impl Forms {
     /// A command sent as `sent` was answered `reply`: the form to send it again in, if any.
     /// Records a refusal, so that later commands skip the refused form.
     pub fn after(&mut self, sent: Sent, reply: &Frame, native_able: bool) -> Option<Sent> {
+        let alt = if native_able { Alt::Native } else { Alt::None };
+        self.after_alt(sent, reply, alt)
+    }
+
+    /// [`after`](Forms::after), for a command that has `alt` besides its script.
+    pub fn after_alt(&mut self, sent: Sent, reply: &Frame, alt: Alt) -> Option<Sent> {
         match sent {
             Sent::Evalsha if script::is_noscript_reply(reply) => return Some(Sent::Eval),
             Sent::Fcall if script::is_no_function(reply) => return Some(Sent::Fcall),
@@ -180,8 +222,12 @@ impl Forms {
                     Family::Script => self.refused_script = true,
                     Family::Function => self.refused_function = true,
                 }
-                let next = self.choose(native_able);
-                next.family().filter(|f| !self.refused(*f)).map(|_| next)
+                let next = self.choose_alt(alt);
+                // (`SET NX` is not what a refused native release or extension was.)
+                let set = alt == Alt::Set && matches!(next, Sent::Native(_));
+                next.family()
+                    .filter(|f| set || !self.refused(*f))
+                    .map(|_| next)
             }
             _ => None,
         }
@@ -235,6 +281,30 @@ pub fn has_native_form(evalsha: &[u8]) -> bool {
         && after.starts_with(b"$1\r\n1\r\n")
 }
 
+/// What an encoded `EVALSHA` of one of our scripts has besides its script: a native form (a
+/// release or extension of one key), fair mode's scriptless forms (the hand-off, the enter
+/// and the claim of one resource, unfenced), or nothing.
+pub fn alt_of(evalsha: &[u8]) -> Alt {
+    let Some((sha, after)) = digest(evalsha) else {
+        return Alt::None;
+    };
+    if (sha == script::RELEASE_SHA1.as_bytes() || sha == script::EXTEND_SHA1.as_bytes())
+        && after.starts_with(b"$1\r\n1\r\n")
+    {
+        return Alt::Native;
+    }
+    if !after.starts_with(b"$1\r\n2\r\n") {
+        return Alt::None;
+    }
+    if sha == script::HANDOFF_SHA1.as_bytes() {
+        Alt::Release
+    } else if sha == script::ENTER_SHA1.as_bytes() || sha == script::CLAIM_SHA1.as_bytes() {
+        Alt::Set
+    } else {
+        Alt::None
+    }
+}
+
 /// Whether an encoded `EVALSHA` of one of our scripts sets keys: the acquire script, and
 /// fair mode's claim and enter (the others only change or delete keys that hold the caller's
 /// token, or hand a resource on).
@@ -277,6 +347,11 @@ fn native_form(evalsha: &[u8], native: Native, out: &mut BytesMut) -> bool {
     let Some(a) = args(evalsha) else {
         return false;
     };
+    if let [_, sha, n, key, _line, ..] = a.as_slice() {
+        if n.as_ref() == b"2" {
+            return scriptless_form(&a, sha, key, native, out);
+        }
+    }
     // EVALSHA sha 1 key token [ttl]
     let (sha, key, token) = match a.as_slice() {
         [_, sha, n, key, token, ..] if n.as_ref() == b"1" => (sha, key, token),
@@ -294,6 +369,34 @@ fn native_form(evalsha: &[u8], native: Native, out: &mut BytesMut) -> bool {
     } else {
         false
     }
+}
+
+/// Fair mode's scriptless form (see [`Alt`]) of `a`, the arguments of an `EVALSHA` of one
+/// resource `key` and its line: the enter (`... id claim n line-ttl ttl token`) and the claim
+/// (`... token ttl n id claim hand-off`) as the `SET NX PX` they start with, the hand-off
+/// (`... token claim id keep ticket`) as the native release.
+fn scriptless_form(
+    a: &[bytes::Bytes],
+    sha: &[u8],
+    key: &[u8],
+    native: Native,
+    out: &mut BytesMut,
+) -> bool {
+    let (token, ttl) = match a.len() {
+        11 if sha == script::ENTER_SHA1.as_bytes() => (&a[10], &a[9]),
+        11 if sha == script::CLAIM_SHA1.as_bytes() => (&a[5], &a[6]),
+        10 if sha == script::HANDOFF_SHA1.as_bytes() => {
+            let token = &a[5];
+            match native {
+                Native::Valkey => resp::encode_command(out, &[b"DELIFEQ", key, token]),
+                Native::Redis => resp::encode_command(out, &[b"DELEX", key, b"IFEQ", token]),
+            }
+            return true;
+        }
+        _ => return false,
+    };
+    resp::encode_command(out, &[b"SET", key, token, b"NX", b"PX", ttl]);
+    true
 }
 
 /// Writes `evalsha` with `verb` in place of `EVALSHA` and what `lookup` finds for the digest

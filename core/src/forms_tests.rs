@@ -169,3 +169,92 @@ fn every_form_is_written_from_the_evalsha_copy() {
     ));
     assert!(out.is_empty());
 }
+
+/// Fair mode's scriptless forms (see [`Alt`]): a connection whose user may run neither
+/// scripts nor functions sends the enter and the claim of one resource as `SET NX PX`, the
+/// hand-off as the native release; before those refusals, and for a fenced or multi-resource
+/// command, the script.
+#[test]
+fn fair_commands_go_scriptless_only_where_no_script_or_function_may_run() {
+    let one = [Name::new("k")];
+    let enter = encoded(OpKind::Enter, &one);
+    let claim = encoded(OpKind::Claim, &one);
+    let token = Token::from_random(&mut crate::random::Seeded::new(107));
+    let mut handoff = BytesMut::new();
+    let line = format!("{}k", script::QUEUE_PREFIX);
+    resp::encode_command(
+        &mut handoff,
+        &[
+            b"EVALSHA",
+            script::HANDOFF_SHA1.as_bytes(),
+            b"2",
+            b"k",
+            line.as_bytes(),
+            token.as_bytes(),
+            b"100",
+            b"me",
+            b"1",
+            b"0",
+        ],
+    );
+    assert_eq!(alt_of(&enter), Alt::Set);
+    assert_eq!(alt_of(&claim), Alt::Set);
+    assert_eq!(alt_of(&handoff), Alt::Release);
+    assert_eq!(alt_of(&encoded(OpKind::Release, &one)), Alt::Native);
+    let two = [Name::new("a"), Name::new("b")];
+    assert_eq!(alt_of(&encoded(OpKind::Enter, &two)), Alt::None);
+    assert_eq!(alt_of(&encoded(OpKind::Wait, &one)), Alt::None);
+
+    let text = |from: &[u8], n: Native| {
+        let mut out = BytesMut::new();
+        assert!(write_as(from, Sent::Native(n), &mut out));
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let set = format!(
+        "*6\r\n$3\r\nSET\r\n$1\r\nk\r\n$40\r\n{}\r\n$2\r\nNX\r\n$2\r\nPX\r\n$4\r\n5000\r\n",
+        token.as_str()
+    );
+    assert_eq!(text(&enter, Native::Valkey), set);
+    assert_eq!(text(&claim, Native::Redis), set);
+    assert_eq!(
+        text(&handoff, Native::Valkey),
+        format!(
+            "*3\r\n$7\r\nDELIFEQ\r\n$1\r\nk\r\n$40\r\n{}\r\n",
+            token.as_str()
+        )
+    );
+
+    // The chain: script, function, then the scriptless form.
+    let mut f = Forms::new(Scripts::Auto);
+    f.identified(Some(Native::Valkey));
+    for alt in [Alt::Set, Alt::Release] {
+        assert_eq!(
+            f.choose_alt(alt),
+            Sent::Evalsha,
+            "{alt:?}: the script first"
+        );
+    }
+    assert_eq!(
+        f.after_alt(Sent::Evalsha, &err(NOPERM), Alt::Set),
+        Some(Sent::Fcall)
+    );
+    assert_eq!(
+        f.after_alt(Sent::Fcall, &err(NOPERM), Alt::Set),
+        Some(Sent::Native(Native::Valkey))
+    );
+    assert_eq!(f.choose_alt(Alt::Release), Sent::Native(Native::Valkey));
+    assert_eq!(f.choose_alt(Alt::None), Sent::Evalsha, "a wait has none");
+    // A server without native commands: the enter still goes as `SET NX`, the hand-off as
+    // the script, whose refusal says why.
+    let mut f = Forms::new(Scripts::Auto);
+    f.identified(None);
+    f.after_alt(Sent::Evalsha, &err(NOPERM), Alt::Release);
+    assert_eq!(f.after_alt(Sent::Fcall, &err(NOPERM), Alt::Release), None);
+    assert_eq!(f.choose_alt(Alt::Set), Sent::Native(Native::Valkey));
+    // Refused native releases do not stop the `SET NX`.
+    assert_eq!(
+        f.after_alt(Sent::Native(Native::Valkey), &err(UNKNOWN), Alt::Release),
+        None
+    );
+    assert_eq!(f.choose_alt(Alt::Set), Sent::Native(Native::Valkey));
+}

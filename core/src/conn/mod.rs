@@ -392,7 +392,15 @@ impl<T> Conn<T> {
         let len = self.out.len() - before;
         let copy_at = self.scripted.len();
         self.scripted.extend_from_slice(&self.out[before..]);
-        let mut sent = self.forms.choose(native.is_some());
+        let alt = match native {
+            Some(_) => forms::Alt::Native,
+            // (A native form the engine did not encode is not wanted here.)
+            None => match forms::alt_of(&self.scripted[copy_at..]) {
+                forms::Alt::Native => forms::Alt::None,
+                alt => alt,
+            },
+        };
+        let mut sent = self.forms.choose_alt(alt);
         if sent != Sent::Evalsha {
             self.out.truncate(before);
             let written = match (sent, native) {
@@ -566,8 +574,12 @@ impl<T> Conn<T> {
                     self.backoff = Duration::ZERO;
                     let len = len.min(self.scripted.len());
                     let native = matches!(sent, Sent::Native(_)).then(|| {
-                        if forms::extends(&self.scripted[..len]) {
+                        let copy = &self.scripted[..len];
+                        if forms::extends(copy) {
                             Expect::NativeExtend
+                        } else if forms::takes_keys(copy) {
+                            // Fair mode's enter or claim on a scriptless connection.
+                            Expect::Set
                         } else {
                             Expect::NativeRelease
                         }

@@ -49,8 +49,8 @@ impl<T> Conn<T> {
     /// again in, after the server answered `reply` to it in the form `sent`; `None` to hand
     /// the reply over.
     pub(super) fn resend_form(&mut self, len: usize, sent: Sent, reply: &Frame) -> Option<Sent> {
-        let native_able = forms::has_native_form(&self.scripted[..len]);
-        self.forms.after(sent, reply, native_able)
+        let alt = forms::alt_of(&self.scripted[..len]);
+        self.forms.after_alt(sent, reply, alt)
     }
 
     /// After a `NOSCRIPT` (the script cache was flushed) answered by the `EVAL` form: counted,

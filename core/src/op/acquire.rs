@@ -151,11 +151,15 @@ impl Acquire {
                 self.ticket = t;
             }
         }
+        // A first try refused without joining any line met masters that keep none (a user
+        // who may run no script: the enter went out as `SET NX`): it waits as without fair
+        // mode, woken by the servers' invalidations.
+        let lines = !acq.enter || lined > 0;
         let next = match acq.conclude(&mut self.names) {
             Ok(lock) => return self.done(Ok(lock)),
             Err(e) => self
                 .retry
-                .after(e, &self.names, cx.now, &mut *cx.rng, cx.events),
+                .after(e, &self.names, lines, cx.now, &mut *cx.rng, cx.events),
         };
         match next {
             Next::Fail(e) if self.queued && self.watching.is_some() => {

@@ -278,11 +278,14 @@ impl Retry {
     /// held resource when wake-ups are on), then try again. Waits are uniform in
     /// [delay/2, delay] (which keeps competing clients from retrying in step), cut short at
     /// the deadline of `lock_within`. A plain wait is recorded (observability) as it is
-    /// decided.
+    /// decided. `lined`: whether a fair waiter may wait in the resource's line (`false` after
+    /// a first try refused by masters that keep no line, which a user who may run neither
+    /// scripts nor functions meets: it then waits as without fair mode).
     pub fn after(
         &mut self,
         err: Error,
         names: &[Name],
+        lined: bool,
         now: Instant,
         rng: &mut dyn Randomness,
         events: &mut Events,
@@ -306,7 +309,7 @@ impl Retry {
         } else {
             hi
         };
-        let fair = self.fair && names.len() == 1 && self.wakeups;
+        let fair = self.fair && lined && names.len() == 1 && self.wakeups;
         if fair && matches!(err, Error::Conflict { .. }) {
             // In line, a waiter waits for its bell; its timer is what the masters' `PTTL`s
             // say (the holder's key, or a reservation and the lock it will become), not the
@@ -327,7 +330,7 @@ impl Retry {
                     Some(key) => {
                         let mut waiting = Waiting::new(key, wait, now);
                         // A line per resource: a lock over one. (A set waits as before.)
-                        if self.fair && names.len() == 1 {
+                        if fair {
                             waiting.join_line();
                         }
                         Next::Watch(waiting)

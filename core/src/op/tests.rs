@@ -178,6 +178,7 @@ fn a_held_resource_is_watched_when_wakeups_are_on_and_polled_when_off() {
     match retry.after(
         conflict(Some("b")),
         &names(&["a", "b"]),
+        true,
         now,
         &mut Seeded::new(7),
         &mut Vec::new(),
@@ -192,6 +193,7 @@ fn a_held_resource_is_watched_when_wakeups_are_on_and_polled_when_off() {
     match retry.after(
         conflict(None),
         &names(&["a"]),
+        true,
         now,
         &mut Seeded::new(7),
         &mut Vec::new(),
@@ -208,6 +210,7 @@ fn a_held_resource_is_watched_when_wakeups_are_on_and_polled_when_off() {
         retry.after(
             no_quorum(),
             &names(&["a"]),
+            true,
             now,
             &mut Seeded::new(7),
             &mut Vec::new()
@@ -218,6 +221,7 @@ fn a_held_resource_is_watched_when_wakeups_are_on_and_polled_when_off() {
         retry.after(
             no_quorum(),
             &names(&["a"]),
+            true,
             now,
             &mut Seeded::new(7),
             &mut Vec::new()
@@ -228,6 +232,7 @@ fn a_held_resource_is_watched_when_wakeups_are_on_and_polled_when_off() {
         retry.after(
             no_quorum(),
             &names(&["a"]),
+            true,
             now,
             &mut Seeded::new(7),
             &mut Vec::new()
@@ -244,6 +249,7 @@ fn a_held_resource_is_watched_when_wakeups_are_on_and_polled_when_off() {
         Retry::new(&off).after(
             conflict(None),
             &names(&["a"]),
+            true,
             now,
             &mut Seeded::new(7),
             &mut Vec::new()
@@ -263,6 +269,7 @@ fn lock_within_retries_until_its_deadline_and_never_waits_past_it() {
         match retry.after(
             conflict(None),
             &names(&["a"]),
+            true,
             at,
             &mut Seeded::new(7),
             &mut Vec::new(),
@@ -278,6 +285,7 @@ fn lock_within_retries_until_its_deadline_and_never_waits_past_it() {
         retry.after(
             conflict(None),
             &names(&["a"]),
+            true,
             late,
             &mut Seeded::new(7),
             &mut Vec::new()

@@ -379,3 +379,126 @@ where
     }
     assert_eq!(view.quorum_holder(), None);
 }
+
+/// Fair mode for a user who may run neither scripts nor functions (`-@scripting`, under
+/// `Scripts::Auto`): its first try's enter, refused as a script and as a function, goes out as
+/// the `SET NX PX` it starts with; a waiter refused by masters that keep no line waits as
+/// without fair mode, woken by the servers' invalidation when the holder releases (not by its
+/// fair timer: eight claim leases, here four minutes); the release goes out as the server's
+/// native command where it has one. On a server without native commands such a user cannot
+/// release at all (as without fair mode), and the error says why. (Before, every `lock` of
+/// this user failed in fair mode, the enter refused on every master.)
+pub fn a_fair_client_whose_user_may_run_no_script_locks_as_without_fair_mode<F: Flavor>()
+where
+    F::Client: Sync + Send,
+{
+    let c = LocalCluster::start(3).expect("redis-server");
+    let addrs = c.addrs();
+    let (name, version) = server_version(&addrs[0]);
+    let native = match (name.as_str(), version) {
+        ("valkey", v) => v >= (9, 0),
+        ("redis", v) => v >= (8, 4),
+        _ => false,
+    };
+    if name == "redis" && version < (7, 0) {
+        // `-@scripting` also takes `FUNCTION`, which older servers do not know.
+        eprintln!("skipped: {name} {version:?} has no FUNCTION/FCALL to deny");
+        return;
+    }
+    for a in &addrs {
+        let args = [
+            "ACL",
+            "SETUSER",
+            "noscript",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@scripting",
+        ];
+        assert_eq!(redis(a, &args), Frame::Simple("OK".into()), "ACL on {a}");
+    }
+    let nodes: Vec<String> = c
+        .servers()
+        .iter()
+        .map(|s| format!("redis://noscript:pw@127.0.0.1:{}", s.port()))
+        .collect();
+    let lease = Duration::from_secs(30);
+    let fair = || {
+        builder(&c)
+            .nodes(&nodes)
+            .fair(true)
+            .retry(1000, Duration::from_secs(60))
+            .claim_lease(lease)
+    };
+    let holder = F::build(fair()).unwrap();
+    let waiter = F::build(fair()).unwrap();
+    let key = resource("fair-noscript");
+    let ttl = Duration::from_secs(60);
+    let within = Duration::from_secs(20);
+    let held = holder
+        .lock_within(&key, ttl, within)
+        .expect("the enter as SET NX");
+    // Held by a quorum. (The round is decided at a quorum: a master whose script and
+    // function refusals came after the decision gets no `SET`, as for any acquisition sent
+    // again in another form: it might land after the release.)
+    let token = held.token().as_str();
+    let holding = addrs
+        .iter()
+        .filter(|a| get(a, &key).as_deref() == Some(token))
+        .count();
+    assert!(holding >= 2, "held on {holding} masters");
+    let script_calls = |a: &String| calls(a, "evalsha") + calls(a, "eval") + calls(a, "fcall");
+    if !native {
+        // Nothing to release with: as without fair mode, the error names the refusal.
+        match holder.unlock(&held) {
+            Err(Error::NoQuorum { nodes }) => {
+                let text = nodes.to_string();
+                assert!(text.contains("NOPERM"), "{text}");
+            }
+            other => panic!("expected the refusal named, got {other:?}"),
+        }
+        eprintln!("release skipped: {name} {version:?} has no native commands");
+        return;
+    }
+    let reads_before: Vec<u64> = addrs.iter().map(|a| calls(a, "pttl")).collect();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let asked = Instant::now();
+            // (At most two tries: the wait after the first is all it may take.)
+            let lock = waiter
+                .lock_within(&key, ttl, within * 2)
+                .expect("the waiter gets the lock");
+            (asked.elapsed(), lock)
+        });
+        // Refused, the waiter reads the key's `PTTL` on every master (its tracked read).
+        wait_until(
+            Duration::from_secs(20),
+            "the waiter's tracked read on every master",
+            || {
+                addrs
+                    .iter()
+                    .zip(&reads_before)
+                    .all(|(a, before)| calls(a, "pttl") > *before)
+            },
+        );
+        let released = Instant::now();
+        holder
+            .unlock(&held)
+            .expect("released by the native command");
+        let (_, lock) = waiting.join().unwrap();
+        let after_release = released.elapsed();
+        // Woken by the invalidation: far sooner than its fair timer (eight leases, 240 s),
+        // the holder's ttl (60 s) or its retry delay (30 to 60 s).
+        assert!(
+            after_release < Duration::from_secs(20),
+            "granted {after_release:?} after the release"
+        );
+        waiter.unlock(&lock).expect("released");
+    });
+    for a in &addrs {
+        assert_eq!(get(a, &key), None, "released on {a}");
+        assert_eq!(script_calls(a), 0, "no script ran on {a}");
+    }
+}

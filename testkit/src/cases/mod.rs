@@ -48,6 +48,7 @@ macro_rules! for_each_case {
             a_failed_try_keeps_its_clients_place_in_line,
             inspect_line_shows_each_masters_line_in_order,
             fair_waiters_line_up_through_functions,
+            a_fair_client_whose_user_may_run_no_script_locks_as_without_fair_mode,
         );
     };
 }
