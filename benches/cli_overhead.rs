@@ -67,6 +67,7 @@ fn main() {
         let t = Instant::now();
         rt.block_on(async {
             let c = redlock_mux::AsyncRedlock::builder()
+                .fair(false)
                 .nodes(&addrs)
                 .build_async()
                 .expect("client");

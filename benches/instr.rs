@@ -41,6 +41,7 @@ fn main() {
         }
         "mux-blocking" => {
             let c = redlock_mux::Redlock::builder()
+                .fair(false)
                 .nodes(&addrs)
                 .node_timeout(NODE_TIMEOUT)
                 .wakeups(wakeups)
@@ -55,6 +56,7 @@ fn main() {
             let rt = runtime(client.ends_with("mt"));
             rt.block_on(async {
                 let c = redlock_mux::AsyncRedlock::builder()
+                    .fair(false)
                     .nodes(&addrs)
                     .node_timeout(NODE_TIMEOUT)
                     .wakeups(wakeups)

@@ -72,7 +72,12 @@ impl<C> fmt::Debug for Builder<C> {
 impl<C> Default for Builder<C> {
     fn default() -> Self {
         Builder {
-            opts: Options::default(),
+            // Fair mode on (see `fair`): the builder draws the client id it needs, which
+            // `Options` (the core's deterministic configuration) cannot.
+            opts: Options {
+                fair: true,
+                ..Options::default()
+            },
             tls: Default::default(),
             client: PhantomData,
         }
@@ -196,7 +201,7 @@ impl<C> Builder<C> {
     }
 
     /// Whether waiters line up on the masters and a release hands the lock to the first of
-    /// them (default off: see below). At 2 to 128 contenders it hands the lock over in about half a
+    /// them (default on). At 2 to 128 contenders it hands the lock over in about half a
     /// millisecond, wakes one waiter per release and serves them in order; off, every
     /// release wakes every waiter of the resource (a herd, whose cost grows with the
     /// waiters). What it costs an uncontended lock, and what still limits it, are in

@@ -61,11 +61,16 @@ pub struct Global {
     /// being woken by the masters when the holder lets go (RESP3 client-side tracking).
     #[arg(long, env = "REDLOCK_NO_WAKEUPS", global = true)]
     pub no_wakeups: bool,
-    /// Fair mode: waiters line up on the masters and each release hands the lock to the
-    /// first of them, waking no other (`Builder::fair`). Every client of a resource should
-    /// use it; it needs wake-ups and is off with --scripts native.
-    #[arg(long, env = "REDLOCK_FAIR", global = true)]
+    /// Fair mode, the default: waiters line up on the masters and each release hands the
+    /// lock to the first of them, waking no other (`Builder::fair`). Every client of a
+    /// resource should use the same mode; it needs wake-ups and is off with --scripts
+    /// native. (Accepted for scripts written when it was off by default.)
+    #[arg(long, env = "REDLOCK_FAIR", global = true, overrides_with = "no_fair")]
     pub fair: bool,
+    /// Fair mode off: every release wakes every waiter of the resource, which races for it
+    /// (`Builder::fair(false)`).
+    #[arg(long, env = "REDLOCK_NO_FAIR", global = true, overrides_with = "fair")]
+    pub no_fair: bool,
     /// Check every reply against the stream: each write pass to a master ends with a `PING`
     /// whose nonce must come back in its place before the replies before it count. For a
     /// path that may lose bytes (a broken proxy); costs one command per master per pass.
@@ -414,7 +419,7 @@ impl Global {
             .fencing(self.fencing)
             .fencing_key(self.fencing_key.clone())
             .wakeups(!self.no_wakeups)
-            .fair(self.fair)
+            .fair(!self.no_fair)
             .verify_stream(self.verify_stream)
             .scripts(self.scripts.into());
         #[cfg(feature = "tls")]

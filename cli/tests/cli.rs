@@ -553,7 +553,8 @@ fn run_excludes_a_second_run_of_the_same_resource() {
 
 /// `run --wait` waits for a held lock by being woken by the masters when the holder lets go:
 /// with a retry delay of 30 s (polling would first try again after 15 s), the waiting run
-/// starts its command moments after the first run ends.
+/// starts its command moments after the first run ends. (Without fair mode, whose waiters
+/// are rung instead: `cli/tests/fair.rs`.)
 #[test]
 fn run_wait_is_woken_when_the_holder_lets_go() {
     let c = cluster(3);
@@ -562,6 +563,7 @@ fn run_wait_is_woken_when_the_holder_lets_go() {
     let scratch = Scratch::new("wake");
     let mut first = redlock(&nodes);
     first
+        .arg("--no-fair")
         .args(["run", "--resource", &key])
         .args(shell_until(&scratch, "", ""));
     let first = first.spawn().expect("spawn first run");
@@ -571,7 +573,13 @@ fn run_wait_is_woken_when_the_holder_lets_go() {
     let mut second = Command::new(env!("CARGO_BIN_EXE_redlock"));
     second
         .env("REDLOCK_NODES", nodes.join(","))
-        .args(["--node-timeout", "200ms", "--retry-delay", "30s"])
+        .args([
+            "--node-timeout",
+            "200ms",
+            "--retry-delay",
+            "30s",
+            "--no-fair",
+        ])
         .args(["run", "--resource", &key, "--wait", "120s", "--", "touch"])
         .arg(&second_ran)
         .stdin(Stdio::null())
