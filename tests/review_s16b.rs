@@ -281,3 +281,64 @@ fn a_fenced_fair_lock_of_a_scriptless_user_fails_with_the_refusal_named() {
         assert_eq!(redis(a, &["EXISTS", &key]), Frame::Integer(0), "{a}");
     }
 }
+
+/// Claim (docs "The claim": a second hand-off under the same tag wakes its waiter, and a
+/// slower master's bell of a hand-off that already woke it is spent; safety: never two
+/// holders): many waiters of three clients that give up at random moments (each give-up's
+/// leave passes a reservation on under the client's id, so one client's hand-offs to another
+/// share a tag) never give two holders, every lock is granted, and nobody is left in a line
+/// nor a reservation behind.
+#[test]
+fn give_ups_that_hand_off_under_one_tag_never_give_two_holders() {
+    let c = cluster(3);
+    let addrs = c.addrs();
+    let lease = Duration::from_millis(200);
+    let clients: Vec<(String, Redlock)> = (0..3)
+        .map(|i| (format!("g{i}"), fair(&addrs, &format!("g{i}"), lease)))
+        .collect();
+    let key = resource("s16-give-ups");
+    let tenures = Mutex::new(Vec::new());
+    let (granted, gave_up) = (Mutex::new(0usize), Mutex::new(0usize));
+    std::thread::scope(|s| {
+        for (id, cl) in &clients {
+            for t in 0..3u64 {
+                let (key, tenures, granted, gave_up) = (&key, &tenures, &granted, &gave_up);
+                s.spawn(move || {
+                    for turn in 0..30u64 {
+                        // Deadlines of 1 to 7 ms: most waiters give up while in line.
+                        let within = Duration::from_millis(1 + (turn * 7 + t * 3) % 7);
+                        let Ok(l) = cl.lock_within(key, TTL, within) else {
+                            *gave_up.lock().unwrap() += 1;
+                            continue;
+                        };
+                        let from = Instant::now();
+                        std::thread::sleep(Duration::from_millis(1));
+                        let to = Instant::now().min(l.valid_until());
+                        tenures
+                            .lock()
+                            .unwrap()
+                            .push((format!("{id}/{t}"), from, to));
+                        *granted.lock().unwrap() += 1;
+                        cl.unlock(&l).expect("released");
+                    }
+                });
+            }
+        }
+    });
+    let v = overlaps(tenures.into_inner().unwrap());
+    assert!(v.is_empty(), "{v:?}");
+    let (granted, gave_up) = (granted.into_inner().unwrap(), gave_up.into_inner().unwrap());
+    eprintln!("{granted} granted, {gave_up} gave up");
+    assert!(granted > 0);
+    for (id, cl) in &clients {
+        cl.poll_idle(Duration::from_millis(100));
+        wait_until(Duration::from_secs(10), "nobody in a line", || {
+            in_line(&addrs, &key, id) == 0
+        });
+    }
+    wait_until(lease * 4, "no reservation left", || {
+        addrs
+            .iter()
+            .all(|a| redis(a, &["EXISTS", &key]) == Frame::Integer(0))
+    });
+}
