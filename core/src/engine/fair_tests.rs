@@ -409,3 +409,47 @@ fn a_refusal_after_a_won_enter_gets_a_leave_unless_another_waiter_of_the_client_
         assert!(e.poll_completed().is_none(), "nobody waits for it");
     }
 }
+
+/// Past the bound of won enters followed at once (`MAX_ENTERS`), the oldest is answered at
+/// the next enter's submission with a leave to the nodes that still owe their answer, not
+/// forgotten: forgotten, its late refusals were never answered, and the client stood in those
+/// lines until a hand-off rang it for nothing (`tests/review_s16.rs`: 904 of 5000 places).
+/// An enter in flight is never dropped.
+#[test]
+fn a_won_enter_past_the_bound_of_those_followed_gets_its_leave_at_once() {
+    use crate::command::{Command, OpKind};
+    const GRANTED: &[u8] = b":0\r\n";
+    let t = Instant::now();
+    let mut e = entering(None, t);
+    let names: crate::lock::Names = [crate::lock::Name::new("res")].into_iter().collect();
+    let enter = Command::leave(&names).with_kind(OpKind::Enter);
+    for n in 0..super::watch::MAX_ENTERS {
+        if n > 0 {
+            e.submit(&enter, Until::WonOrAllIn, t, 1);
+        }
+        for i in 0..5 {
+            let sent = sent_commands(&mut e, i);
+            assert_eq!(sent.len(), usize::from(n > 0), "enter {n}, node {i}");
+        }
+        for i in 0..3 {
+            e.handle_input(i, GRANTED, t);
+        }
+        let done = e.poll_completed().expect("decided at the quorum");
+        assert_eq!(done.round.decision(), Decision::Won);
+    }
+    // Nodes 3 and 4 owe all of them: the next enter's submission answers the oldest.
+    e.submit(&enter, Until::WonOrAllIn, t, 1);
+    for i in 0..5 {
+        let sent = sent_commands(&mut e, i);
+        let leaves = sent
+            .iter()
+            .filter(|c| c.get(1).map(Vec::as_slice) == Some(crate::script::LEAVE_SHA1.as_bytes()))
+            .count();
+        assert_eq!(
+            leaves,
+            usize::from(i >= 3),
+            "node {i}: {} commands",
+            sent.len()
+        );
+    }
+}

@@ -327,7 +327,7 @@ impl<U> Engine<U> {
             self.watch_reads.push((slot, gen, name.as_bytes().into()));
         }
         if let (OpKind::Enter, [name]) = (cmd.kind, cmd.resources) {
-            self.entering(slot, gen, name, cmd.watch);
+            self.entering(slot, gen, name, cmd.watch, t1);
         }
         self.queue_everywhere(cmd, tag, until, t1);
         if sent {

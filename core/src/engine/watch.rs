@@ -77,8 +77,9 @@ pub(super) struct Enter {
     owed: u64,
 }
 
-/// The most enter rounds followed at once (a bound on what a flood of tries can hold).
-const MAX_ENTERS: usize = 4096;
+/// The most won enter rounds followed at once beyond those in flight (a bound on what a flood
+/// of tries can hold; past it, the oldest is answered at once: see `Engine::entering`).
+pub(super) const MAX_ENTERS: usize = 4096;
 
 impl Enter {
     /// Node `i`'s connection failed: its answer will never be read. Whether anything is left.
@@ -97,17 +98,25 @@ impl Enter {
 
 impl<U> Engine<U> {
     /// An enter round of `name` is submitted as operation (`slot`, `gen`), whose own watch
-    /// is `watch`.
+    /// is `watch`, at `now`.
+    ///
+    /// The enters in flight are as many as the operations, and are all followed. Of the won
+    /// ones still owed an answer, past [`MAX_ENTERS`] the oldest found is no longer followed
+    /// but answered now, with a leave to every node that still owes its answer, unless
+    /// another waiter of the client stands in the line (the rule of `late_enter`): that
+    /// leave runs on each node after the enter, on the connection that carried it, and takes
+    /// the caller out of the line the enter may have joined there (where the enter was a
+    /// yes, it leaves the caller's token alone). Forgotten, a late refusal left the client
+    /// in that line, where the next hand-off rang it for nothing.
     pub(super) fn entering(
         &mut self,
         slot: u32,
         gen: u32,
         name: &crate::lock::Name,
         watch: Option<u64>,
+        now: Instant,
     ) {
-        if self.enters.len() >= MAX_ENTERS {
-            self.enters.remove(0);
-        }
+        // (Pushed first: a failure while the leave below is queued may decide this round.)
         self.enters.push(Enter {
             slot,
             gen,
@@ -115,6 +124,16 @@ impl<U> Engine<U> {
             watch,
             owed: u64::MAX,
         });
+        if self.enters.len() <= MAX_ENTERS
+            || self.enters.iter().filter(|e| !e.is_open()).count() < MAX_ENTERS
+        {
+            return;
+        }
+        let Some(k) = self.enters.iter().position(|e| !e.is_open()) else {
+            return;
+        };
+        let e = self.enters.remove(k);
+        self.leave_owed(e.name, e.watch, e.owed, now);
     }
 
     /// Operation `tag`'s round is decided: an enter won with some nodes still to answer is
@@ -166,16 +185,23 @@ impl<U> Engine<U> {
         if !matches!(extra, Extra::Waited { .. }) {
             return;
         }
+        self.leave_owed(name, own, bit, now);
+    }
+
+    /// A won enter of `name` (its operation's own watch `own`) may have joined the caller to
+    /// the lines of the nodes in `nodes`: a leave to those nodes only, unless a waiter of the
+    /// client other than that operation stands in the resource's line.
+    fn leave_owed(&mut self, name: crate::lock::Name, own: Option<u64>, nodes: u64, now: Instant) {
         let other_waiter = self
             .watches
             .iter()
             .any(|(id, key)| Some(*id) != own && is_line_of(key, name.as_bytes()));
-        if other_waiter {
+        if other_waiter || nodes == 0 {
             return;
         }
         let names = [name];
         let leave = crate::command::Command::leave(&names);
-        let to = super::Until::Sent { except: !bit };
+        let to = super::Until::Sent { except: !nodes };
         self.queue_written(&leave, super::Tag::of(0, 0, leave.expect()), to, now);
     }
 
