@@ -58,6 +58,7 @@ fn places(addr: &str, keys: &[String], id: &str) -> usize {
 /// an enter in flight is never dropped, and past the bound the oldest won one is answered at
 /// once with a leave to the masters that still owe their answer.
 #[test]
+#[ignore = "a one-minute stress, run by hand (cargo test --test review_s16 -- --ignored every_late): the engine test a_won_enter_past_the_bound_of_those_followed_gets_its_leave_at_once holds the same rule in every run"]
 fn every_late_refusal_of_many_won_enters_gets_its_leave() {
     const N: usize = 5000;
     let c = cluster(3);
