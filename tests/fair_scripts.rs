@@ -87,8 +87,14 @@ impl Client {
     }
 
     /// The resources this client's bell rang for since the last look.
+    /// The resources this client was rung for since the last look (a notice to the second
+    /// in line, `+ <resource>`, is no bell: read past).
     fn bells(&mut self) -> Vec<String> {
-        self.tagged_bells().into_iter().map(|(_, r)| r).collect()
+        self.tagged_bells()
+            .into_iter()
+            .filter(|(tag, _)| tag != "+")
+            .map(|(_, r)| r)
+            .collect()
     }
 
     /// The bells since the last look, as (hand-off, resource): each says
@@ -219,10 +225,12 @@ fn the_line_is_first_come_first_served_and_a_release_rings_only_its_head() {
         vec![(TOKEN_H.to_string(), r.clone())],
         "the head is rung, by the releasing token's hand-off"
     );
-    assert!(
-        w[1].bells().is_empty() && w[2].bells().is_empty(),
-        "no one else"
+    assert_eq!(
+        w[1].tagged_bells(),
+        vec![("+".to_string(), r.clone())],
+        "the second in line is told the resource is reserved ahead of it, not rung"
     );
+    assert!(w[2].tagged_bells().is_empty(), "no one else");
     assert_eq!(get(&addr, &r).unwrap(), format!("{RESERVED_PREFIX}a"));
     // Nobody passes the head: not a plain SET NX, not the next in line.
     holder.send(&["SET", &r, TOKEN_X, "NX", "PX", "30000"]);
@@ -284,11 +292,22 @@ fn a_lapsed_reservation_is_handed_on_by_the_next_try_and_leaving_passes_one_on()
     // `a` is rung with a short claim lease and never claims (a paused process).
     assert_eq!(holder.handoff(&r, TOKEN_H, 50), 1);
     assert_eq!(a.bells(), vec![r.as_str()]);
+    // `b`, second in line, is told (nothing rings anyone when a reservation lapses); the
+    // third is not.
+    assert_eq!(b.tagged_bells(), vec![("+".to_string(), r.clone())]);
+    assert!(c.tagged_bells().is_empty(), "only the second is told");
     wait_until(Duration::from_secs(10), "the reservation lapses", || {
         get(&addr, &r).is_none()
     });
-    // `b`'s next try (its timer) finds the resource free: the line goes on, and `b` is at
-    // its head, so the try takes it; `a` has lost its place.
+    // Told, `b` reads the line again once the lease has run out (the wait script): the
+    // resource is free with `a`, rung last, still first: `a` loses its place, and the
+    // resource is reserved for `b` (`-3`: claim at once), whose claim takes it.
+    assert_eq!(b.wait(&r, 60_000), -3);
+    assert_eq!(queue(&addr, &r), ["b", "c"]);
+    assert!(
+        c.tagged_bells().is_empty(),
+        "b reserved it for itself: nobody told"
+    );
     assert_eq!(b.claim(&r, TOKEN_X), 0);
     assert_eq!(queue(&addr, &r), ["c"]);
     assert_eq!(b.handoff(&r, TOKEN_X, 60_000), 1);

@@ -64,33 +64,33 @@ pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
 /// the scripts' own. The version in the names changes whenever a script does, so that
 /// clients of different versions never call each other's functions.
 pub const LIBRARY: &str = concat!(
-    "#!lua name=redlock_mux_v2\n",
-    "redis.register_function('redlock_mux_v2_acquire', function(KEYS, ARGV)\n",
+    "#!lua name=redlock_mux_v3\n",
+    "redis.register_function('redlock_mux_v3_acquire', function(KEYS, ARGV)\n",
     include_str!("scripts/acquire.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v2_release', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v3_release', function(KEYS, ARGV)\n",
     include_str!("scripts/release.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v2_extend', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v3_extend', function(KEYS, ARGV)\n",
     include_str!("scripts/extend.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v2_fence', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v3_fence', function(KEYS, ARGV)\n",
     include_str!("scripts/fence.lua"),
     "end)\n",
     include_str!("scripts/ring.lua"),
-    "redis.register_function('redlock_mux_v2_wait', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v3_wait', function(KEYS, ARGV)\n",
     include_str!("scripts/wait.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v2_claim', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v3_claim', function(KEYS, ARGV)\n",
     include_str!("scripts/claim.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v2_handoff', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v3_handoff', function(KEYS, ARGV)\n",
     include_str!("scripts/handoff.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v2_leave', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v3_leave', function(KEYS, ARGV)\n",
     include_str!("scripts/leave.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v2_enter', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v3_enter', function(KEYS, ARGV)\n",
     include_str!("scripts/enter.lua"),
     include_str!("scripts/wait.lua"),
     "end)\n",
@@ -99,15 +99,15 @@ pub const LIBRARY: &str = concat!(
 /// The names of [`LIBRARY`]'s functions, in the order of [`ALL`] then [`FAIR`]: acquire,
 /// release, extend, fence; wait, claim, hand-off, leave, enter.
 pub const FUNCTIONS: [&str; 9] = [
-    "redlock_mux_v2_acquire",
-    "redlock_mux_v2_release",
-    "redlock_mux_v2_extend",
-    "redlock_mux_v2_fence",
-    "redlock_mux_v2_wait",
-    "redlock_mux_v2_claim",
-    "redlock_mux_v2_handoff",
-    "redlock_mux_v2_leave",
-    "redlock_mux_v2_enter",
+    "redlock_mux_v3_acquire",
+    "redlock_mux_v3_release",
+    "redlock_mux_v3_extend",
+    "redlock_mux_v3_fence",
+    "redlock_mux_v3_wait",
+    "redlock_mux_v3_claim",
+    "redlock_mux_v3_handoff",
+    "redlock_mux_v3_leave",
+    "redlock_mux_v3_enter",
 ];
 
 /// Every script with its digest.
@@ -141,7 +141,9 @@ pub const RESERVED_PREFIX: &str = "redlock-mux:reserved:";
 /// client, subscribed on every connection of a client in fair mode; the message is
 /// `<hand-off> <resource>`, where the hand-off is the releasing token (or the id of the
 /// client whose try handed a free resource on): the same on every master one release rang,
-/// so that bells of different hand-offs never add up to a quorum.
+/// so that bells of different hand-offs never add up to a quorum. `+ <resource>` (`+` is no
+/// token nor client id) tells the second in line that the resource was just reserved for
+/// the waiter ahead of it: it reads the line again once that reservation may have lapsed.
 pub const BELL_PREFIX: &str = "redlock-mux:bell:";
 
 /// The hand-off every fair script shares: rings the line's head (the caller itself needs no
@@ -153,7 +155,11 @@ pub const BELL_PREFIX: &str = "redlock-mux:bell:";
 /// still deletes the key) leaves the line, and so does one this resource was
 /// rung for last (`redlock-mux:rung:<resource>`) and that never claimed it: its reservation
 /// lapsed (not on a release by the holder, the sixth argument: the head rung last may have
-/// claimed, held and come back to the line since). Written at the head of each fair script.
+/// claimed, held and come back to the line since). A head rung by bell (not the caller) has
+/// the second in line told (`+ <resource>` on its bell, no reservation): nothing rings
+/// anyone when a reservation lapses, and that waiter then looks at the line itself, so a
+/// head that never claims costs the line one claim lease. Written at the head of each fair
+/// script.
 pub const RING: &str = include_str!("scripts/ring.lua");
 
 /// Fair mode, a waiter joins the queues of its resources (`KEYS[1..=n]` the resources,
@@ -173,7 +179,7 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "378749e588a8795a5003b39739fb804f70209d17";
+pub const WAIT_SHA1: &str = "fe05b2b22f35bfa0cd8fa0337aca9ca5ec12fa42";
 
 /// Fair mode, the first try of a waiter that may wait (`lock`, `lock_within`): `SET NX PX`
 /// as a plain try, and, refused, the wait of [`WAIT`] in the same call, so that a waiter
@@ -190,7 +196,7 @@ pub const ENTER: &str = concat!(
 );
 
 /// SHA-1 of [`ENTER`].
-pub const ENTER_SHA1: &str = "8cae005362298ea0993bc1f8ecc1050bcce3e9b7";
+pub const ENTER_SHA1: &str = "f092c1451c14c9dd1303d7adda5af36fff09e494";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the
@@ -207,7 +213,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "885f09f5105d00353601b72e84dbca2e44cde7ec";
+pub const CLAIM_SHA1: &str = "dce8a26d5bfac30ffc815731576a42847e65518d";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -225,7 +231,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "c23401b103dd88891ca632c33cef26cd2b24d67b";
+pub const HANDOFF_SHA1: &str = "6f315dcc5058485d0a60df121986eb8303ad0316";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. `KEYS`: the
@@ -237,7 +243,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "37588afcc3e071731e1ab1b190e4bc11022646f4";
+pub const LEAVE_SHA1: &str = "32f8d22ff914d69a9a429f96ee99c41f7805bb15";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
 pub const FAIR: [(&str, &str); 5] = [

@@ -47,6 +47,10 @@ pub struct NodeStats {
     /// Keys whose invalidation the node pushed (wake-ups; an invalidation of every key counts
     /// one).
     pub invalidations: u64,
+    /// Fair mode: notices the node pushed that a hand-off reserved a resource for the waiter
+    /// just ahead of this client in its line (`+ <resource>`; not counted as invalidations:
+    /// they wake a waiter only if that reservation lapses unclaimed).
+    pub lapse_notices: u64,
     /// Bytes of buffer the node's connection holds now (read and write buffers).
     pub buffered_bytes: usize,
     /// Replies the node sent to this client's commands: one per command it ran for the

@@ -55,11 +55,11 @@ pub const KNOWN: [(&str, Script); 4] = [
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
-    ("378749e588a8795a5003b39739fb804f70209d17", Script::Wait),
-    ("885f09f5105d00353601b72e84dbca2e44cde7ec", Script::Claim),
-    ("c23401b103dd88891ca632c33cef26cd2b24d67b", Script::Handoff),
-    ("37588afcc3e071731e1ab1b190e4bc11022646f4", Script::Leave),
-    ("8cae005362298ea0993bc1f8ecc1050bcce3e9b7", Script::Enter),
+    ("fe05b2b22f35bfa0cd8fa0337aca9ca5ec12fa42", Script::Wait),
+    ("dce8a26d5bfac30ffc815731576a42847e65518d", Script::Claim),
+    ("6f315dcc5058485d0a60df121986eb8303ad0316", Script::Handoff),
+    ("32f8d22ff914d69a9a429f96ee99c41f7805bb15", Script::Leave),
+    ("f092c1451c14c9dd1303d7adda5af36fff09e494", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.

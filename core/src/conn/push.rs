@@ -24,6 +24,13 @@ pub enum Invalidated {
         /// Which hand-off rang.
         handoff: bytes::Bytes,
     },
+    /// Fair mode: a hand-off reserved `key` for the waiter just ahead of this client in its
+    /// line (message `+ <resource>`): the reservation lapses within the claim lease unless
+    /// that waiter claims, and nothing rings this client then.
+    Next {
+        /// The resource.
+        key: bytes::Bytes,
+    },
 }
 
 /// Whether `push` confirms the subscription to `bell`: `>3 subscribe <bell> <count>`.
@@ -39,7 +46,8 @@ pub(super) fn is_subscribed(push: &[Frame], bell: Option<&[u8]>) -> bool {
 }
 
 /// What a bell push says: `>3 message <bell> "<hand-off> <resource>"`, as (resource,
-/// hand-off).
+/// hand-off). (A hand-off is a token or a client id, neither with a space; `+` is no hand-off
+/// but the notice to the second in line, [`Invalidated::Next`].)
 fn rung(push: &[Frame], bell: Option<&[u8]>) -> Option<(bytes::Bytes, bytes::Bytes)> {
     match (push, bell) {
         ([kind, chan, payload], Some(bell))
@@ -119,6 +127,8 @@ impl<T> Conn<T> {
                 // Past the bound, every waiter wakes (and tries): no bell is lost.
                 self.invalidated.clear();
                 self.invalidated.push(Invalidated::All);
+            } else if handoff.as_ref() == b"+" {
+                self.invalidated.push(Invalidated::Next { key });
             } else {
                 self.invalidated.push(Invalidated::Bell { key, handoff });
             }

@@ -345,11 +345,11 @@ fn a_refused_evalsha_switches_an_auto_connection_to_functions() {
     let load = out.find("FUNCTION").expect("FUNCTION LOAD");
     let fcall = out.find("FCALL").expect("FCALL");
     assert!(
-        load < fcall && out.contains("redlock_mux_v2_release"),
+        load < fcall && out.contains("redlock_mux_v3_release"),
         "{out}"
     );
     // Its reply goes to 1; later scripted commands go out as FCALL at once.
-    feed(&mut c, b"$14\r\nredlock_mux_v2\r\n:1\r\n");
+    feed(&mut c, b"$14\r\nredlock_mux_v3\r\n:1\r\n");
     assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
     c.out.clear();
     c.queue(
@@ -750,5 +750,34 @@ fn a_verifying_connection_owes_at_most_one_sentinel_beyond_its_bound() {
         c.owed().0 <= max + 1,
         "owes {} with a bound of {max}",
         c.owed().0
+    );
+}
+
+/// Fair mode: the bell's messages, a hand-off's (`<hand-off> <resource>`, the resource may
+/// hold spaces) and the notice to the second in line (`+ <resource>`), told apart.
+#[test]
+fn a_bell_names_its_hand_off_and_a_plus_tells_the_second_in_line() {
+    let bell: Box<[u8]> = b"redlock-mux:bell:me"[..].into();
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE).ringing(Some(bell));
+    open(&mut c);
+    feed(
+        &mut c,
+        b">3\r\n$7\r\nmessage\r\n$19\r\nredlock-mux:bell:me\r\n$6\r\nh1 r s\r\n",
+    );
+    feed(
+        &mut c,
+        b">3\r\n$7\r\nmessage\r\n$19\r\nredlock-mux:bell:me\r\n$5\r\n+ r s\r\n",
+    );
+    assert_eq!(c.next_reply().unwrap(), None, "pushes, no reply");
+    let key = bytes::Bytes::from_static(b"r s");
+    assert_eq!(
+        c.take_invalidated(),
+        Some(vec![
+            Invalidated::Bell {
+                key: key.clone(),
+                handoff: bytes::Bytes::from_static(b"h1"),
+            },
+            Invalidated::Next { key },
+        ])
     );
 }

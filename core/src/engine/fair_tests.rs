@@ -453,3 +453,58 @@ fn a_won_enter_past_the_bound_of_those_followed_gets_its_leave_at_once() {
         );
     }
 }
+
+/// Told by a hand-off that it stands second behind a reservation (`+ <resource>`), the waiter
+/// is woken once the latest reservation told of may have lapsed (a claim lease and the drift
+/// allowance after the notice), with [`Wake::Lapse`]: a head that never claims costs the line
+/// one claim lease, not the waiters' timer of eight.
+#[test]
+fn the_second_in_line_looks_again_when_the_reservation_ahead_may_lapse() {
+    let mut e = engine();
+    let t = Instant::now();
+    e.watch(1, line(b"res"));
+    e.next_in_line(key(), t);
+    let later = t + Duration::from_millis(10);
+    e.next_in_line(key(), later);
+    // drift(100 ms, 0.01) = 1 ms + 2 ms.
+    let due = later + LEASE + Duration::from_millis(3);
+    assert_eq!(
+        e.poll_timeout(),
+        Some(due),
+        "the latest master's reservation"
+    );
+    e.handle_timeout(due - Duration::from_millis(1));
+    assert!(e.poll_woken().is_none(), "not yet");
+    e.handle_timeout(due);
+    assert_eq!(e.poll_woken(), Some((1, Wake::Lapse)));
+    assert_eq!(e.poll_timeout(), None, "looked at once");
+    // A notice a claim lease after the first is another hand-off's: its own due time.
+    let mut e = engine();
+    e.watch(2, line(b"res"));
+    e.next_in_line(key(), t);
+    let next = t + LEASE;
+    e.next_in_line(key(), next);
+    assert_eq!(
+        e.poll_timeout(),
+        Some(next + LEASE + Duration::from_millis(3))
+    );
+}
+
+/// Rung for the resource itself (the head did claim and has released, or lapsed and was
+/// passed over), the waiter heads the line: the notice is spent, and only the bells wake it.
+#[test]
+fn a_bell_for_the_resource_spends_the_notice_of_a_lapse() {
+    let mut e = engine();
+    let t = Instant::now();
+    e.watch(1, line(b"res"));
+    e.next_in_line(key(), t);
+    bell(&mut e, 0, b"h1", t + Duration::from_millis(5));
+    assert_eq!(
+        e.poll_timeout(),
+        Some(t + Duration::from_millis(5) + LEASE / 2),
+        "the bell's half lease, no lapse"
+    );
+    e.handle_timeout(t + LEASE * 2);
+    assert_eq!(woken(&mut e), vec![1], "once, by the bell");
+    assert_eq!(e.poll_timeout(), None);
+}

@@ -36,6 +36,7 @@
 // | `dispatch.rs` | reply routing: a reply to its operation, checked and judged as a vote |
 // | `timers.rs` | round deadlines and connect timeouts, the heap that keeps them |
 // | `watch.rs` | waiters' watches, fired by invalidation pushes and dropped connections |
+// | `lapse.rs` | fair mode: the second in line looks again when a reservation may lapse |
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -190,6 +191,12 @@ pub struct Engine<U> {
     /// first rang (kept a claim lease: the waiter's claim names it, see
     /// [`crate::script::CLAIM`]).
     handed: Vec<watch::Handed>,
+    /// Fair mode: the lines where this client stands second behind a reservation that may
+    /// lapse unclaimed, and when to look again (see `lapse.rs`).
+    lapses: Vec<lapse::Lapse>,
+    /// Fair mode: how long past a claim lease a reservation surely lapsed on a master (the
+    /// drift allowance of a lock as long as the lease).
+    lapse_margin: Duration,
     /// Waiters for a key to change: (id, key). One-shot: a watch leaves when it fires.
     watches: Vec<(u64, Box<[u8]>)>,
     /// Fair mode: the enter rounds (of one resource) in flight, and the won ones some nodes
@@ -256,6 +263,10 @@ impl<U> Engine<U> {
             fair: cfg.fair.clone(),
             bells: Vec::new(),
             handed: Vec::new(),
+            lapses: Vec::new(),
+            lapse_margin: cfg.fair.as_ref().map_or(Duration::ZERO, |f| {
+                crate::rules::drift(Duration::from_millis(f.claim_ms), cfg.drift_factor)
+            }),
             watches: Vec::new(),
             watch_reads: Vec::new(),
             enters: Vec::new(),
@@ -659,6 +670,7 @@ impl<U> Op<U> {
 mod dispatch;
 #[cfg(test)]
 mod fair_tests;
+mod lapse;
 mod queue;
 #[cfg(test)]
 mod tests;

@@ -17,6 +17,9 @@ impl<U> Engine<U> {
         if !self.bells.is_empty() {
             self.fire_due_bells(now);
         }
+        if !self.lapses.is_empty() {
+            self.fire_due_lapses(now);
+        }
         let due = |e: &Self| {
             e.deadlines
                 .peek()
@@ -84,6 +87,9 @@ impl<U> Engine<U> {
             if let Some(bell) = self.bells_due() {
                 round = Some(round.map_or(bell, |r| r.min(bell)));
             }
+        }
+        if let Some(lapse) = self.lapses_due() {
+            round = Some(round.map_or(lapse, |r| r.min(lapse)));
         }
         if self.connecting == 0 {
             return round;

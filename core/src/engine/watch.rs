@@ -43,6 +43,9 @@ pub enum Wake {
     Pushed,
     /// A connection closed: whatever it tracked can no longer be pushed.
     Dropped,
+    /// Fair mode: the reservation of the waiter just ahead in the line may have lapsed
+    /// unclaimed (see [`crate::conn::Invalidated::Next`]): worth a look at the line.
+    Lapse,
 }
 
 impl Wake {
@@ -51,13 +54,14 @@ impl Wake {
         match self {
             Wake::Pushed => "push",
             Wake::Dropped => "dropped",
+            Wake::Lapse => "lapse",
         }
     }
 }
 
 /// Whether the watched key `key` is the line of `resource` (fair mode: a waiter in a line
 /// watches [`crate::script::QUEUE_PREFIX`]`<resource>`, and its bells fire it).
-fn is_line_of(key: &[u8], resource: &[u8]) -> bool {
+pub(super) fn is_line_of(key: &[u8], resource: &[u8]) -> bool {
     key.strip_prefix(crate::script::QUEUE_PREFIX.as_bytes()) == Some(resource)
 }
 
@@ -210,19 +214,26 @@ impl<U> Engine<U> {
         let Some(pushed) = self.nodes[i].conn.take_invalidated() else {
             return;
         };
-        self.nodes[i].stats.invalidations += pushed.len() as u64;
+        let notices = pushed
+            .iter()
+            .filter(|p| matches!(p, Invalidated::Next { .. }))
+            .count() as u64;
+        let stats = &mut self.nodes[i].stats;
+        stats.invalidations += pushed.len() as u64 - notices;
+        stats.lapse_notices += notices;
         for what in pushed {
             match what {
                 Invalidated::All => self.wake_watches(|_| true, Wake::Pushed),
                 Invalidated::Key(k) if self.is_deaf(&k, i) => {}
                 Invalidated::Key(k) => self.wake_watches(|key| key == k.as_ref(), Wake::Pushed),
                 Invalidated::Bell { key, handoff } => self.rung(i, key, handoff, now),
+                Invalidated::Next { key } => self.next_in_line(key, now),
             }
         }
     }
 
     /// The claim lease (fair mode), zero otherwise.
-    fn claim_lease(&self) -> Duration {
+    pub(super) fn claim_lease(&self) -> Duration {
         self.fair
             .as_ref()
             .map_or(Duration::ZERO, |f| Duration::from_millis(f.claim_ms))
@@ -247,6 +258,7 @@ impl<U> Engine<U> {
             .retain(|b| now.saturating_duration_since(b.first) < lease);
         self.handed
             .retain(|h| now.saturating_duration_since(h.first) < lease);
+        self.rung_first(&key);
         let bit = 1u64 << (i.min(63));
         if let Some(h) = self
             .handed

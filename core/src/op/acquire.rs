@@ -238,6 +238,8 @@ impl Acquire {
     ) -> Step<'a> {
         self.queued |= w.is_fair() && read.is_ok();
         let deadline = w.deadline(cfg, &read, now);
+        let mut w = w;
+        w.until = w.until.or(deadline);
         let ticket = w.retick(&read);
         if let Some(t) = w.ticket(&read) {
             self.ticket = t;
@@ -314,6 +316,17 @@ impl Operation for Acquire {
             (State::Awaiting(w, waited), Input::Woken(woken)) => {
                 // The driver took the watch back (the early one too, if it was that).
                 self.watching = None;
+                if waited && woken == Some(crate::engine::Wake::Lapse) && w.is_fair() && !w.relooked
+                {
+                    // The reservation of the waiter ahead may have lapsed: the line is read
+                    // again (the wait script hands a lapsed resource to the caller, then its
+                    // timer says claim at once), rather than a claim that a waiter ahead
+                    // holding the lock by now would refuse (a claim and a wait, two rounds).
+                    // Once per wait, and never past the wait's first deadline.
+                    let mut w = w;
+                    w.relooked = true;
+                    return self.watch(w, None);
+                }
                 // (No wait, no record of one, when the read could not run.) A bell wakes one
                 // waiter: no jitter after it.
                 let fair = w.is_fair();

@@ -84,6 +84,12 @@ pub struct Waiting {
     line: Option<Box<[u8]>>,
     /// Fair mode: the waiter's own ttl in ms (see [`crate::script::WAIT`]).
     pub(super) ttl_ms: u64,
+    /// When the wait ends at the latest, set by its first read: a second read (after a
+    /// lapse, [`crate::engine::Wake::Lapse`]) never makes it longer.
+    pub(super) until: Option<Instant>,
+    /// Whether the line was read again after a lapse (once per wait: a later wake-up is the
+    /// next try).
+    pub(super) relooked: bool,
 }
 
 impl Waiting {
@@ -96,6 +102,8 @@ impl Waiting {
             fair: false,
             line: None,
             ttl_ms: 0,
+            until: None,
+            relooked: false,
         }
     }
 
@@ -198,7 +206,8 @@ impl Waiting {
         now: Instant,
     ) -> Option<Instant> {
         let (round, _) = read.as_ref().ok()?;
-        Some(crate::time::later(now, Retry::timer(cfg, round, self.wait)))
+        let at = crate::time::later(now, Retry::timer(cfg, round, self.wait));
+        Some(self.until.map_or(at, |until| at.min(until)))
     }
 
     /// The wait is over: woken by the watch (`Some(cause)`) or by the timer. Records it; `true`

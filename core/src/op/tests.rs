@@ -652,3 +652,47 @@ fn a_fair_first_try_joins_the_line_in_the_same_round() {
         }
     }
 }
+
+/// Woken because the reservation of the waiter ahead may have lapsed
+/// ([`crate::engine::Wake::Lapse`]), a waiter in line reads the line again (the watch, then
+/// the wait script: it hands a lapsed resource to the caller, or says the waiter ahead holds
+/// it now), rather than claiming: a claim the new holder refuses would cost a claim and a
+/// wait. The wait script's "yours" then says claim at once.
+#[test]
+fn a_waiter_told_of_a_lapse_reads_the_line_again_before_it_claims() {
+    use crate::engine::Wake;
+    let fair = fair_cfg();
+    let now = Instant::now();
+    let (mut rng, mut events) = (Seeded::new(3), Vec::new());
+    let mut op = Acquire::new(names(&["r"]), TTL, Retry::new(&fair));
+    let mut cx = Cx {
+        now,
+        rng: &mut rng,
+        events: &mut events,
+    };
+    let _ = op.step(Input::Start, &fair, &mut cx);
+    let _ = op.step(Input::Watching, &fair, &mut cx);
+    let r = entered(&[false; 5], &[9_000; 5], &[2; 5]);
+    assert!(matches!(
+        op.step(Input::Round(Ok((r, now))), &fair, &mut cx),
+        Step::Await(Some(_))
+    ));
+    match op.step(Input::Woken(Some(Wake::Lapse)), &fair, &mut cx) {
+        Step::Watch(key) => assert_eq!(key, b"redlock-mux:queue:r"),
+        other => panic!("{other:?}"),
+    }
+    match op.step(Input::Watching, &fair, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Wait),
+        other => panic!("{other:?}"),
+    }
+    // Every master reserved the lapsed resource for the caller: claim at once.
+    let yours = entered(&[false; 5], &[-3; 5], &[2; 5]);
+    match op.step(Input::Round(Ok((yours, now))), &fair, &mut cx) {
+        Step::Await(Some(d)) => assert_eq!(d, now),
+        other => panic!("{other:?}"),
+    }
+    match op.step(Input::Woken(None), &fair, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Claim),
+        other => panic!("{other:?}"),
+    }
+}

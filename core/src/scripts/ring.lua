@@ -6,7 +6,8 @@ local function ring(r, q, claim, me, tag, released)
   local marker = "redlock-mux:rung:" .. r
   local last = redis.call("GET", marker)
   for _ = 1, 1024 do
-    local id = redis.call("ZRANGE", q, 0, 0)[1]
+    local two = redis.call("ZRANGE", q, 0, 1)
+    local id = two[1]
     if id == nil then return false end
     if id ~= me and id == last and not released then
       redis.call("ZREM", q, id)
@@ -14,6 +15,7 @@ local function ring(r, q, claim, me, tag, released)
     elseif id == me or rang(id, tag .. " " .. r) then
       redis.call("SET", r, "redlock-mux:reserved:" .. id, "PX", claim)
       redis.call("SET", marker, id, "PX", claim * 16)
+      if id ~= me and two[2] and two[2] ~= me then rang(two[2], "+ " .. r) end
       return id
     else
       redis.call("ZREM", q, id)

@@ -19,7 +19,7 @@ use super::{pttl_of, pubsub, strings, Master};
 use crate::scripts::Script;
 
 /// The lines of `ring.lua`, ahead of each script's own.
-const RING_LINES: u32 = 23;
+const RING_LINES: u32 = 25;
 
 const RESERVED: &[u8] = b"redlock-mux:reserved:";
 
@@ -152,9 +152,22 @@ fn zadd_nx(
     }
 }
 
+/// `ring.lua`'s `rang`: publishes `<tag> <r>` on client `id`'s bell; whether anyone got it
+/// (`redis.pcall`: a refused `PUBLISH`, an ACL user without channels, which the simulator
+/// does not model, would count as none received).
+fn rang(m: &mut Master, ex: &mut Ex, id: &[u8], tag: &[u8], r: &[u8]) -> bool {
+    let channel = cat(b"redlock-mux:bell:", id);
+    let mut message = tag.to_vec();
+    message.push(b' ');
+    message.extend_from_slice(r);
+    pubsub::publish(m, ex, &channel, &message) > 0
+}
+
 /// `ring.lua`: rings the head of line `q` for resource `r` and reserves `r` for it; the id
 /// rung (`false`: none). The head rung last (`redlock-mux:rung:<r>`) leaves the line as a
-/// lapsed reservation only when the holder did not release (`released`).
+/// lapsed reservation only when the holder did not release (`released`). A head rung by
+/// bell (not the caller) has the second in line told, `+ <r>`, that the reservation lapses
+/// within the claim lease unless claimed.
 #[allow(clippy::too_many_arguments)]
 fn ring(
     m: &mut Master,
@@ -169,29 +182,27 @@ fn ring(
     let marker = cat(b"redlock-mux:rung:", r);
     let mut last = get(m, ex, &marker, 7)?;
     for _ in 0..1024 {
-        let head = call(zset::range(m, ex, q, b"0", b"0"), 9)?;
-        let Some((id, _)) = head.into_iter().next() else {
+        let mut two = call(zset::range(m, ex, q, b"0", b"1"), 9)?.into_iter();
+        let Some((id, _)) = two.next() else {
             return Ok(None);
         };
         if me != Some(&id[..]) && last.as_ref() == Some(&id) && !released {
-            zrem(m, ex, q, &id, 12)?;
+            zrem(m, ex, q, &id, 13)?;
             last = None;
-        } else if me == Some(&id[..]) || {
-            let channel = cat(b"redlock-mux:bell:", &id);
-            let mut message = tag.to_vec();
-            message.push(b' ');
-            message.extend_from_slice(r);
-            // `redis.pcall`: a refused `PUBLISH` (an ACL user without channels, which the
-            // simulator does not model) would count as none received.
-            pubsub::publish(m, ex, &channel, &message) > 0
-        } {
-            set_px(m, ex, r, &cat(RESERVED, &id), claim, 15)?;
+        } else if me == Some(&id[..]) || rang(m, ex, &id, tag, r) {
+            set_px(m, ex, r, &cat(RESERVED, &id), claim, 16)?;
             // `claim * 16`: Lua turns the argument into a number.
             let marker_ms = fmt_g17(number(claim)? * 16.0);
-            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 16)?;
+            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 17)?;
+            // The second in line is told when the reservation may lapse (`+ <resource>`).
+            if me != Some(&id[..]) {
+                if let Some((next, _)) = two.next().filter(|(n, _)| me != Some(&n[..])) {
+                    rang(m, ex, &next, b"+", r);
+                }
+            }
             return Ok(Some(id));
         } else {
-            zrem(m, ex, q, &id, 19)?;
+            zrem(m, ex, q, &id, 21)?;
         }
     }
     Ok(None)

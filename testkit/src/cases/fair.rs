@@ -113,6 +113,17 @@ where
         "{bells} bells for 4 hand-offs on {} masters",
         addrs.len()
     );
+    // And one notice per master to the second in line (`NodeStats::lapse_notices`), for the
+    // three hand-offs that had one: counted apart, never a wake-up unless a head lapses.
+    let notices: u64 = waiters
+        .iter()
+        .flat_map(|w| w.stats().nodes.into_iter().map(|n| n.lapse_notices))
+        .sum();
+    assert!(
+        notices <= 3 * addrs.len() as u64,
+        "{notices} notices for 3 hand-offs with a second waiter on {} masters",
+        addrs.len()
+    );
     let q = format!("{}{key}", redlock_mux::script::QUEUE_PREFIX);
     assert!(
         line_lengths(&addrs, &key).iter().all(|&n| n == 0),
@@ -279,6 +290,72 @@ where
         holder.unlock(&held).unwrap();
         let lock = waiting.join().unwrap().expect("the waiter gets it");
         client.unlock(&lock).unwrap();
+    });
+}
+
+/// A waiter rung while its path to the masters is silent (a partition, or a paused process:
+/// the server keeps its subscription, so the bell counts as received) never claims, and its
+/// reservation lapses. The waiter behind it was told by the hand-off that it stands second,
+/// and takes the lock about one claim lease after the release: not at its own timer, eight
+/// claim leases (4 s here). At least one lease: the reservation for the cut-off waiter held
+/// it that long (else the test did not make the case it names).
+pub fn a_rung_waiter_cut_off_costs_the_next_one_claim_lease<F: Flavor>()
+where
+    F::Client: Sync + Send,
+{
+    use crate::proxy::{in_front, set_all, Fault};
+    let c = LocalCluster::start(3).expect("redis-server");
+    let addrs = c.addrs();
+    let (proxies, via) = in_front(&c, 0..3);
+    let key = resource("fair-cut-off-head");
+    let lease = Duration::from_millis(500);
+    let fair = |nodes: &[String]| {
+        builder(&c)
+            .nodes(nodes)
+            .fair(true)
+            .retry(1000, Duration::from_secs(60))
+            .claim_lease(lease)
+    };
+    let holder = F::build(fair(&addrs)).unwrap();
+    let cut = F::build(fair(&via)).unwrap();
+    let next = F::build(fair(&addrs)).unwrap();
+    let held = holder.lock(&key, Duration::from_secs(120)).unwrap();
+    std::thread::scope(|s| {
+        let first = s.spawn(|| cut.lock_within(&key, TTL, Duration::from_secs(30)));
+        wait_until(
+            Duration::from_secs(20),
+            "the first waiter is in line",
+            || line_lengths(&addrs, &key).iter().all(|&n| n == 1),
+        );
+        let second = s.spawn(|| {
+            let l = next.lock_within(&key, TTL, Duration::from_secs(60));
+            (Instant::now(), l)
+        });
+        wait_until(
+            Duration::from_secs(20),
+            "the second waiter is in line",
+            || line_lengths(&addrs, &key).iter().all(|&n| n == 2),
+        );
+        set_all(&proxies, Fault::Blackhole);
+        let released = Instant::now();
+        holder.unlock(&held).unwrap();
+        let (at, lock) = second.join().unwrap();
+        let lock = lock.expect("the second waiter gets it");
+        let waited = at - released;
+        assert!(
+            waited >= lease,
+            "granted {waited:?} after the release: the first waiter was not rung"
+        );
+        assert!(
+            waited < lease * 3,
+            "granted {waited:?} after the release (claim lease {lease:?}, timer {:?})",
+            lease * 8
+        );
+        next.unlock(&lock).unwrap();
+        set_all(&proxies, Fault::Pass);
+        if let Ok(l) = first.join().unwrap() {
+            cut.unlock(&l).unwrap();
+        }
     });
 }
 

@@ -46,6 +46,7 @@ macro_rules! for_each_case {
             a_reserved_resource_is_not_taken_by_a_newcomer,
             a_fair_waiter_whose_holder_vanished_takes_the_lock_when_its_ttl_runs_out,
             a_failed_try_keeps_its_clients_place_in_line,
+            a_rung_waiter_cut_off_costs_the_next_one_claim_lease,
             inspect_line_shows_each_masters_line_in_order,
             fair_waiters_line_up_through_functions,
             a_fair_client_whose_user_may_run_no_script_locks_as_without_fair_mode,

@@ -182,9 +182,10 @@ impl Client {
         let jitter = op::WAKE_JITTER.as_nanos() as u64;
         let delay = self.cfg.retry_delay().as_nanos() as u64;
         // Fair mode: between tries the wait script's round, the ticket's move and a wait of up
-        // to `FAIR_WAIT_LEASES` claim leases; at the end, the leave script's round.
+        // to `FAIR_WAIT_LEASES` claim leases, within which a lapse may read the line again (a
+        // wait round and a ticket's move, once per wait); at the end, the leave script's round.
         let (gap, leave) = match self.cfg.fair() {
-            Some(f) => (2 * nt + super::fair_wait(f).max(delay) + jitter, nt),
+            Some(f) => (4 * nt + super::fair_wait(f).max(delay) + jitter, nt),
             None => (nt + delay + jitter, 0),
         };
         let bound = u64::from(tries) * 3 * nt + u64::from(tries.saturating_sub(1)) * gap + leave;
@@ -203,8 +204,9 @@ impl Client {
         retry: Retry,
         max_wait: Duration,
     ) {
-        // Fair mode: the ticket's move after the last wait, and the leave script's round.
-        let rounds = if self.cfg.fair().is_some() { 6 } else { 4 };
+        // Fair mode: the ticket's move after the last wait, a lapse's second read of the line
+        // and its ticket's move, and the leave script's round.
+        let rounds = if self.cfg.fair().is_some() { 8 } else { 4 };
         let bound =
             max_wait.as_nanos() as u64 + rounds * self.nt() + op::WAKE_JITTER.as_nanos() as u64;
         let waiter = Waiter::Until(self.after(sim, max_wait.as_nanos() as u64));

@@ -1,0 +1,83 @@
+//! Fair mode: a lapsed reservation. A hand-off reserves the resource for the head of the line
+//! and rings it; if that waiter never claims (paused, cut off, or rung for a resource it no
+//! longer waits for), nothing rings anyone when the reservation lapses. So the hand-off also
+//! tells the second in line (`+ <resource>` on its bell, [`Invalidated::Next`]), and the
+//! second's engine wakes its waiter once the reservation may have lapsed: the waiter reads the
+//! line again (the wait script), which finds the resource free and, the lapsed head being the
+//! one rung last, takes that head out and hands the resource to the caller. The cost to the
+//! others of a head that does not claim is then one claim lease (and a round trip), not the
+//! waiters' timer of `FAIR_WAIT_LEASES` claim leases.
+//!
+//! [`Invalidated::Next`]: crate::conn::Invalidated::Next
+
+use std::time::Instant;
+
+use super::watch::{is_line_of, Wake};
+use super::Engine;
+
+/// Resources whose lapse this client waits for at once, at most (past it, the oldest is
+/// forgotten: its waiter wakes on its own timer).
+const MAX_LAPSES: usize = 256;
+
+/// A hand-off reserved `key` for the waiter ahead of this client: when to look again.
+#[derive(Debug)]
+pub(crate) struct Lapse {
+    key: bytes::Bytes,
+    /// When the first master told (the masters of one hand-off tell within a claim lease).
+    first: Instant,
+    /// When the last reservation told of may have lapsed: a claim lease and the drift
+    /// allowance after the latest notice.
+    due: Instant,
+}
+
+impl<U> Engine<U> {
+    /// A master told this client, at `now`, that it stands second in `key`'s line behind a
+    /// waiter a hand-off reserved the resource for.
+    pub(super) fn next_in_line(&mut self, key: bytes::Bytes, now: Instant) {
+        let lease = self.claim_lease();
+        if lease.is_zero() {
+            return;
+        }
+        let due = crate::time::later(now, lease.saturating_add(self.lapse_margin));
+        match self.lapses.iter_mut().find(|l| l.key == key) {
+            // Another master's notice of the same hand-off: the latest reservation counts.
+            Some(l) if now.saturating_duration_since(l.first) < lease => l.due = l.due.max(due),
+            Some(l) => {
+                l.first = now;
+                l.due = due;
+            }
+            None => {
+                if self.lapses.len() >= MAX_LAPSES {
+                    self.lapses.remove(0);
+                }
+                self.lapses.push(Lapse {
+                    key,
+                    first: now,
+                    due,
+                });
+            }
+        }
+    }
+
+    /// A bell rang this client for `key`: it heads the line now, and its claim follows.
+    pub(super) fn rung_first(&mut self, key: &[u8]) {
+        if !self.lapses.is_empty() {
+            self.lapses.retain(|l| l.key.as_ref() != key);
+        }
+    }
+
+    /// When the next lapse is due, if any.
+    pub(super) fn lapses_due(&self) -> Option<Instant> {
+        self.lapses.iter().map(|l| l.due).min()
+    }
+
+    /// Wakes the waiters in the lines whose lapse is due at `now` ([`Wake::Lapse`]), and
+    /// forgets those lapses (a waiter not waiting then has nothing to look at: its own next
+    /// read of the line tells it the same).
+    pub(super) fn fire_due_lapses(&mut self, now: Instant) {
+        while let Some(i) = self.lapses.iter().position(|l| l.due <= now) {
+            let lapse = self.lapses.swap_remove(i);
+            self.wake_watches(|k| is_line_of(k, &lapse.key), Wake::Lapse);
+        }
+    }
+}
