@@ -42,6 +42,11 @@ impl Reply {
         Reply::Bulk(Bytes::copy_from_slice(s.as_ref()))
     }
 
+    /// A bulk string of static text (lent, not copied).
+    pub(crate) fn text(s: &'static str) -> Reply {
+        Reply::Bulk(Bytes::from_static(s.as_bytes()))
+    }
+
     /// The frame this reply is in the protocol `resp3` or RESP2 (what [`encode`](Reply::encode)
     /// writes, held to it by a test).
     #[cfg(test)]

@@ -11,7 +11,7 @@ use super::reply::Reply;
 use super::strings::{self, parse_i64, NOT_AN_INTEGER};
 use super::Master;
 use crate::profile::ScriptName;
-use crate::scripts::{by_digest, digest, parse_library, Function, Script};
+use crate::scripts::{by_digest, digest_of, parse_library, Function, Script};
 
 /// A loaded function library: its functions, by name, with the script each runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,9 +48,8 @@ pub(crate) fn eval<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) ->
         Ok(ka) => ka,
         Err(r) => return r,
     };
-    let sha = digest(args[1]);
-    let script = by_digest(&sha);
-    m.scripts.insert(sha.clone(), script);
+    let sha = digest_of(args[1]);
+    let script = cache(m, &sha);
     run(m, ex, script, ScriptName::Eval(&sha), keys, argv)
 }
 
@@ -117,9 +116,12 @@ pub(crate) fn fcall<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -
 pub(crate) fn script(m: &mut Master, sub: &str, args: &[&[u8]]) -> Reply {
     match sub {
         "load" => {
-            let sha = digest(args[2]);
-            m.scripts.insert(sha.clone(), by_digest(&sha));
-            Reply::bulk(sha)
+            let sha = digest_of(args[2]);
+            cache(m, &sha);
+            match sha {
+                std::borrow::Cow::Borrowed(sha) => Reply::text(sha),
+                std::borrow::Cow::Owned(sha) => Reply::bulk(sha),
+            }
         }
         _ => {
             if !flush_mode_ok(args) {
@@ -127,6 +129,19 @@ pub(crate) fn script(m: &mut Master, sub: &str, args: &[&[u8]]) -> Reply {
             }
             m.scripts.clear();
             Reply::OK
+        }
+    }
+}
+
+/// Puts the script of digest `sha` in the cache (once: the digest always names the same
+/// script) and returns it.
+fn cache(m: &mut Master, sha: &str) -> Option<Script> {
+    match m.scripts.get(sha) {
+        Some(script) => *script,
+        None => {
+            let script = by_digest(sha);
+            m.scripts.insert(sha.to_owned(), script);
+            script
         }
     }
 }
