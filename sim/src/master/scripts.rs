@@ -83,20 +83,23 @@ pub(crate) fn evalsha<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]])
 }
 
 pub(crate) fn fcall<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -> Reply {
-    let name = String::from_utf8_lossy(args[1]).into_owned();
     let found = m.libraries.values().find_map(|lib| {
         lib.functions
             .iter()
-            .find(|f| f.name.eq_ignore_ascii_case(&name))
-            .cloned()
+            .find(|f| f.name.as_bytes().eq_ignore_ascii_case(args[1]))
     });
-    let Some(Function {
-        name: fname,
+    let Some(&Function {
+        ref name,
         script,
         lines,
     }) = found
     else {
         return Reply::err("ERR Function not found");
+    };
+    // The function's name as registered, for its errors: the one called, mostly.
+    let fname: std::borrow::Cow<'_, str> = match std::str::from_utf8(args[1]) {
+        Ok(called) if called == name => std::borrow::Cow::Borrowed(called),
+        _ => std::borrow::Cow::Owned(name.clone()),
     };
     let (keys, argv) = match keys_and_args(args, "ERR Bad number of keys provided") {
         Ok(ka) => ka,

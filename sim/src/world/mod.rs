@@ -374,6 +374,22 @@ impl Sim {
     }
 
     pub(crate) fn names_of(&self, res: &[u32], fenced: bool) -> Names {
+        // The written names of a few resources, the usual case, on the stack.
+        let mut few = [""; 4];
+        let lent = res.len() <= few.len()
+            && res
+                .iter()
+                .zip(few.iter_mut())
+                .all(|(r, f)| match self.resource_name(*r, fenced) {
+                    std::borrow::Cow::Borrowed(name) => {
+                        *f = name;
+                        true
+                    }
+                    std::borrow::Cow::Owned(_) => false,
+                });
+        if lent {
+            return redlock_core::lock::names(&few[..res.len()]).unwrap_or_default();
+        }
         let names: Vec<_> = res.iter().map(|r| self.resource_name(*r, fenced)).collect();
         let refs: Vec<&str> = names.iter().map(|n| &**n).collect();
         redlock_core::lock::names(&refs).unwrap_or_default()

@@ -162,15 +162,12 @@ impl Client {
         }
         // Firings of watches no task holds any more (taken back) are dropped; those of
         // watches still held wait for their task's wait.
-        let held: Vec<u64> = self
-            .tasks
-            .iter()
-            .filter_map(|t| match &t.state {
-                State::Run(r) => r.watch,
-                _ => None,
-            })
-            .collect();
-        self.fired.retain(|(id, _)| held.contains(id));
+        let tasks = &self.tasks;
+        self.fired.retain(|(id, _)| {
+            tasks
+                .iter()
+                .any(|t| matches!(&t.state, State::Run(r) if r.watch == Some(*id)))
+        });
         any
     }
 }
