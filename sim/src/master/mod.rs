@@ -102,13 +102,57 @@ impl Master {
     /// command among what has arrived is run, in order. `false` if the connection is closed
     /// or unknown (the bytes are dropped, as a closed socket's would be).
     pub fn feed(&mut self, conn: ConnId, bytes: &[u8], now_ms: u64) -> bool {
-        match self.conns.get_mut(&conn) {
-            Some(c) if !c.closed => c.inb.extend_from_slice(bytes),
+        match self.conns.get(&conn) {
+            Some(c) if !c.closed => {}
             _ => return false,
+        }
+        let mut ranges = std::mem::take(&mut self.ranges);
+        // Mostly nothing waits in the connection's input and the bytes begin with whole
+        // commands: those are run where they lie, as `next_command` would read them there,
+        // and only what follows them goes to the input.
+        let mut at = 0;
+        let mut need = None;
+        while at < bytes.len() {
+            match self.conns.get(&conn) {
+                Some(c) if !c.closed && !c.decoding && c.inb.is_empty() => {}
+                _ => break,
+            }
+            match multibulk(&bytes[at..], &mut ranges) {
+                Multibulk::Whole { end, count } => {
+                    if count > 0 {
+                        self.execute(conn, &bytes[at..at + end], &ranges, now_ms);
+                    }
+                    at += end;
+                }
+                Multibulk::Partial(n) if bytes.len() - at <= MAX_QUERY => {
+                    need = Some(n);
+                    break;
+                }
+                Multibulk::Partial(_) | Multibulk::Other => break,
+            }
+        }
+        match self.conns.get_mut(&conn) {
+            // (A command closed it: the rest is dropped, as a closed connection's input is.)
+            Some(c) if !c.closed => {
+                if at == bytes.len() {
+                    self.ranges = ranges;
+                    return true;
+                }
+                c.inb.extend_from_slice(&bytes[at..]);
+                if let Some(n) = need {
+                    // A command short of its end, read as `next_command` reads it.
+                    c.need = n;
+                    self.ranges = ranges;
+                    return true;
+                }
+            }
+            _ => {
+                self.ranges = ranges;
+                return true;
+            }
         }
         // One buffer for every command's bytes, kept between calls.
         let mut frame = std::mem::take(&mut self.frame);
-        let mut ranges = std::mem::take(&mut self.ranges);
         while self.next_command(conn, &mut frame, &mut ranges) {
             self.execute(conn, &frame, &ranges, now_ms);
         }
