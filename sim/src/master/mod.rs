@@ -194,6 +194,28 @@ impl Master {
         }
     }
 
+    /// The bytes the master has written on `conn` since the last look, lent, and whether it
+    /// has closed `conn` (as [`is_closed`](Master::is_closed)); [`clear_output`] then
+    /// forgets them (the two do what [`drain_output`](Master::drain_output) does, without a
+    /// copy for the caller).
+    ///
+    /// [`clear_output`]: Master::clear_output
+    #[inline]
+    pub fn output(&self, conn: ConnId) -> (&[u8], bool) {
+        match self.conns.get(&conn) {
+            Some(c) => (&c.out, c.closed),
+            None => (&[], true),
+        }
+    }
+
+    /// Forgets what `conn` has written (see [`output`](Master::output)).
+    #[inline]
+    pub fn clear_output(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.out.clear();
+        }
+    }
+
     /// Whether the master has closed `conn` (or never had it, or crashed since): once its
     /// output is taken, the client sees the connection end.
     pub fn is_closed(&self, conn: ConnId) -> bool {
