@@ -5,6 +5,9 @@ use bytes::Bytes;
 use resp::Frame;
 use resp::IntBuf;
 
+/// The longest bulk string a [`Reply::Short`] holds.
+pub(crate) const SHORT: usize = 30;
+
 /// One reply, before it is written in RESP2 or RESP3.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Reply {
@@ -16,6 +19,9 @@ pub(crate) enum Reply {
     Int(i64),
     /// `$n ...`.
     Bulk(Bytes),
+    /// `$n ...` of at most [`SHORT`] bytes, held in place (a `PING`'s message: no
+    /// allocation); the first `.1` bytes of `.0`.
+    Short([u8; SHORT], u8),
     /// RESP2 `$-1`, RESP3 `_`.
     Null,
     /// A RESP3 double (`,1`); in RESP2 the bulk string of `%.17g` (a sorted set's score).
@@ -37,9 +43,15 @@ impl Reply {
         Reply::Error(msg.into())
     }
 
-    /// A bulk string of `s`.
+    /// A bulk string of `s` (held in place when short).
     pub(crate) fn bulk(s: impl AsRef<[u8]>) -> Reply {
-        Reply::Bulk(Bytes::copy_from_slice(s.as_ref()))
+        let s = s.as_ref();
+        if s.len() <= SHORT {
+            let mut b = [0; SHORT];
+            b[..s.len()].copy_from_slice(s);
+            return Reply::Short(b, s.len() as u8);
+        }
+        Reply::Bulk(Bytes::copy_from_slice(s))
     }
 
     /// A bulk string of static text (lent, not copied).
@@ -56,6 +68,7 @@ impl Reply {
             Reply::Error(m) => Frame::Error(Bytes::from(m.replace(['\r', '\n'], " "))),
             Reply::Int(n) => Frame::Integer(*n),
             Reply::Bulk(b) => Frame::Bulk(b.clone()),
+            Reply::Short(b, n) => Frame::Bulk(Bytes::copy_from_slice(&b[..usize::from(*n)])),
             Reply::Null if resp3 => Frame::Null,
             Reply::Null => Frame::NullBulk,
             Reply::Double(d) if resp3 => Frame::Double(*d),
@@ -103,6 +116,7 @@ impl Reply {
             }
             Reply::Int(n) => header(out, b':', *n),
             Reply::Bulk(b) => bulk(out, b),
+            Reply::Short(b, n) => bulk(out, &b[..usize::from(*n)]),
             Reply::Null if resp3 => out.extend_from_slice(b"_\r\n"),
             Reply::Null => out.extend_from_slice(b"$-1\r\n"),
             Reply::Double(d) if resp3 => {
