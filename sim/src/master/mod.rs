@@ -51,7 +51,7 @@ pub struct Master {
     keys: Keyspace,
     /// The script cache: digest to the script it runs (`None`: a text this simulation does
     /// not model, cached all the same).
-    scripts: BTreeMap<String, Option<crate::scripts::Script>>,
+    scripts: BTreeMap<Box<[u8]>, Option<crate::scripts::Script>>,
     /// Function libraries by name.
     libraries: BTreeMap<String, Library>,
     tracked: Tracked,

@@ -50,7 +50,7 @@ pub(crate) fn eval<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) ->
     };
     let sha = digest_of(args[1]);
     let script = cache(m, &sha);
-    run(m, ex, script, ScriptName::Eval(&sha), keys, argv)
+    run(m, ex, script, ScriptName::Eval(sha.as_bytes()), keys, argv)
 }
 
 pub(crate) fn evalsha<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -> Reply {
@@ -59,18 +59,18 @@ pub(crate) fn evalsha<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]])
         Err(r) => return r,
     };
     // A digest is looked up as written in lowercase, without a copy when it has a digest's
-    // length (the usual case).
+    // length (the usual case), and as bytes (the cache's keys are).
     let mut buf: [u8; 40];
     let lowered;
-    let sha: &str = match <[u8; 40]>::try_from(args[1]) {
+    let sha: &[u8] = match <[u8; 40]>::try_from(args[1]) {
         Ok(raw) => {
             buf = raw;
             buf.make_ascii_lowercase();
-            std::str::from_utf8(&buf).unwrap_or("")
+            &buf
         }
         Err(_) => {
             lowered = String::from_utf8_lossy(args[1]).to_ascii_lowercase();
-            &lowered
+            lowered.as_bytes()
         }
     };
     match m.scripts.get(sha) {
@@ -139,11 +139,11 @@ pub(crate) fn script(m: &mut Master, sub: &str, args: &[&[u8]]) -> Reply {
 /// Puts the script of digest `sha` in the cache (once: the digest always names the same
 /// script) and returns it.
 fn cache(m: &mut Master, sha: &str) -> Option<Script> {
-    match m.scripts.get(sha) {
+    match m.scripts.get(sha.as_bytes()) {
         Some(script) => *script,
         None => {
             let script = by_digest(sha);
-            m.scripts.insert(sha.to_owned(), script);
+            m.scripts.insert(sha.as_bytes().into(), script);
             script
         }
     }
