@@ -415,25 +415,29 @@ enum Multibulk {
 /// front of `b`, within the request limits, in one pass: where each argument lies goes to
 /// `ranges` (cleared first; nothing is allocated once it has grown to a command's size).
 fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
-    // A decimal count ending in CRLF at `at`: the number and where the next line starts.
+    // A decimal count of at most ten digits ending in CRLF at `at`: the number and where the
+    // next line starts.
     #[inline(always)]
     fn number(b: &[u8], at: usize) -> Result<(usize, usize), Multibulk> {
-        let rest = b.get(at..).unwrap_or_default();
         let mut n: usize = 0;
-        for (j, &d) in rest.iter().enumerate() {
-            match d {
-                b'0'..=b'9' if j < 10 => n = n * 10 + usize::from(d - b'0'),
-                b'\r' if j > 0 => {
-                    return match rest.get(j + 1) {
+        let mut i = at;
+        loop {
+            match b.get(i) {
+                Some(&d @ b'0'..=b'9') if i - at < 10 => {
+                    n = n * 10 + usize::from(d - b'0');
+                    i += 1;
+                }
+                Some(b'\r') if i > at => {
+                    return match b.get(i + 1) {
                         None => Err(Multibulk::Partial(b.len() + 1)),
-                        Some(b'\n') => Ok((n, at + j + 2)),
+                        Some(b'\n') => Ok((n, i + 2)),
                         Some(_) => Err(Multibulk::Other),
                     };
                 }
-                _ => return Err(Multibulk::Other),
+                None => return Err(Multibulk::Partial(b.len() + 1)),
+                Some(_) => return Err(Multibulk::Other),
             }
         }
-        Err(Multibulk::Partial(b.len() + 1))
     }
     ranges.clear();
     let mut parse = || -> Result<Multibulk, Multibulk> {
@@ -446,6 +450,7 @@ fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
         if n > conn::MAX_ARGS {
             return Err(Multibulk::Other);
         }
+        ranges.reserve(n);
         for _ in 0..n {
             match b.get(at) {
                 None => return Err(Multibulk::Partial(b.len() + 1)),
@@ -457,11 +462,11 @@ fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
                 return Err(Multibulk::Other);
             }
             let end = start + len;
-            match (b.get(end), b.get(end + 1)) {
-                (Some(b'\r'), Some(b'\n')) => {}
+            match b.get(end..end + 2) {
+                Some(b"\r\n") => {}
                 // The argument's own bytes are not looked at: its end decides.
-                (None, _) => return Err(Multibulk::Partial(end + 1)),
-                (Some(b'\r'), None) => return Err(Multibulk::Partial(b.len() + 1)),
+                None if b.len() <= end => return Err(Multibulk::Partial(end + 1)),
+                None if b[end] == b'\r' => return Err(Multibulk::Partial(b.len() + 1)),
                 _ => return Err(Multibulk::Other),
             }
             ranges.push((start, end));
