@@ -158,6 +158,15 @@ fn count(n: usize) -> i64 {
 
 /// A type byte, a number and CRLF.
 fn header(out: &mut Vec<u8>, ty: u8, n: i64) {
+    // The usual numbers (a script's answer, a short string's length) written at once.
+    if let Ok(d @ 0..=9) = u8::try_from(n) {
+        out.extend_from_slice(&[ty, b'0' + d, b'\r', b'\n']);
+        return;
+    }
+    if let Ok(d @ 10..=99) = u8::try_from(n) {
+        out.extend_from_slice(&[ty, b'0' + d / 10, b'0' + d % 10, b'\r', b'\n']);
+        return;
+    }
     let mut ib = IntBuf::new();
     out.push(ty);
     out.extend_from_slice(ib.format(n));
