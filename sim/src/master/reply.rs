@@ -97,6 +97,8 @@ impl Reply {
     /// [`to_frame`](Reply::to_frame)'s frame encodes to, written straight into `out`.
     pub(crate) fn encode(&self, resp3: bool, out: &mut Vec<u8>) {
         match self {
+            // The commonest reply, in one piece.
+            Reply::Simple("OK") => out.extend_from_slice(b"+OK\r\n"),
             Reply::Simple(s) => {
                 out.push(b'+');
                 out.extend_from_slice(s.as_bytes());
