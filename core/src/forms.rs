@@ -266,7 +266,9 @@ fn args(encoded: &[u8]) -> Option<Vec<bytes::Bytes>> {
 /// The digest of an encoded `EVALSHA <sha> ...`, and what follows it, without decoding.
 fn digest(evalsha: &[u8]) -> Option<(&[u8], &[u8])> {
     const HEAD: &[u8] = b"$7\r\nEVALSHA\r\n$40\r\n";
-    let count_end = evalsha.windows(2).position(|w| w == b"\r\n")?;
+    // The end of the count's line: its first CRLF.
+    let count_end =
+        (1..evalsha.len()).find(|&i| evalsha[i] == b'\n' && evalsha[i - 1] == b'\r')? - 1;
     let rest = evalsha.get(count_end + 2..)?.strip_prefix(HEAD)?;
     Some((rest.get(..40)?, rest.get(42..)?))
 }
@@ -288,10 +290,13 @@ pub fn alt_of(evalsha: &[u8]) -> Alt {
     let Some((sha, after)) = digest(evalsha) else {
         return Alt::None;
     };
-    if (sha == script::RELEASE_SHA1.as_bytes() || sha == script::EXTEND_SHA1.as_bytes())
-        && after.starts_with(b"$1\r\n1\r\n")
-    {
-        return Alt::Native;
+    // The key count first (a few bytes of known length), the digest then.
+    if after.starts_with(b"$1\r\n1\r\n") {
+        return if sha == script::RELEASE_SHA1.as_bytes() || sha == script::EXTEND_SHA1.as_bytes() {
+            Alt::Native
+        } else {
+            Alt::None
+        };
     }
     if !after.starts_with(b"$1\r\n2\r\n") {
         return Alt::None;

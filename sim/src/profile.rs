@@ -156,16 +156,22 @@ impl Server {
     /// returns when a `redis.call` at `line` of its body failed with `msg` (`ERR ...`).
     pub(crate) fn script_error(self, msg: &str, by: &ScriptName<'_>, line: u32) -> String {
         match (self, by) {
-            (Server::Redis62, ScriptName::Eval(sha)) => format!(
-                "ERR Error running script (call to f_{sha}): @user_script:{line}: @user_script: {line}: {msg}"
-            ),
+            (Server::Redis62, ScriptName::Eval(sha)) => {
+                let sha = String::from_utf8_lossy(sha);
+                format!(
+                    "ERR Error running script (call to f_{sha}): @user_script:{line}: @user_script: {line}: {msg}"
+                )
+            }
             (Server::Valkey91, ScriptName::Eval(_)) => {
                 format!("{msg} script: on @user_script:{line}.")
             }
             (Server::Valkey91, ScriptName::Function(_, lines)) => {
                 format!("{msg} script: on @user_function:{}.", lines.of(line))
             }
-            (_, ScriptName::Eval(sha)) => format!("{msg} script: {sha}, on @user_script:{line}."),
+            (_, ScriptName::Eval(sha)) => {
+                let sha = String::from_utf8_lossy(sha);
+                format!("{msg} script: {sha}, on @user_script:{line}.")
+            }
             (_, ScriptName::Function(f, lines)) => {
                 format!("{msg} script: {f}, on @user_function:{}.", lines.of(line))
             }
@@ -176,8 +182,8 @@ impl Server {
 /// How a running script is named in its errors.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum ScriptName<'a> {
-    /// Run by `EVAL` or `EVALSHA`: its digest.
-    Eval(&'a str),
+    /// Run by `EVAL` or `EVALSHA`: its digest (lowercase hex, as cached).
+    Eval(&'a [u8]),
     /// Run by `FCALL`: the function's name, and where its lines are in its library (errors
     /// name the library's line).
     Function(&'a str, crate::scripts::Lines),

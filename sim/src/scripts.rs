@@ -80,6 +80,11 @@ pub fn by_text(text: &[u8]) -> Option<Script> {
 /// every new connection, are recognised by comparing bytes and given the digest the core
 /// states for them (its tests hold each to the text); any other text is hashed.
 pub fn digest(text: &[u8]) -> String {
+    digest_of(text).into_owned()
+}
+
+/// [`digest`], lent where it is one of the core's own (no string made for it).
+pub fn digest_of(text: &[u8]) -> std::borrow::Cow<'static, str> {
     use redlock_core::script as core;
     let known = [
         (core::ACQUIRE, core::ACQUIRE_SHA1),
@@ -93,8 +98,8 @@ pub fn digest(text: &[u8]) -> String {
         (core::ENTER, core::ENTER_SHA1),
     ];
     match known.iter().find(|(t, _)| t.as_bytes() == text) {
-        Some((_, sha)) => (*sha).to_string(),
-        None => sha1_hex(text),
+        Some((_, sha)) => std::borrow::Cow::Borrowed(sha),
+        None => std::borrow::Cow::Owned(sha1_hex(text)),
     }
 }
 

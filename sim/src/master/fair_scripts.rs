@@ -93,11 +93,39 @@ fn arg<'a>(argv: Args<'a>, i: usize) -> Result<&'a [u8], Stop> {
     argv.get(i - 1).copied().ok_or(Stop::Unsimulated)
 }
 
-fn cat(a: &[u8], b: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(a.len() + b.len());
+fn cat(a: &[u8], b: &[u8]) -> Cat {
+    let n = a.len() + b.len();
+    if n <= SHORT_KEY {
+        let mut k = [0; SHORT_KEY];
+        k[..a.len()].copy_from_slice(a);
+        k[a.len()..n].copy_from_slice(b);
+        return Cat::Short(k, n);
+    }
+    let mut v = Vec::with_capacity(n);
     v.extend_from_slice(a);
     v.extend_from_slice(b);
-    v
+    Cat::Long(v)
+}
+
+/// The longest key [`cat`] makes on the stack.
+const SHORT_KEY: usize = 64;
+
+/// Two byte strings end to end ([`cat`]): on the stack when short (the keys and messages the
+/// scripts make mostly are), else on the heap.
+enum Cat {
+    Short([u8; SHORT_KEY], usize),
+    Long(Vec<u8>),
+}
+
+impl std::ops::Deref for Cat {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Cat::Short(k, n) => &k[..*n],
+            Cat::Long(v) => v,
+        }
+    }
 }
 
 fn call<T>(r: Result<T, String>, line: u32) -> Result<T, Stop> {

@@ -51,7 +51,7 @@ pub struct Master {
     keys: Keyspace,
     /// The script cache: digest to the script it runs (`None`: a text this simulation does
     /// not model, cached all the same).
-    scripts: BTreeMap<String, Option<crate::scripts::Script>>,
+    scripts: BTreeMap<Box<[u8]>, Option<crate::scripts::Script>>,
     /// Function libraries by name.
     libraries: BTreeMap<String, Library>,
     tracked: Tracked,
@@ -102,13 +102,57 @@ impl Master {
     /// command among what has arrived is run, in order. `false` if the connection is closed
     /// or unknown (the bytes are dropped, as a closed socket's would be).
     pub fn feed(&mut self, conn: ConnId, bytes: &[u8], now_ms: u64) -> bool {
-        match self.conns.get_mut(&conn) {
-            Some(c) if !c.closed => c.inb.extend_from_slice(bytes),
+        match self.conns.get(&conn) {
+            Some(c) if !c.closed => {}
             _ => return false,
+        }
+        let mut ranges = std::mem::take(&mut self.ranges);
+        // Mostly nothing waits in the connection's input and the bytes begin with whole
+        // commands: those are run where they lie, as `next_command` would read them there,
+        // and only what follows them goes to the input.
+        let mut at = 0;
+        let mut need = None;
+        while at < bytes.len() {
+            match self.conns.get(&conn) {
+                Some(c) if !c.closed && !c.decoding && c.inb.is_empty() => {}
+                _ => break,
+            }
+            match multibulk(&bytes[at..], &mut ranges) {
+                Multibulk::Whole { end, count } => {
+                    if count > 0 {
+                        self.execute(conn, &bytes[at..at + end], &ranges, now_ms);
+                    }
+                    at += end;
+                }
+                Multibulk::Partial(n) if bytes.len() - at <= MAX_QUERY => {
+                    need = Some(n);
+                    break;
+                }
+                Multibulk::Partial(_) | Multibulk::Other => break,
+            }
+        }
+        match self.conns.get_mut(&conn) {
+            // (A command closed it: the rest is dropped, as a closed connection's input is.)
+            Some(c) if !c.closed => {
+                if at == bytes.len() {
+                    self.ranges = ranges;
+                    return true;
+                }
+                c.inb.extend_from_slice(&bytes[at..]);
+                if let Some(n) = need {
+                    // A command short of its end, read as `next_command` reads it.
+                    c.need = n;
+                    self.ranges = ranges;
+                    return true;
+                }
+            }
+            _ => {
+                self.ranges = ranges;
+                return true;
+            }
         }
         // One buffer for every command's bytes, kept between calls.
         let mut frame = std::mem::take(&mut self.frame);
-        let mut ranges = std::mem::take(&mut self.ranges);
         while self.next_command(conn, &mut frame, &mut ranges) {
             self.execute(conn, &frame, &ranges, now_ms);
         }
@@ -147,6 +191,28 @@ impl Master {
                 c.closed
             }
             None => true,
+        }
+    }
+
+    /// The bytes the master has written on `conn` since the last look, lent, and whether it
+    /// has closed `conn` (as [`is_closed`](Master::is_closed)); [`clear_output`] then
+    /// forgets them (the two do what [`drain_output`](Master::drain_output) does, without a
+    /// copy for the caller).
+    ///
+    /// [`clear_output`]: Master::clear_output
+    #[inline]
+    pub fn output(&self, conn: ConnId) -> (&[u8], bool) {
+        match self.conns.get(&conn) {
+            Some(c) => (&c.out, c.closed),
+            None => (&[], true),
+        }
+    }
+
+    /// Forgets what `conn` has written (see [`output`](Master::output)).
+    #[inline]
+    pub fn clear_output(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.out.clear();
         }
     }
 
@@ -349,25 +415,29 @@ enum Multibulk {
 /// front of `b`, within the request limits, in one pass: where each argument lies goes to
 /// `ranges` (cleared first; nothing is allocated once it has grown to a command's size).
 fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
-    // A decimal count ending in CRLF at `at`: the number and where the next line starts.
+    // A decimal count of at most ten digits ending in CRLF at `at`: the number and where the
+    // next line starts.
     #[inline(always)]
     fn number(b: &[u8], at: usize) -> Result<(usize, usize), Multibulk> {
-        let rest = b.get(at..).unwrap_or_default();
         let mut n: usize = 0;
-        for (j, &d) in rest.iter().enumerate() {
-            match d {
-                b'0'..=b'9' if j < 10 => n = n * 10 + usize::from(d - b'0'),
-                b'\r' if j > 0 => {
-                    return match rest.get(j + 1) {
+        let mut i = at;
+        loop {
+            match b.get(i) {
+                Some(&d @ b'0'..=b'9') if i - at < 10 => {
+                    n = n * 10 + usize::from(d - b'0');
+                    i += 1;
+                }
+                Some(b'\r') if i > at => {
+                    return match b.get(i + 1) {
                         None => Err(Multibulk::Partial(b.len() + 1)),
-                        Some(b'\n') => Ok((n, at + j + 2)),
+                        Some(b'\n') => Ok((n, i + 2)),
                         Some(_) => Err(Multibulk::Other),
                     };
                 }
-                _ => return Err(Multibulk::Other),
+                None => return Err(Multibulk::Partial(b.len() + 1)),
+                Some(_) => return Err(Multibulk::Other),
             }
         }
-        Err(Multibulk::Partial(b.len() + 1))
     }
     ranges.clear();
     let mut parse = || -> Result<Multibulk, Multibulk> {
@@ -380,6 +450,7 @@ fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
         if n > conn::MAX_ARGS {
             return Err(Multibulk::Other);
         }
+        ranges.reserve(n);
         for _ in 0..n {
             match b.get(at) {
                 None => return Err(Multibulk::Partial(b.len() + 1)),
@@ -391,11 +462,11 @@ fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
                 return Err(Multibulk::Other);
             }
             let end = start + len;
-            match (b.get(end), b.get(end + 1)) {
-                (Some(b'\r'), Some(b'\n')) => {}
+            match b.get(end..end + 2) {
+                Some(b"\r\n") => {}
                 // The argument's own bytes are not looked at: its end decides.
-                (None, _) => return Err(Multibulk::Partial(end + 1)),
-                (Some(b'\r'), None) => return Err(Multibulk::Partial(b.len() + 1)),
+                None if b.len() <= end => return Err(Multibulk::Partial(end + 1)),
+                None if b[end] == b'\r' => return Err(Multibulk::Partial(b.len() + 1)),
                 _ => return Err(Multibulk::Other),
             }
             ranges.push((start, end));

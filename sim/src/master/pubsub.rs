@@ -57,7 +57,7 @@ pub(crate) fn subscribe(m: &mut Master, ex: &mut Ex, channels: &[&[u8]]) -> Repl
             conn.channels.push(Bytes::copy_from_slice(ch));
         }
         let count = Reply::Int(i64::try_from(conn.channels.len()).unwrap_or(i64::MAX));
-        let push = Reply::Push(vec![Reply::bulk("subscribe"), Reply::bulk(*ch), count]);
+        let push = Reply::Push(vec![Reply::text("subscribe"), Reply::bulk(*ch), count]);
         // Every confirmation but the last is written here; the last is the command's reply.
         if let Some(earlier) = last.replace(push) {
             earlier.encode(true, &mut conn.out);

@@ -5,6 +5,9 @@ use bytes::Bytes;
 use resp::Frame;
 use resp::IntBuf;
 
+/// The longest bulk string a [`Reply::Short`] holds.
+pub(crate) const SHORT: usize = 30;
+
 /// One reply, before it is written in RESP2 or RESP3.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Reply {
@@ -16,6 +19,9 @@ pub(crate) enum Reply {
     Int(i64),
     /// `$n ...`.
     Bulk(Bytes),
+    /// `$n ...` of at most [`SHORT`] bytes, held in place (a `PING`'s message: no
+    /// allocation); the first `.1` bytes of `.0`.
+    Short([u8; SHORT], u8),
     /// RESP2 `$-1`, RESP3 `_`.
     Null,
     /// A RESP3 double (`,1`); in RESP2 the bulk string of `%.17g` (a sorted set's score).
@@ -37,9 +43,20 @@ impl Reply {
         Reply::Error(msg.into())
     }
 
-    /// A bulk string of `s`.
+    /// A bulk string of `s` (held in place when short).
     pub(crate) fn bulk(s: impl AsRef<[u8]>) -> Reply {
-        Reply::Bulk(Bytes::copy_from_slice(s.as_ref()))
+        let s = s.as_ref();
+        if s.len() <= SHORT {
+            let mut b = [0; SHORT];
+            b[..s.len()].copy_from_slice(s);
+            return Reply::Short(b, s.len() as u8);
+        }
+        Reply::Bulk(Bytes::copy_from_slice(s))
+    }
+
+    /// A bulk string of static text (lent, not copied).
+    pub(crate) fn text(s: &'static str) -> Reply {
+        Reply::Bulk(Bytes::from_static(s.as_bytes()))
     }
 
     /// The frame this reply is in the protocol `resp3` or RESP2 (what [`encode`](Reply::encode)
@@ -51,6 +68,7 @@ impl Reply {
             Reply::Error(m) => Frame::Error(Bytes::from(m.replace(['\r', '\n'], " "))),
             Reply::Int(n) => Frame::Integer(*n),
             Reply::Bulk(b) => Frame::Bulk(b.clone()),
+            Reply::Short(b, n) => Frame::Bulk(Bytes::copy_from_slice(&b[..usize::from(*n)])),
             Reply::Null if resp3 => Frame::Null,
             Reply::Null => Frame::NullBulk,
             Reply::Double(d) if resp3 => Frame::Double(*d),
@@ -79,6 +97,8 @@ impl Reply {
     /// [`to_frame`](Reply::to_frame)'s frame encodes to, written straight into `out`.
     pub(crate) fn encode(&self, resp3: bool, out: &mut Vec<u8>) {
         match self {
+            // The commonest reply, in one piece.
+            Reply::Simple("OK") => out.extend_from_slice(b"+OK\r\n"),
             Reply::Simple(s) => {
                 out.push(b'+');
                 out.extend_from_slice(s.as_bytes());
@@ -98,6 +118,7 @@ impl Reply {
             }
             Reply::Int(n) => header(out, b':', *n),
             Reply::Bulk(b) => bulk(out, b),
+            Reply::Short(b, n) => bulk(out, &b[..usize::from(*n)]),
             Reply::Null if resp3 => out.extend_from_slice(b"_\r\n"),
             Reply::Null => out.extend_from_slice(b"$-1\r\n"),
             Reply::Double(d) if resp3 => {
@@ -139,6 +160,15 @@ fn count(n: usize) -> i64 {
 
 /// A type byte, a number and CRLF.
 fn header(out: &mut Vec<u8>, ty: u8, n: i64) {
+    // The usual numbers (a script's answer, a short string's length) written at once.
+    if let Ok(d @ 0..=9) = u8::try_from(n) {
+        out.extend_from_slice(&[ty, b'0' + d, b'\r', b'\n']);
+        return;
+    }
+    if let Ok(d @ 10..=99) = u8::try_from(n) {
+        out.extend_from_slice(&[ty, b'0' + d / 10, b'0' + d % 10, b'\r', b'\n']);
+        return;
+    }
     let mut ib = IntBuf::new();
     out.push(ty);
     out.extend_from_slice(ib.format(n));

@@ -11,7 +11,7 @@ use super::reply::Reply;
 use super::strings::{self, parse_i64, NOT_AN_INTEGER};
 use super::Master;
 use crate::profile::ScriptName;
-use crate::scripts::{by_digest, digest, parse_library, Function, Script};
+use crate::scripts::{by_digest, digest_of, parse_library, Function, Script};
 
 /// A loaded function library: its functions, by name, with the script each runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,10 +48,9 @@ pub(crate) fn eval<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) ->
         Ok(ka) => ka,
         Err(r) => return r,
     };
-    let sha = digest(args[1]);
-    let script = by_digest(&sha);
-    m.scripts.insert(sha.clone(), script);
-    run(m, ex, script, ScriptName::Eval(&sha), keys, argv)
+    let sha = digest_of(args[1]);
+    let script = cache(m, &sha);
+    run(m, ex, script, ScriptName::Eval(sha.as_bytes()), keys, argv)
 }
 
 pub(crate) fn evalsha<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -> Reply {
@@ -60,18 +59,18 @@ pub(crate) fn evalsha<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]])
         Err(r) => return r,
     };
     // A digest is looked up as written in lowercase, without a copy when it has a digest's
-    // length (the usual case).
+    // length (the usual case), and as bytes (the cache's keys are).
     let mut buf: [u8; 40];
     let lowered;
-    let sha: &str = match <[u8; 40]>::try_from(args[1]) {
+    let sha: &[u8] = match <[u8; 40]>::try_from(args[1]) {
         Ok(raw) => {
             buf = raw;
             buf.make_ascii_lowercase();
-            std::str::from_utf8(&buf).unwrap_or("")
+            &buf
         }
         Err(_) => {
             lowered = String::from_utf8_lossy(args[1]).to_ascii_lowercase();
-            &lowered
+            lowered.as_bytes()
         }
     };
     match m.scripts.get(sha) {
@@ -84,20 +83,23 @@ pub(crate) fn evalsha<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]])
 }
 
 pub(crate) fn fcall<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -> Reply {
-    let name = String::from_utf8_lossy(args[1]).into_owned();
     let found = m.libraries.values().find_map(|lib| {
         lib.functions
             .iter()
-            .find(|f| f.name.eq_ignore_ascii_case(&name))
-            .cloned()
+            .find(|f| f.name.as_bytes().eq_ignore_ascii_case(args[1]))
     });
-    let Some(Function {
-        name: fname,
+    let Some(&Function {
+        ref name,
         script,
         lines,
     }) = found
     else {
         return Reply::err("ERR Function not found");
+    };
+    // The function's name as registered, for its errors: the one called, mostly.
+    let fname: std::borrow::Cow<'_, str> = match std::str::from_utf8(args[1]) {
+        Ok(called) if called == name => std::borrow::Cow::Borrowed(called),
+        _ => std::borrow::Cow::Owned(name.clone()),
     };
     let (keys, argv) = match keys_and_args(args, "ERR Bad number of keys provided") {
         Ok(ka) => ka,
@@ -117,9 +119,12 @@ pub(crate) fn fcall<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -
 pub(crate) fn script(m: &mut Master, sub: &str, args: &[&[u8]]) -> Reply {
     match sub {
         "load" => {
-            let sha = digest(args[2]);
-            m.scripts.insert(sha.clone(), by_digest(&sha));
-            Reply::bulk(sha)
+            let sha = digest_of(args[2]);
+            cache(m, &sha);
+            match sha {
+                std::borrow::Cow::Borrowed(sha) => Reply::text(sha),
+                std::borrow::Cow::Owned(sha) => Reply::bulk(sha),
+            }
         }
         _ => {
             if !flush_mode_ok(args) {
@@ -127,6 +132,19 @@ pub(crate) fn script(m: &mut Master, sub: &str, args: &[&[u8]]) -> Reply {
             }
             m.scripts.clear();
             Reply::OK
+        }
+    }
+}
+
+/// Puts the script of digest `sha` in the cache (once: the digest always names the same
+/// script) and returns it.
+fn cache(m: &mut Master, sha: &str) -> Option<Script> {
+    match m.scripts.get(sha.as_bytes()) {
+        Some(script) => *script,
+        None => {
+            let script = by_digest(sha);
+            m.scripts.insert(sha.as_bytes().into(), script);
+            script
         }
     }
 }

@@ -130,24 +130,24 @@ pub(crate) fn hello(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Reply {
 fn hello_reply(server: Server, proto: i64, id: u64) -> Reply {
     let modules = match server {
         Server::Valkey91 => vec![Reply::Map(vec![
-            (Reply::bulk("name"), Reply::bulk("lua")),
-            (Reply::bulk("ver"), Reply::Int(1)),
-            (Reply::bulk("path"), Reply::bulk("lua")),
-            (Reply::bulk("args"), Reply::Array(Vec::new())),
+            (Reply::text("name"), Reply::text("lua")),
+            (Reply::text("ver"), Reply::Int(1)),
+            (Reply::text("path"), Reply::text("lua")),
+            (Reply::text("args"), Reply::Array(Vec::new())),
         ])],
         _ => Vec::new(),
     };
     Reply::Map(vec![
-        (Reply::bulk("server"), Reply::bulk(server.name())),
-        (Reply::bulk("version"), Reply::bulk(server.version())),
-        (Reply::bulk("proto"), Reply::Int(proto)),
+        (Reply::text("server"), Reply::text(server.name())),
+        (Reply::text("version"), Reply::text(server.version())),
+        (Reply::text("proto"), Reply::Int(proto)),
         (
-            Reply::bulk("id"),
+            Reply::text("id"),
             Reply::Int(i64::try_from(id).unwrap_or(i64::MAX)),
         ),
-        (Reply::bulk("mode"), Reply::bulk("standalone")),
-        (Reply::bulk("role"), Reply::bulk("master")),
-        (Reply::bulk("modules"), Reply::Array(modules)),
+        (Reply::text("mode"), Reply::text("standalone")),
+        (Reply::text("role"), Reply::text("master")),
+        (Reply::text("modules"), Reply::Array(modules)),
     ])
 }
 
@@ -230,7 +230,7 @@ pub(crate) fn config_get(m: &mut Master, _ex: &mut Ex, params: &[&[u8]]) -> Repl
     let mut pairs = Vec::new();
     if asked {
         pairs.push((
-            Reply::bulk("maxmemory-policy"),
+            Reply::text("maxmemory-policy"),
             Reply::bulk(&m.profile.maxmemory_policy),
         ));
     }

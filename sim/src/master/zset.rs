@@ -100,7 +100,10 @@ fn parse_score(b: &[u8]) -> Option<f64> {
         return None;
     }
     let v: f64 = s.parse().ok()?;
-    let named_inf = s.to_ascii_lowercase().contains("inf");
+    let named_inf = s
+        .as_bytes()
+        .windows(3)
+        .any(|w| w.eq_ignore_ascii_case(b"inf"));
     (!v.is_nan() && (v.is_finite() || named_inf)).then_some(v)
 }
 
@@ -138,15 +141,22 @@ pub(crate) fn zadd(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Result<Reply,
     let (mut nx, mut xx, mut gt, mut lt, mut ch) = (false, false, false, false, false);
     let mut j = 2;
     while j < args.len() {
-        let opt = args[j].to_ascii_lowercase();
-        match &opt[..] {
-            b"nx" => nx = true,
-            b"xx" => xx = true,
-            b"gt" => gt = true,
-            b"lt" => lt = true,
-            b"ch" => ch = true,
-            b"incr" => return Err("ERR sim: ZADD INCR is not simulated".into()),
-            _ => break,
+        // (Compared in any case, without a lowercase copy.)
+        let is = |word: &[u8]| args[j].eq_ignore_ascii_case(word);
+        if is(b"nx") {
+            nx = true;
+        } else if is(b"xx") {
+            xx = true;
+        } else if is(b"gt") {
+            gt = true;
+        } else if is(b"lt") {
+            lt = true;
+        } else if is(b"ch") {
+            ch = true;
+        } else if is(b"incr") {
+            return Err("ERR sim: ZADD INCR is not simulated".into());
+        } else {
+            break;
         }
         j += 1;
     }

@@ -16,10 +16,10 @@
 //! | `client/` | a client's clock, the operations a task starts, an operation stepped and ended, guarded locks |
 //! | `params.rs` | what a run is made of: the seed, faults, negative controls, sizes |
 //! | `liveness.rs` | what the liveness checks know: keys that may still live, masters free of trouble |
+//! | `names.rs` | the resources' keys, written once, and their indexes in the history |
 
 use std::time::{Duration, Instant};
 
-use redlock_core::lock::Names;
 use redlock_core::Lock;
 
 use crate::check::{self, History, Violation};
@@ -30,6 +30,7 @@ use crate::trace::Trace;
 mod client;
 mod faults;
 mod liveness;
+mod names;
 mod net;
 mod params;
 mod queue;
@@ -337,58 +338,6 @@ impl Sim {
     pub(crate) fn next_lock(&mut self) -> u64 {
         self.next_lock += 1;
         self.next_lock - 1
-    }
-
-    /// The key of resource `r` (fenced locks have their own).
-    pub(crate) fn resource_name(&self, r: u32, fenced: bool) -> std::borrow::Cow<'_, str> {
-        match self.names.get(self.resource_id(r, fenced) as usize) {
-            Some(name) if r < self.resources => std::borrow::Cow::Borrowed(name),
-            _ => std::borrow::Cow::Owned(format!("{}{r}", if fenced { 'f' } else { 'r' })),
-        }
-    }
-
-    /// Writes the resources' keys once, for [`resource_name`](Sim::resource_name) to lend.
-    pub(crate) fn name_resources(&mut self) {
-        self.names = (0..2 * self.resources)
-            .map(|id| {
-                let fenced = id >= self.resources;
-                let r = if fenced { id - self.resources } else { id };
-                format!("{}{r}", if fenced { 'f' } else { 'r' })
-            })
-            .collect();
-    }
-
-    /// The history's index of resource `r`.
-    pub(crate) fn resource_id(&self, r: u32, fenced: bool) -> u32 {
-        if fenced {
-            self.resources + r
-        } else {
-            r
-        }
-    }
-
-    /// The history's index of the resource named `name`.
-    pub(crate) fn resource_id_of(&self, name: &str) -> u32 {
-        let r: u32 = name[1..].parse().unwrap_or(0);
-        self.resource_id(r, name.starts_with('f'))
-    }
-
-    pub(crate) fn names_of(&self, res: &[u32], fenced: bool) -> Names {
-        let names: Vec<_> = res.iter().map(|r| self.resource_name(*r, fenced)).collect();
-        let refs: Vec<&str> = names.iter().map(|n| &**n).collect();
-        redlock_core::lock::names(&refs).unwrap_or_default()
-    }
-
-    pub(crate) fn names(&self, res: &[u32]) -> Names {
-        self.names_of(res, false)
-    }
-
-    fn key_of(&self, id: u32) -> std::borrow::Cow<'_, str> {
-        if id >= self.resources {
-            self.resource_name(id - self.resources, true)
-        } else {
-            self.resource_name(id, false)
-        }
     }
 
     /// Whether every resource of `ids` is free: no key on any master, nobody working on it.

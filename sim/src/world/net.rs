@@ -164,7 +164,13 @@ impl Sim {
     /// Queues bytes, split at boundaries drawn from the seed (each piece a segment).
     fn enqueue_bytes(&mut self, l: u32, dir: Dir, bytes: &[u8]) {
         self.links[l as usize].q[dir as usize].push_data(bytes);
-        let mut rest = bytes.len();
+        self.enqueue_pushed(l, dir, bytes.len());
+    }
+
+    /// Queues the last `len` bytes pushed to `l`'s flow in direction `dir` as
+    /// [`enqueue_bytes`](Sim::enqueue_bytes) queues its bytes.
+    fn enqueue_pushed(&mut self, l: u32, dir: Dir, len: usize) {
+        let mut rest = len;
         while rest > 0 {
             let n = if self.split_all {
                 self.net_rng.range(1, (rest as u64).min(16)) as usize
@@ -302,7 +308,7 @@ impl Sim {
     /// Sends what master `m` has written on each of its connections (replies, and pushes to
     /// other connections), and the FIN of a connection it closed.
     pub(crate) fn collect_output(&mut self, m: usize) {
-        // One buffer, kept between calls.
+        // One buffer, kept between calls (for output made hostile).
         let mut out = std::mem::take(&mut self.out);
         let mut i = 0;
         while i < self.masters[m].links.len() {
@@ -316,15 +322,22 @@ impl Sim {
                 self.masters[m].links.swap_remove(i);
                 continue;
             }
-            out.clear();
-            let closed = self.masters[m].m.drain_output(conn, &mut out);
-            if !out.is_empty() && !self.links[l as usize].s2c_closed {
+            let (written, closed) = self.masters[m].m.output(conn);
+            let n = written.len();
+            if n > 0 && !self.links[l as usize].s2c_closed {
                 if self.masters[m].hostile {
+                    out.clear();
+                    out.extend_from_slice(written);
                     let bad = self.hostile(&out);
                     self.enqueue_bytes(l, Dir::S2c, &bad);
                 } else {
-                    self.enqueue_bytes(l, Dir::S2c, &out);
+                    // Straight from the master's buffer to the link's.
+                    self.links[l as usize].q[Dir::S2c as usize].push_data(written);
+                    self.enqueue_pushed(l, Dir::S2c, n);
                 }
+            }
+            if n > 0 {
+                self.masters[m].m.clear_output(conn);
             }
             if closed {
                 self.masters[m].m.close(conn);

@@ -20,7 +20,14 @@ impl Client {
         // nothing leaves them as it found them).
         let mut earliest = NEVER;
         let mut settled = false;
-        for _ in 0..MAX_PASSES {
+        // A pass that would find nothing is not made (mostly a segment that completed no
+        // reply): `has_work` errs towards a pass, never away from one.
+        let passes = if self.has_work(now, local) {
+            MAX_PASSES
+        } else {
+            0
+        };
+        for _ in 0..passes {
             let mut progress = false;
             earliest = NEVER;
             self.engine.handle_timeout(local);
@@ -155,15 +162,12 @@ impl Client {
         }
         // Firings of watches no task holds any more (taken back) are dropped; those of
         // watches still held wait for their task's wait.
-        let held: Vec<u64> = self
-            .tasks
-            .iter()
-            .filter_map(|t| match &t.state {
-                State::Run(r) => r.watch,
-                _ => None,
-            })
-            .collect();
-        self.fired.retain(|(id, _)| held.contains(id));
+        let tasks = &self.tasks;
+        self.fired.retain(|(id, _)| {
+            tasks
+                .iter()
+                .any(|t| matches!(&t.state, State::Run(r) if r.watch == Some(*id)))
+        });
         any
     }
 }
