@@ -473,6 +473,10 @@ fn the_second_in_line_looks_again_when_the_reservation_ahead_may_lapse() {
         Some(due),
         "the latest master's reservation"
     );
+    // A driver that asks whether a pass would find anything is told so once it is due (the
+    // simulator's pump skips a pass otherwise: its waiters never woke).
+    assert!(!e.has_work(due - Duration::from_millis(1)));
+    assert!(e.has_work(due));
     e.handle_timeout(due - Duration::from_millis(1));
     assert!(e.poll_woken().is_none(), "not yet");
     e.handle_timeout(due);
