@@ -255,6 +255,115 @@ fn the_second_giving_up_before_the_lapse_does_not_leave_the_third_to_its_timer_a
     the_second_giving_up_before_the_lapse_does_not_leave_the_third_to_its_timer(true);
 }
 
+/// One run of the second's deadline around the lapse: C (live, idle) stale at the head, Y
+/// second with a `lock_within` ending `deadline` claim leases after H's unlock, Z third (30 s).
+/// Y, if granted, holds half a lease. Returns (Y's outcome, how long after Y was done Z was
+/// granted, the tenures' violations).
+fn deadline_around_the_lapse(asy: bool, deadline: f64) -> (bool, Duration, Vec<String>) {
+    let c = cluster(3);
+    let addrs = c.addrs();
+    let lease = Duration::from_millis(300);
+    let [cc, h, y, z] = ["c", "h", "y", "z"].map(|id| fair_client(&addrs, id, lease, asy));
+    let key = resource("s17-deadline");
+    let held = h.lock(&key, TTL).expect("free");
+    stale_places(&addrs, &key, &["c"]);
+    let tenures = Mutex::new(Vec::new());
+    let out = std::thread::scope(|s| {
+        let y_started = Instant::now();
+        // Y's deadline counted from the unlock, which comes at 2 leases after Y started.
+        let yw = s.spawn(|| {
+            let l = y.lock_within(&key, TTL, lease.mul_f64(2.0 + deadline));
+            let at = Instant::now();
+            let got = l.is_ok();
+            if let Ok(l) = l {
+                std::thread::sleep(lease / 2);
+                let unlocking = Instant::now();
+                y.unlock(&l).expect("released");
+                tenures
+                    .lock()
+                    .unwrap()
+                    .push(Tenure::of("y", &l, at).end(unlocking, &l));
+            }
+            (Instant::now(), got)
+        });
+        wait_until(lease, "Y second in every line", || {
+            in_line(&addrs, &key, "y") == 3
+        });
+        let zw = s.spawn(|| {
+            let l = z.lock_within(&key, TTL, Duration::from_secs(30));
+            (Instant::now(), l)
+        });
+        wait_until(lease, "Z third in every line", || {
+            in_line(&addrs, &key, "z") == 3
+        });
+        std::thread::sleep((lease * 2).saturating_sub(y_started.elapsed()));
+        h.unlock(&held).expect("released");
+        let (y_done, y_got) = yw.join().unwrap();
+        let (at, l) = zw.join().unwrap();
+        let l = l.expect("Z granted");
+        let unlocking = Instant::now();
+        z.unlock(&l).expect("released");
+        tenures
+            .lock()
+            .unwrap()
+            .push(Tenure::of("z", &l, at).end(unlocking, &l));
+        (y_got, at.saturating_duration_since(y_done))
+    });
+    wait_until(Duration::from_secs(5), "the lines empty", || {
+        line_lengths(&addrs, &key).iter().all(|&n| n == 0)
+    });
+    let free = values(&addrs, &key);
+    assert!(free.iter().all(Option::is_none), "{free:?}");
+    drop(cc);
+    (out.0, out.1, violations(tenures.into_inner().unwrap()))
+}
+
+/// Claim (docs: "A wait reads the line again once at most, and never past the deadline its
+/// first read set"; "A waiter that gives up ... passes on a reservation it holds"): a
+/// `lock_within` of the second in line whose deadline falls around the lapse either gets the
+/// lock (its look at the line reserved it) or gives up leaving nothing reserved for itself;
+/// either way the third is granted within about a claim lease of the second being done (told
+/// by the second's leave, or rung by its release), never while the second holds, and the
+/// lines end empty. Deadlines swept from before the lapse to after; both clients.
+///
+/// Found (with e7c97c2's leave, which tells the new second only behind a standing
+/// reservation; 1 run of 2 of the file, then 1 of 8 runs of the async test alone): with Y's
+/// deadline right at the lapse, Y's claim was refused by the reservation, and by the time its
+/// leave ran the reservation had lapsed on every master: the leave told nobody, the lines
+/// stood `[c, z]` on every master with the resource free, and Z was granted at its timer,
+/// 1.50 s (5 leases) after Y gave up.
+fn the_seconds_deadline_around_the_lapse_costs_the_third_one_lease(asy: bool) {
+    let lease = Duration::from_millis(300);
+    let mut outcomes = Vec::new();
+    for deadline in [0.9, 1.0, 1.01, 1.02, 1.05, 1.2, 1.5] {
+        let (y_got, after, v) = deadline_around_the_lapse(asy, deadline);
+        eprintln!("deadline {deadline}: Y granted {y_got}, Z {after:?} after Y was done");
+        assert!(v.is_empty(), "deadline {deadline}: {v:?}");
+        assert!(
+            after < lease * 2,
+            "deadline {deadline}: Z granted {after:?} after Y was done (Y granted: {y_got})"
+        );
+        outcomes.push(y_got);
+    }
+    // Both cases made: Y gave up before the lapse, and Y got it at the lapse.
+    assert!(
+        outcomes.contains(&true) && outcomes.contains(&false),
+        "{outcomes:?}"
+    );
+}
+
+#[test]
+#[ignore = "defect: the second giving up right at the lapse leaves the third to its timer"]
+fn the_seconds_deadline_around_the_lapse_costs_the_third_one_lease_blocking() {
+    the_seconds_deadline_around_the_lapse_costs_the_third_one_lease(false);
+}
+
+#[test]
+#[ignore = "defect: the second giving up right at the lapse leaves the third to its timer"]
+fn the_seconds_deadline_around_the_lapse_costs_the_third_one_lease_async() {
+    the_seconds_deadline_around_the_lapse_costs_the_third_one_lease(true);
+}
+
 /// Claim (docs, "What leaves the line": the ring "tells the second in line"; and "a release
 /// while another waiter of the same client waits keeps the client's place"): a release by one
 /// thread of a client whose other thread waits second behind a stale head costs that waiter
