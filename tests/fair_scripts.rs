@@ -411,6 +411,49 @@ fn whoever_stands_second_behind_a_reservation_is_told() {
     assert!(n > 0 && told.is_empty(), "{n} {told:?}");
 }
 
+/// The second in line that gives up once the reservation ahead of it has lapsed, before it
+/// looked again, hands the free resource on past the lapsed head (review_s17): the third is
+/// rung, not left to its timer.
+#[test]
+fn a_second_leaving_after_the_lapse_hands_the_resource_on() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    let r = resource("fair-second-leaves-late");
+    let q = format!("{QUEUE_PREFIX}{r}");
+    let mut holder = Client::new(&addr, "h");
+    holder.send(&["SET", &r, TOKEN_H, "NX", "PX", "30000"]);
+    holder.reply();
+    let mut a = Client::new(&addr, "a");
+    let mut b = Client::new(&addr, "b");
+    let mut c = Client::new(&addr, "c");
+    for w in [&mut a, &mut b, &mut c] {
+        w.wait(&r, 60_000);
+    }
+    // `a` is rung with a short lease and never claims; `b` is told.
+    assert_eq!(holder.handoff(&r, TOKEN_H, 50), 1);
+    assert_eq!(a.bells(), vec![r.as_str()]);
+    assert_eq!(b.tagged_bells(), vec![("+".to_string(), r.clone())]);
+    wait_until(Duration::from_secs(10), "the reservation lapses", || {
+        get(&addr, &r).is_none()
+    });
+    // `b` gives up instead of looking again: `a` (rung last) is passed by, `c` rung.
+    assert_eq!(
+        b.eval(script::LEAVE, &[&r, &q], &["b", "60000"]),
+        Frame::Integer(0)
+    );
+    assert_eq!(c.tagged_bells(), vec![("b".to_string(), r.clone())]);
+    assert_eq!(get(&addr, &r).unwrap(), format!("{RESERVED_PREFIX}c"));
+    assert_eq!(queue(&addr, &r), ["c"]);
+    assert!(a.tagged_bells().is_empty());
+    assert_eq!(c.claim(&r, TOKEN_X), 0);
+    // A leaver that was not second (nobody is), or had nobody behind it, rings nobody.
+    assert_eq!(
+        a.eval(script::LEAVE, &[&r, &q], &["a", "60000"]),
+        Frame::Integer(0)
+    );
+    assert_eq!(get(&addr, &r).unwrap(), TOKEN_X);
+}
+
 #[test]
 fn a_fenced_claim_counts_and_a_claim_over_a_set_is_all_or_nothing() {
     let server = LocalServer::start().unwrap();

@@ -64,33 +64,33 @@ pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
 /// the scripts' own. The version in the names changes whenever a script does, so that
 /// clients of different versions never call each other's functions.
 pub const LIBRARY: &str = concat!(
-    "#!lua name=redlock_mux_v4\n",
-    "redis.register_function('redlock_mux_v4_acquire', function(KEYS, ARGV)\n",
+    "#!lua name=redlock_mux_v5\n",
+    "redis.register_function('redlock_mux_v5_acquire', function(KEYS, ARGV)\n",
     include_str!("scripts/acquire.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v4_release', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_release', function(KEYS, ARGV)\n",
     include_str!("scripts/release.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v4_extend', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_extend', function(KEYS, ARGV)\n",
     include_str!("scripts/extend.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v4_fence', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_fence', function(KEYS, ARGV)\n",
     include_str!("scripts/fence.lua"),
     "end)\n",
     include_str!("scripts/ring.lua"),
-    "redis.register_function('redlock_mux_v4_wait', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_wait', function(KEYS, ARGV)\n",
     include_str!("scripts/wait.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v4_claim', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_claim', function(KEYS, ARGV)\n",
     include_str!("scripts/claim.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v4_handoff', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_handoff', function(KEYS, ARGV)\n",
     include_str!("scripts/handoff.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v4_leave', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_leave', function(KEYS, ARGV)\n",
     include_str!("scripts/leave.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v4_enter', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_enter', function(KEYS, ARGV)\n",
     include_str!("scripts/enter.lua"),
     include_str!("scripts/wait.lua"),
     "end)\n",
@@ -99,15 +99,15 @@ pub const LIBRARY: &str = concat!(
 /// The names of [`LIBRARY`]'s functions, in the order of [`ALL`] then [`FAIR`]: acquire,
 /// release, extend, fence; wait, claim, hand-off, leave, enter.
 pub const FUNCTIONS: [&str; 9] = [
-    "redlock_mux_v4_acquire",
-    "redlock_mux_v4_release",
-    "redlock_mux_v4_extend",
-    "redlock_mux_v4_fence",
-    "redlock_mux_v4_wait",
-    "redlock_mux_v4_claim",
-    "redlock_mux_v4_handoff",
-    "redlock_mux_v4_leave",
-    "redlock_mux_v4_enter",
+    "redlock_mux_v5_acquire",
+    "redlock_mux_v5_release",
+    "redlock_mux_v5_extend",
+    "redlock_mux_v5_fence",
+    "redlock_mux_v5_wait",
+    "redlock_mux_v5_claim",
+    "redlock_mux_v5_handoff",
+    "redlock_mux_v5_leave",
+    "redlock_mux_v5_enter",
 ];
 
 /// Every script with its digest.
@@ -237,8 +237,10 @@ pub const HANDOFF_SHA1: &str = "6f315dcc5058485d0a60df121986eb8303ad0316";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. A client that
-/// stood second behind a reservation for another has the one now second told (`+
-/// <resource>`, as [`RING`] tells the second): the notice was the leaver's. `KEYS`: the
+/// stood second, with a waiter behind it, does what that notice asked of it: behind a
+/// reservation for another it has the one now second told (`+ <resource>`, as [`RING`]
+/// tells the second), and a free resource (a reservation that lapsed before the leaver
+/// looked again) it hands on with [`RING`], which passes a lapsed head by. `KEYS`: the
 /// resources, then their queues; `ARGV`: client id, claim lease in ms. Answers how many
 /// reservations it passed on.
 pub const LEAVE: &str = concat!(
@@ -247,7 +249,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "69f8a80bf930b1019158cba6bda0479e28f23c4d";
+pub const LEAVE_SHA1: &str = "dfdf9d7317bd24f8ba4c31e6687da8697be14efc";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
 pub const FAIR: [(&str, &str); 5] = [

@@ -58,7 +58,7 @@ pub const FAIR: [(&str, Script); 5] = [
     ("697173be7f1b9ab324fade25177e0a2d52c1a14d", Script::Wait),
     ("dce8a26d5bfac30ffc815731576a42847e65518d", Script::Claim),
     ("6f315dcc5058485d0a60df121986eb8303ad0316", Script::Handoff),
-    ("69f8a80bf930b1019158cba6bda0479e28f23c4d", Script::Leave),
+    ("dfdf9d7317bd24f8ba4c31e6687da8697be14efc", Script::Leave),
     ("c10eaf7eaeef7bb4c7f66b31ea22b34b066becaa", Script::Enter),
 ];
 

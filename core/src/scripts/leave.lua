@@ -9,9 +9,12 @@ for i = 1, n do
     redis.call("DEL", KEYS[i])
     ring(KEYS[i], KEYS[n + i], ARGV[2], false, ARGV[1])
     passed = passed + 1
-  elseif three[2] == ARGV[1] and three[3] and v
-      and string.sub(v, 1, 21) == "redlock-mux:reserved:" then
-    rang(three[3], "+ " .. KEYS[i])
+  elseif three[2] == ARGV[1] and three[3] then
+    if not v then
+      ring(KEYS[i], KEYS[n + i], ARGV[2], false, ARGV[1])
+    elseif string.sub(v, 1, 21) == "redlock-mux:reserved:" then
+      rang(three[3], "+ " .. KEYS[i])
+    end
   end
 end
 return passed

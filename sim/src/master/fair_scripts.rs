@@ -373,8 +373,9 @@ fn handoff(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Resul
     })
 }
 
-/// `leave.lua`: `ARGV` client id, claim lease. A leaver that stood second behind a
-/// reservation for another has the new second told (`+ <r>`).
+/// `leave.lua`: `ARGV` client id, claim lease. A leaver that stood second (with someone
+/// behind it) hands a free resource on, and has the new second told (`+ <r>`) of a
+/// reservation for another.
 fn leave(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<i64, Stop> {
     let n = half(keys)?;
     let id = arg(argv, 1)?;
@@ -389,12 +390,19 @@ fn leave(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<
             strings::del(m, ex, &[key]);
             ring(m, ex, key, q, arg(argv, 2)?, None, id, false)?;
             passed += 1;
-        } else if three.get(1).is_some_and(|(second, _)| second[..] == id[..])
-            && v.as_ref().is_some_and(|v| v.starts_with(RESERVED))
-        {
-            // The leaver stood second behind a reservation: the new second is told.
+        } else if three.get(1).is_some_and(|(second, _)| second[..] == id[..]) {
+            // The leaver stood second: a free resource is handed on (past a lapsed head), and
+            // behind a reservation for another the new second is told.
             if let Some((next, _)) = three.get(2) {
-                rang(m, ex, next, b"+", key);
+                match &v {
+                    None => {
+                        ring(m, ex, key, q, arg(argv, 2)?, None, id, false)?;
+                    }
+                    Some(v) if v.starts_with(RESERVED) => {
+                        rang(m, ex, next, b"+", key);
+                    }
+                    Some(_) => {}
+                }
             }
         }
     }
