@@ -817,3 +817,73 @@ fn without_faults_nobody_is_passed_when_holders_hold_past_the_lease() {
     let free: Vec<Option<String>> = values(&addrs, &key);
     assert!(free.iter().all(Option::is_none), "{free:?}");
 }
+
+/// Claim (docs: fair mode serves waiters in the order they joined; a waiter told of a
+/// reservation ahead of it only reads the line again): without faults, waiters that arrive
+/// while each hand-off's reservation stands (so that each is told by its own wait, and looks
+/// again a lease later while the head holds past the lease) are served in arrival order, and
+/// the lines end empty. Both clients, alternately.
+#[test]
+fn arrivals_during_each_reservation_are_served_in_order() {
+    let c = cluster(3);
+    let addrs = c.addrs();
+    let lease = Duration::from_millis(200);
+    let ids = ["v1", "v2", "v3", "v4", "v5"];
+    let ws: Vec<Client> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| fair_client(&addrs, id, lease, i % 2 == 0))
+        .collect();
+    let h = fair_client(&addrs, "h", lease, false);
+    let key = resource("s17-arrivals");
+    let held = h.lock(&key, TTL).expect("free");
+    let order = Mutex::new(Vec::new());
+    let arrived = Mutex::new(Vec::new());
+    let tenures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        // The first waits in line before the unlock; each next one arrives just after the
+        // one before it is rung (the resource reserved for it), before it claims or while
+        // it holds.
+        for (i, w) in ws.iter().enumerate() {
+            let (order, tenures, arrived, key) = (&order, &tenures, &arrived, &key);
+            if i == 1 {
+                h.unlock(&held).expect("released");
+            }
+            s.spawn(move || {
+                let l = w
+                    .lock_within(key, TTL, Duration::from_secs(30))
+                    .expect("granted");
+                let at = Instant::now();
+                order.lock().unwrap().push(ids[i]);
+                std::thread::sleep(lease * 3 / 2);
+                let unlocking = Instant::now();
+                w.unlock(&l).expect("released");
+                tenures
+                    .lock()
+                    .unwrap()
+                    .push(Tenure::of(ids[i], &l, at).end(unlocking, &l));
+            });
+            wait_until(Duration::from_secs(10), "the waiter in every line", || {
+                in_line(&addrs, key, ids[i]) == 3 || order.lock().unwrap().contains(&ids[i])
+            });
+            arrived.lock().unwrap().push(ids[i]);
+            if i >= 1 {
+                // The next arrives once this one is rung or granted (a hand-off reserved for
+                // it, or it holds).
+                wait_until(Duration::from_secs(10), "the waiter rung", || {
+                    let rung = format!("{}{}", redlock_mux::script::RESERVED_PREFIX, ids[i]);
+                    values(&addrs, key)
+                        .iter()
+                        .any(|v| v.as_deref() == Some(rung.as_str()))
+                        || order.lock().unwrap().contains(&ids[i])
+                });
+            }
+        }
+    });
+    assert_eq!(*order.lock().unwrap(), *arrived.lock().unwrap());
+    let v = violations(tenures.into_inner().unwrap());
+    assert!(v.is_empty(), "{v:?}");
+    wait_until(Duration::from_secs(5), "the lines empty", || {
+        line_lengths(&addrs, &key).iter().all(|&n| n == 0)
+    });
+}
