@@ -146,6 +146,43 @@ impl Client {
         }
     }
 
+    /// The wait script, and the bells that came ahead of its reply (a `PUBLISH` on the
+    /// caller's own bell, from the script, is pushed before the reply), as (hand-off,
+    /// resource).
+    fn wait_told(&mut self, r: &str, claim_ms: u64) -> (i64, Vec<(String, String)>) {
+        let q = format!("{QUEUE_PREFIX}{r}");
+        let claim = claim_ms.to_string();
+        let id = self.id.clone();
+        let args: [&str; 10] = [
+            "EVAL",
+            script::WAIT,
+            "2",
+            r,
+            &q,
+            &id,
+            &claim,
+            "1",
+            "600000",
+            "30000",
+        ];
+        self.send(&args);
+        let mut told = Vec::new();
+        loop {
+            match self.frame() {
+                Frame::Push(items) if items.len() == 3 => {
+                    let s = String::from_utf8_lossy(items[2].as_bytes().unwrap()).into_owned();
+                    let (tag, r) = s.split_once(' ').expect("<hand-off> <resource>");
+                    told.push((tag.to_string(), r.to_string()));
+                }
+                Frame::Array(v) => match v.as_slice() {
+                    [Frame::Integer(n), Frame::Integer(_)] => return (*n, told),
+                    other => panic!("wait: {other:?}"),
+                },
+                other => panic!("wait: {other:?}"),
+            }
+        }
+    }
+
     fn claim(&mut self, r: &str, token: &str) -> i64 {
         self.claim_handed(r, token, "")
     }
@@ -322,6 +359,99 @@ fn a_lapsed_reservation_is_handed_on_by_the_next_try_and_leaving_passes_one_on()
     // With the line empty, a waiter finds a free resource reserved for itself at once.
     assert_eq!(a.wait(&r, 60_000), -3);
     assert_eq!(a.claim(&r, TOKEN_A), 0);
+}
+
+/// The second in line is told of a reservation ahead of it however it came to stand second
+/// (review_s17): by arriving while the reservation stands (its own wait tells it), or by the
+/// second's leave (the leave tells the new second). Nobody else is told.
+#[test]
+fn whoever_stands_second_behind_a_reservation_is_told() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    let r = resource("fair-second-told");
+    let q = format!("{QUEUE_PREFIX}{r}");
+    let mut holder = Client::new(&addr, "h");
+    holder.send(&["SET", &r, TOKEN_H, "NX", "PX", "30000"]);
+    holder.reply();
+    let mut a = Client::new(&addr, "a");
+    let mut b = Client::new(&addr, "b");
+    let mut c = Client::new(&addr, "c");
+    let mut d = Client::new(&addr, "d");
+    a.wait(&r, 60_000);
+    // Nobody second: the hand-off tells nobody.
+    assert_eq!(holder.handoff(&r, TOKEN_H, 60_000), 1);
+    assert_eq!(a.bells(), vec![r.as_str()]);
+    // `b` arrives while the resource is reserved for `a`: its wait tells it (it counts the
+    // reservation and its own ttl, and looks again when the reservation may lapse).
+    let (n, told) = b.wait_told(&r, 60_000);
+    assert!(n > 30_000, "{n}");
+    assert_eq!(told, vec![("+".to_string(), r.clone())]);
+    assert!(a.tagged_bells().is_empty(), "the head is not told");
+    // Third and fourth: not told.
+    assert!(c.wait_told(&r, 60_000).1.is_empty());
+    assert!(d.wait_told(&r, 60_000).1.is_empty());
+    assert!(b.tagged_bells().is_empty(), "a waiter told once per read");
+    // A leave from behind the second tells nobody.
+    assert_eq!(
+        d.eval(script::LEAVE, &[&r, &q], &["d", "60000"]),
+        Frame::Integer(0)
+    );
+    assert!(b.tagged_bells().is_empty() && c.tagged_bells().is_empty());
+    // `b`, second, gives up: `c` stands second now, and is told.
+    assert_eq!(
+        b.eval(script::LEAVE, &[&r, &q], &["b", "60000"]),
+        Frame::Integer(0)
+    );
+    assert_eq!(c.tagged_bells(), vec![("+".to_string(), r.clone())]);
+    assert!(a.tagged_bells().is_empty());
+    assert_eq!(queue(&addr, &r), ["a", "c"]);
+    // Once `a` has claimed, nothing is reserved: a read of the line tells nobody.
+    assert_eq!(a.claim(&r, TOKEN_A), 0);
+    let (n, told) = c.wait_told(&r, 60_000);
+    assert!(n > 0 && told.is_empty(), "{n} {told:?}");
+}
+
+/// The second in line that gives up once the reservation ahead of it has lapsed, before it
+/// looked again, hands the free resource on past the lapsed head (review_s17): the third is
+/// rung, not left to its timer.
+#[test]
+fn a_second_leaving_after_the_lapse_hands_the_resource_on() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    let r = resource("fair-second-leaves-late");
+    let q = format!("{QUEUE_PREFIX}{r}");
+    let mut holder = Client::new(&addr, "h");
+    holder.send(&["SET", &r, TOKEN_H, "NX", "PX", "30000"]);
+    holder.reply();
+    let mut a = Client::new(&addr, "a");
+    let mut b = Client::new(&addr, "b");
+    let mut c = Client::new(&addr, "c");
+    for w in [&mut a, &mut b, &mut c] {
+        w.wait(&r, 60_000);
+    }
+    // `a` is rung with a short lease and never claims; `b` is told.
+    assert_eq!(holder.handoff(&r, TOKEN_H, 50), 1);
+    assert_eq!(a.bells(), vec![r.as_str()]);
+    assert_eq!(b.tagged_bells(), vec![("+".to_string(), r.clone())]);
+    wait_until(Duration::from_secs(10), "the reservation lapses", || {
+        get(&addr, &r).is_none()
+    });
+    // `b` gives up instead of looking again: `a` (rung last) is passed by, `c` rung.
+    assert_eq!(
+        b.eval(script::LEAVE, &[&r, &q], &["b", "60000"]),
+        Frame::Integer(0)
+    );
+    assert_eq!(c.tagged_bells(), vec![("b".to_string(), r.clone())]);
+    assert_eq!(get(&addr, &r).unwrap(), format!("{RESERVED_PREFIX}c"));
+    assert_eq!(queue(&addr, &r), ["c"]);
+    assert!(a.tagged_bells().is_empty());
+    assert_eq!(c.claim(&r, TOKEN_X), 0);
+    // A leaver that was not second (nobody is), or had nobody behind it, rings nobody.
+    assert_eq!(
+        a.eval(script::LEAVE, &[&r, &q], &["a", "60000"]),
+        Frame::Integer(0)
+    );
+    assert_eq!(get(&addr, &r).unwrap(), TOKEN_X);
 }
 
 #[test]

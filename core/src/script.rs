@@ -64,33 +64,33 @@ pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
 /// the scripts' own. The version in the names changes whenever a script does, so that
 /// clients of different versions never call each other's functions.
 pub const LIBRARY: &str = concat!(
-    "#!lua name=redlock_mux_v3\n",
-    "redis.register_function('redlock_mux_v3_acquire', function(KEYS, ARGV)\n",
+    "#!lua name=redlock_mux_v5\n",
+    "redis.register_function('redlock_mux_v5_acquire', function(KEYS, ARGV)\n",
     include_str!("scripts/acquire.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v3_release', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_release', function(KEYS, ARGV)\n",
     include_str!("scripts/release.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v3_extend', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_extend', function(KEYS, ARGV)\n",
     include_str!("scripts/extend.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v3_fence', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_fence', function(KEYS, ARGV)\n",
     include_str!("scripts/fence.lua"),
     "end)\n",
     include_str!("scripts/ring.lua"),
-    "redis.register_function('redlock_mux_v3_wait', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_wait', function(KEYS, ARGV)\n",
     include_str!("scripts/wait.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v3_claim', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_claim', function(KEYS, ARGV)\n",
     include_str!("scripts/claim.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v3_handoff', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_handoff', function(KEYS, ARGV)\n",
     include_str!("scripts/handoff.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v3_leave', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_leave', function(KEYS, ARGV)\n",
     include_str!("scripts/leave.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v3_enter', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v5_enter', function(KEYS, ARGV)\n",
     include_str!("scripts/enter.lua"),
     include_str!("scripts/wait.lua"),
     "end)\n",
@@ -99,15 +99,15 @@ pub const LIBRARY: &str = concat!(
 /// The names of [`LIBRARY`]'s functions, in the order of [`ALL`] then [`FAIR`]: acquire,
 /// release, extend, fence; wait, claim, hand-off, leave, enter.
 pub const FUNCTIONS: [&str; 9] = [
-    "redlock_mux_v3_acquire",
-    "redlock_mux_v3_release",
-    "redlock_mux_v3_extend",
-    "redlock_mux_v3_fence",
-    "redlock_mux_v3_wait",
-    "redlock_mux_v3_claim",
-    "redlock_mux_v3_handoff",
-    "redlock_mux_v3_leave",
-    "redlock_mux_v3_enter",
+    "redlock_mux_v5_acquire",
+    "redlock_mux_v5_release",
+    "redlock_mux_v5_extend",
+    "redlock_mux_v5_fence",
+    "redlock_mux_v5_wait",
+    "redlock_mux_v5_claim",
+    "redlock_mux_v5_handoff",
+    "redlock_mux_v5_leave",
+    "redlock_mux_v5_enter",
 ];
 
 /// Every script with its digest.
@@ -172,14 +172,16 @@ pub const RING: &str = include_str!("scripts/ring.lua");
 /// two-element array (`-2` none, `-1` one without a ttl); a resource reserved for another waiter counts
 /// its reservation plus the caller's own ttl (what that waiter's lock will likely last), so
 /// that the waiters behind it wait for their bells rather than wake when the reservation
-/// would lapse.
+/// would lapse; the caller second behind it is told instead (`+ <resource>` on its own bell,
+/// pushed ahead of the reply, as [`RING`] tells the second), and reads the line again once
+/// the reservation may have lapsed.
 pub const WAIT: &str = concat!(
     include_str!("scripts/ring.lua"),
     include_str!("scripts/wait.lua")
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "fe05b2b22f35bfa0cd8fa0337aca9ca5ec12fa42";
+pub const WAIT_SHA1: &str = "697173be7f1b9ab324fade25177e0a2d52c1a14d";
 
 /// Fair mode, the first try of a waiter that may wait (`lock`, `lock_within`): `SET NX PX`
 /// as a plain try, and, refused, the wait of [`WAIT`] in the same call, so that a waiter
@@ -196,7 +198,7 @@ pub const ENTER: &str = concat!(
 );
 
 /// SHA-1 of [`ENTER`].
-pub const ENTER_SHA1: &str = "f092c1451c14c9dd1303d7adda5af36fff09e494";
+pub const ENTER_SHA1: &str = "c10eaf7eaeef7bb4c7f66b31ea22b34b066becaa";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the
@@ -234,7 +236,11 @@ pub const HANDOFF: &str = concat!(
 pub const HANDOFF_SHA1: &str = "6f315dcc5058485d0a60df121986eb8303ad0316";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
-/// resource it no longer waits for), and passes on a reservation it holds. `KEYS`: the
+/// resource it no longer waits for), and passes on a reservation it holds. A client that
+/// stood second, with a waiter behind it, does what that notice asked of it: behind a
+/// reservation for another it has the one now second told (`+ <resource>`, as [`RING`]
+/// tells the second), and a free resource (a reservation that lapsed before the leaver
+/// looked again) it hands on with [`RING`], which passes a lapsed head by. `KEYS`: the
 /// resources, then their queues; `ARGV`: client id, claim lease in ms. Answers how many
 /// reservations it passed on.
 pub const LEAVE: &str = concat!(
@@ -243,7 +249,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "32f8d22ff914d69a9a429f96ee99c41f7805bb15";
+pub const LEAVE_SHA1: &str = "dfdf9d7317bd24f8ba4c31e6687da8697be14efc";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
 pub const FAIR: [(&str, &str); 5] = [

@@ -55,11 +55,11 @@ pub const KNOWN: [(&str, Script); 4] = [
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
-    ("fe05b2b22f35bfa0cd8fa0337aca9ca5ec12fa42", Script::Wait),
+    ("697173be7f1b9ab324fade25177e0a2d52c1a14d", Script::Wait),
     ("dce8a26d5bfac30ffc815731576a42847e65518d", Script::Claim),
     ("6f315dcc5058485d0a60df121986eb8303ad0316", Script::Handoff),
-    ("32f8d22ff914d69a9a429f96ee99c41f7805bb15", Script::Leave),
-    ("f092c1451c14c9dd1303d7adda5af36fff09e494", Script::Enter),
+    ("dfdf9d7317bd24f8ba4c31e6687da8697be14efc", Script::Leave),
+    ("c10eaf7eaeef7bb4c7f66b31ea22b34b066becaa", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.

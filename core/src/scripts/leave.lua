@@ -2,11 +2,19 @@ local n = #KEYS / 2
 local mine = "redlock-mux:reserved:" .. ARGV[1]
 local passed = 0
 for i = 1, n do
+  local three = redis.call("ZRANGE", KEYS[n + i], 0, 2)
   redis.call("ZREM", KEYS[n + i], ARGV[1])
-  if redis.call("GET", KEYS[i]) == mine then
+  local v = redis.call("GET", KEYS[i])
+  if v == mine then
     redis.call("DEL", KEYS[i])
     ring(KEYS[i], KEYS[n + i], ARGV[2], false, ARGV[1])
     passed = passed + 1
+  elseif three[2] == ARGV[1] and three[3] then
+    if not v then
+      ring(KEYS[i], KEYS[n + i], ARGV[2], false, ARGV[1])
+    elseif string.sub(v, 1, 21) == "redlock-mux:reserved:" then
+      rang(three[3], "+ " .. KEYS[i])
+    end
   end
 end
 return passed

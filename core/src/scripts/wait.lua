@@ -29,6 +29,9 @@ for i = 1, n do
       else
         t = redis.call("PTTL", KEYS[i])
       end
+    elseif v and string.sub(v, 1, 21) == "redlock-mux:reserved:"
+        and redis.call("ZRANGE", q, 1, 1)[1] == ARGV[1] then
+      rang(ARGV[1], "+ " .. KEYS[i])
     end
   end
   if t ~= -3 then

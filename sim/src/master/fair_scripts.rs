@@ -299,6 +299,13 @@ fn wait(
                 } else {
                     t = pttl(m, ex, key) as f64;
                 }
+            } else if v.as_ref().is_some_and(|v| v.starts_with(RESERVED))
+                && call(zset::range(m, ex, q, b"1", b"1"), body(33))?
+                    .first()
+                    .is_some_and(|(second, _)| second[..] == id[..])
+            {
+                // Second behind a reservation for another: told, as a hand-off would tell it.
+                rang(m, ex, id, b"+", key);
             }
         }
         if t != -3.0 {
@@ -394,7 +401,9 @@ fn handoff(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Resul
     })
 }
 
-/// `leave.lua`: `ARGV` client id, claim lease.
+/// `leave.lua`: `ARGV` client id, claim lease. A leaver that stood second (with someone
+/// behind it) hands a free resource on, and has the new second told (`+ <r>`) of a
+/// reservation for another.
 fn leave(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<i64, Stop> {
     let n = half(keys)?;
     let id = arg(argv, 1)?;
@@ -402,11 +411,27 @@ fn leave(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<
     let mut passed = 0;
     for i in 0..n {
         let (key, q) = (keys[i], keys[n + i]);
-        zrem(m, ex, q, id, body(5))?;
-        if get(m, ex, key, body(6))?.as_deref() == Some(&mine[..]) {
+        let three = call(zset::range(m, ex, q, b"0", b"2"), body(5))?;
+        zrem(m, ex, q, id, body(6))?;
+        let v = get(m, ex, key, body(7))?;
+        if v.as_deref() == Some(&mine[..]) {
             strings::del(m, ex, &[key]);
             ring(m, ex, key, q, arg(argv, 2)?, None, id, false)?;
             passed += 1;
+        } else if three.get(1).is_some_and(|(second, _)| second[..] == id[..]) {
+            // The leaver stood second: a free resource is handed on (past a lapsed head), and
+            // behind a reservation for another the new second is told.
+            if let Some((next, _)) = three.get(2) {
+                match &v {
+                    None => {
+                        ring(m, ex, key, q, arg(argv, 2)?, None, id, false)?;
+                    }
+                    Some(v) if v.starts_with(RESERVED) => {
+                        rang(m, ex, next, b"+", key);
+                    }
+                    Some(_) => {}
+                }
+            }
         }
     }
     Ok(passed)
