@@ -234,9 +234,10 @@ impl<C> Builder<C> {
 
     /// Fair mode: how long a hand-off reserves the resource for the waiter it rang (default
     /// 100 ms). A waiter claims it within a round trip; one that is paused or cut off at that
-    /// moment delays the others by this (and a round trip), then loses its place: the
-    /// hand-off tells the second in line too, which reads the line again once the lease (and
-    /// the drift allowance) has run out.
+    /// moment delays the others by this (and a round trip), then loses its place: the waiter
+    /// second in line is told, and reads the line again once the lease (and the drift
+    /// allowance) has run out. (Two such waiters in a row delay the one behind them about
+    /// nine leases: the second, stale too, looks at nothing, and the third waits its timer.)
     pub fn claim_lease(mut self, lease: Duration) -> Self {
         self.opts.claim_lease = lease;
         self

@@ -173,8 +173,8 @@ pub enum Command {
     /// place while its client is connected to the master: a release skips a waiter whose
     /// process is gone at no cost (its bell has no listener); one that is alive but paused or
     /// cut off when its turn comes holds the reservation for the claim lease (100 ms), then
-    /// loses its place to the next waiter, whom the same release told it stands second and
-    /// who reads the line again once the lease has run out.
+    /// loses its place to the next waiter, who was told it stands second and reads the line
+    /// again once the lease has run out.
     Status(StatusArgs),
     /// Release a lock taken by `redlock lock`, given its token.
     Unlock(UnlockArgs),
