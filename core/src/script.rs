@@ -173,8 +173,8 @@ pub const RING: &str = include_str!("scripts/ring.lua");
 /// its reservation plus the caller's own ttl (what that waiter's lock will likely last), so
 /// that the waiters behind it wait for their bells rather than wake when the reservation
 /// would lapse; the caller second behind it is told instead (`+ <resource>` on its own bell,
-/// pushed ahead of the reply, as [`RING`] tells the second), and reads the line again once
-/// the reservation may have lapsed.
+/// with the reply: ahead of it from Redis 7.0, after it from Valkey 9.1; as [`RING`] tells
+/// the second), and reads the line again once the reservation may have lapsed.
 pub const WAIT: &str = concat!(
     include_str!("scripts/ring.lua"),
     include_str!("scripts/wait.lua")
