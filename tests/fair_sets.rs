@@ -17,11 +17,11 @@ const TTL: Duration = Duration::from_secs(10);
 const LEASE: Duration = Duration::from_millis(100);
 const HOLD: Duration = Duration::from_millis(2);
 
-/// Three fair clients take turns on `a` (lock, hold 2 ms, unlock) until `stop`; a fourth,
-/// fair too, asks for `{a, b}` once the turns run, by `lock_many` with tries 50 ms apart.
+/// Three clients (fair ones if `fair`) take turns on `a` (lock, hold 2 ms, unlock) until `stop`; a fourth,
+/// of the same mode, asks for `{a, b}` once the turns run, by `lock_many` with tries 50 ms apart.
 /// Answers how long the set waited, the mean time between turns on `a` meanwhile, and how
 /// many turns the singles took while the set waited.
-fn set_beside_a_busy_line() -> (Duration, Duration, u64) {
+fn set_beside_a_busy_line(fair: bool) -> (Duration, Duration, u64) {
     let c = cluster(3);
     let nodes = c.addrs();
     let a = resource("set-a");
@@ -29,9 +29,9 @@ fn set_beside_a_busy_line() -> (Duration, Duration, u64) {
     let stop = AtomicBool::new(false);
     let turns = AtomicU64::new(0);
     let singles: Vec<Redlock> = (0..3)
-        .map(|i| client(&nodes, true, &format!("single-{i}"), LEASE))
+        .map(|i| client(&nodes, fair, &format!("single-{i}"), LEASE))
         .collect();
-    let set = client(&nodes, true, "set", LEASE);
+    let set = client(&nodes, fair, "set", LEASE);
     thread::scope(|s| {
         for single in &singles {
             let (a, stop, turns) = (&a, &stop, &turns);
@@ -78,8 +78,25 @@ fn set_beside_a_busy_line() -> (Duration, Duration, u64) {
 #[test]
 #[ignore = "defect (issue 26, left open): a set stands in no line, so fair singles that keep a line going starve it (it waited until the singles stopped, 5 s, every run)"]
 fn a_set_is_not_starved_by_a_busy_line_of_one_of_its_resources() {
-    let (waited, per_turn, turns) = set_beside_a_busy_line();
+    let (waited, per_turn, turns) = set_beside_a_busy_line(true);
     let bound = per_turn * 20 + LEASE * 2;
+    eprintln!("the set waited {waited:?} ({turns} turns of the singles, {per_turn:?} a turn)");
+    assert!(
+        waited <= bound,
+        "the set waited {waited:?} while the singles took {turns} turns ({per_turn:?} a turn); bound {bound:?}"
+    );
+}
+
+/// The README's advice where sets share resources with busy single waiters: fair mode off for
+/// all of them. Every waiter is then woken by the release and the set's try races the
+/// singles' (no reservation shuts it out), though not on equal terms: the releasing single
+/// tries again at once, the set once a push has woken it. It won after 2 to 218 of the
+/// singles' turns in 14 runs on a busy 2-core machine; the bound is 800 turns (measured in
+/// the run) plus two claim leases.
+#[test]
+fn without_fair_mode_a_set_beside_a_busy_resource_gets_its_turn() {
+    let (waited, per_turn, turns) = set_beside_a_busy_line(false);
+    let bound = per_turn * 800 + LEASE * 2;
     eprintln!("the set waited {waited:?} ({turns} turns of the singles, {per_turn:?} a turn)");
     assert!(
         waited <= bound,
