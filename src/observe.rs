@@ -7,8 +7,8 @@
 //! outcome: ok or the error's kind), `redlock_operation_seconds{op}` (a histogram),
 //! `redlock_reconnects_total`, `redlock_script_fallbacks_total`,
 //! `redlock_guard_extensions_total`, `redlock_guard_losses_total{cause}`,
-//! `redlock_waits_total{cause}` (a waiter of `lock` woken: push, dropped, timer, delay) and
-//! `redlock_wait_seconds` (how long it waited).
+//! `redlock_waits_total{cause}` (a waiter of `lock` woken: push, dropped, lapse, timer,
+//! delay) and `redlock_wait_seconds` (how long it waited).
 //!
 //! Spans: `redlock.acquire` (one per acquisition round set: plain, fenced or a set), and
 //! `redlock.release`, `redlock.extend`, `redlock.inspect`, each with `resource`, `outcome`
@@ -296,7 +296,7 @@ pub fn describe_metrics() {
     describe_counter!(
         "redlock_waits_total",
         Unit::Count,
-        "Waits for a held lock that ended, by what ended them (push, dropped, timer, delay)."
+        "Waits for a held lock that ended, by what ended them (push, dropped, lapse, timer, delay)."
     );
     describe_histogram!(
         "redlock_wait_seconds",
@@ -382,12 +382,13 @@ mod meter {
         });
     }
 
-    const WAKES: [&str; 4] = ["push", "dropped", "timer", "delay"];
-    static WAKE_CAUSES: [[Label; 1]; 4] = [
+    const WAKES: [&str; 5] = ["push", "dropped", "timer", "delay", "lapse"];
+    static WAKE_CAUSES: [[Label; 1]; 5] = [
         [Label::from_static_parts("cause", WAKES[0])],
         [Label::from_static_parts("cause", WAKES[1])],
         [Label::from_static_parts("cause", WAKES[2])],
         [Label::from_static_parts("cause", WAKES[3])],
+        [Label::from_static_parts("cause", WAKES[4])],
     ];
     static WAIT_SECONDS: Key = Key::from_static_name("redlock_wait_seconds");
 
@@ -412,5 +413,41 @@ mod meter {
         };
         let key = Key::from_static_parts("redlock_guard_losses_total", &CAUSES[i]);
         metrics::with_recorder(|r| r.register_counter(&key, &METADATA).increment(1));
+    }
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    /// Every cause a wait can end by (`Event::Waited`) is counted under its own label: a
+    /// cause the table does not know would be dropped without a word.
+    #[test]
+    fn every_cause_of_a_wait_is_counted() {
+        use redlock_core::engine::Wake;
+        let causes = [
+            Wake::Pushed.as_str(),
+            Wake::Dropped.as_str(),
+            Wake::Lapse.as_str(),
+            "timer",
+            "delay",
+        ];
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            for cause in causes {
+                super::meter::wait(cause, 0.001);
+            }
+        });
+        let snapshot = snapshotter.snapshot().into_vec();
+        for cause in causes {
+            let counted = snapshot.iter().any(|(key, _, _, value)| {
+                let k = key.key();
+                k.name() == "redlock_waits_total"
+                    && k.labels().any(|l| l.key() == "cause" && l.value() == cause)
+                    && matches!(value, DebugValue::Counter(1))
+            });
+            assert!(counted, "{cause}: {snapshot:?}");
+        }
     }
 }

@@ -38,9 +38,11 @@ pub enum Event {
         why: String,
     },
     /// A waiter for a held resource waited `waited` before its next try, ended by `cause`:
-    /// `push` (an invalidation pushed by a master), `dropped` (a connection closed), `timer`
-    /// (the `PTTL`s' expiry, or the retry delay, with wake-ups on) or `delay` (the retry delay
-    /// alone: wake-ups off, or nodes failing rather than refusing).
+    /// `push` (an invalidation pushed by a master, or in fair mode the bell of a hand-off),
+    /// `dropped` (a connection closed), `lapse` (fair mode: told that the reservation ahead
+    /// may lapse, the waiter read the line again and found the resource handed to it),
+    /// `timer` (the `PTTL`s' expiry, or the retry delay, with wake-ups on) or `delay` (the
+    /// retry delay alone: wake-ups off, or nodes failing rather than refusing).
     Waited {
         /// The resource waited for (the first of a set).
         resource: Name,

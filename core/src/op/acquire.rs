@@ -239,6 +239,9 @@ impl Acquire {
         self.queued |= w.is_fair() && read.is_ok();
         let deadline = w.deadline(cfg, &read, now);
         let mut w = w;
+        // The read after a lapse that hands the resource to the caller ends the wait (the
+        // `Waited` event's cause is the lapse).
+        w.lapsed = w.relooked && w.free_at_once(cfg, &read);
         w.until = w.until.or(deadline);
         let ticket = w.retick(&read);
         if let Some(t) = w.ticket(&read) {

@@ -90,6 +90,10 @@ pub struct Waiting {
     /// Whether the line was read again after a lapse (once per wait: a later wake-up is the
     /// next try).
     pub(super) relooked: bool,
+    /// Whether that second read found the resource free or reserved for the caller on a
+    /// quorum (its timer then ends the wait at once, and the wait is recorded as ended by
+    /// the lapse, not by a timer).
+    pub(super) lapsed: bool,
 }
 
 impl Waiting {
@@ -104,6 +108,7 @@ impl Waiting {
             ttl_ms: 0,
             until: None,
             relooked: false,
+            lapsed: false,
         }
     }
 
@@ -210,6 +215,13 @@ impl Waiting {
         Some(self.until.map_or(at, |until| at.min(until)))
     }
 
+    /// Whether the round `read` found the resource free, or reserved for the caller, on a
+    /// quorum of nodes (its timer is then zero).
+    pub fn free_at_once(&self, cfg: &Config, read: &Result<(Round, Instant), Error>) -> bool {
+        read.as_ref()
+            .is_ok_and(|(round, _)| Retry::timer(cfg, round, self.wait).is_zero())
+    }
+
     /// The wait is over: woken by the watch (`Some(cause)`) or by the timer. Records it; `true`
     /// when the waiter should pause for the jitter before its next try (it was woken, as
     /// other waiters of the same push may have been).
@@ -219,7 +231,8 @@ impl Waiting {
         now: Instant,
         events: &mut Events,
     ) -> bool {
-        let cause = woken.map_or("timer", |w| w.as_str());
+        let timer = if self.lapsed { "lapse" } else { "timer" };
+        let cause = woken.map_or(timer, |w| w.as_str());
         let waited = now.saturating_duration_since(self.started);
         let resource = self.key.into_iter().next().unwrap_or_else(|| Name::new(""));
         events.push(Event::Waited {

@@ -695,4 +695,13 @@ fn a_waiter_told_of_a_lapse_reads_the_line_again_before_it_claims() {
         Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Claim),
         other => panic!("{other:?}"),
     }
+    // The wait is recorded as ended by the lapse, not by a timer.
+    let causes: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            crate::event::Event::Waited { cause, .. } => Some(*cause),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(causes, ["lapse"]);
 }
