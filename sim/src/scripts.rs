@@ -55,11 +55,11 @@ pub const KNOWN: [(&str, Script); 4] = [
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
-    ("697173be7f1b9ab324fade25177e0a2d52c1a14d", Script::Wait),
-    ("dce8a26d5bfac30ffc815731576a42847e65518d", Script::Claim),
-    ("6f315dcc5058485d0a60df121986eb8303ad0316", Script::Handoff),
-    ("dfdf9d7317bd24f8ba4c31e6687da8697be14efc", Script::Leave),
-    ("c10eaf7eaeef7bb4c7f66b31ea22b34b066becaa", Script::Enter),
+    ("c0cf76e9a93eed3585f63033ad12a4f39d995301", Script::Wait),
+    ("a7544b12a55f5236817336831016a478cc01fd75", Script::Claim),
+    ("3330165fd5e39e8bc3508760d25b8d42f6c4475d", Script::Handoff),
+    ("4af2aa7aae8787af4016dbfbb56aa9d821826753", Script::Leave),
+    ("1a2476014c21c94af1db41fad84d39a1acc76fb0", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.

@@ -8,7 +8,10 @@ for i = 1, n do
       v = redis.call("GET", KEYS[i])
     end
   end
-  if v ~= false and v ~= mine and not (handed ~= "" and v == handed) then return -i end
+  if v ~= false and v ~= mine and not (handed ~= "" and v == handed) then
+    if n > 1 then settle(KEYS, n, ARGV[4], ARGV[5]) end
+    return -i
+  end
 end
 for i = 1, n do
   redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2])

@@ -2,11 +2,16 @@ local function rang(id, msg)
   local n = redis.pcall("PUBLISH", "redlock-mux:bell:" .. id, msg)
   return type(n) == "number" and n > 0
 end
-local function ring(r, q, claim, me, tag, released)
+local function ring(r, q, claim, me, tag, released, after)
   local marker = "redlock-mux:rung:" .. r
   local last = redis.call("GET", marker)
   for _ = 1, 1024 do
-    local two = redis.call("ZRANGE", q, 0, 1)
+    local from = 0
+    if after then
+      local k = redis.call("ZRANK", q, after)
+      if k then from = k + 1 end
+    end
+    local two = redis.call("ZRANGE", q, from, from + 1)
     local id = two[1]
     if id == nil then return false end
     if id ~= me and id == last and not released then
@@ -22,4 +27,21 @@ local function ring(r, q, claim, me, tag, released)
     end
   end
   return false
+end
+local function settle(keys, n, me, claim)
+  local mine = "redlock-mux:reserved:" .. me
+  local head = true
+  for i = 1, n do
+    if redis.call("ZRANGE", keys[n + i], 0, 0)[1] ~= me then head = false end
+  end
+  for i = 1, n do
+    if redis.call("GET", keys[i]) == mine then
+      if head then
+        redis.call("PEXPIRE", keys[i], claim)
+      else
+        redis.call("DEL", keys[i])
+        ring(keys[i], keys[n + i], claim, false, me, false, me)
+      end
+    end
+  end
 end

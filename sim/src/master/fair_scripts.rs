@@ -19,7 +19,7 @@ use super::{pttl_of, pubsub, strings, Master};
 use crate::scripts::Script;
 
 /// The lines of `ring.lua`, ahead of each script's own.
-const RING_LINES: u32 = 25;
+const RING_LINES: u32 = 47;
 
 const RESERVED: &[u8] = b"redlock-mux:reserved:";
 
@@ -195,7 +195,8 @@ fn rang(m: &mut Master, ex: &mut Ex, id: &[u8], tag: &[u8], r: &[u8]) -> bool {
 /// rung (`false`: none). The head rung last (`redlock-mux:rung:<r>`) leaves the line as a
 /// lapsed reservation only when the holder did not release (`released`). A head rung by
 /// bell (not the caller) has the second in line told, `+ <r>`, that the reservation lapses
-/// within the claim lease unless claimed.
+/// within the claim lease unless claimed. Given `after` (a set passing its reservation on,
+/// see [`settle`]), the head is the first ranked after that id, which keeps its place.
 #[allow(clippy::too_many_arguments)]
 fn ring(
     m: &mut Master,
@@ -206,22 +207,33 @@ fn ring(
     me: Option<&[u8]>,
     tag: &[u8],
     released: bool,
+    after: Option<&[u8]>,
 ) -> Result<Option<Bytes>, Stop> {
     let marker = cat(b"redlock-mux:rung:", r);
     let mut last = get(m, ex, &marker, 7)?;
     for _ in 0..1024 {
-        let mut two = call(zset::range(m, ex, q, b"0", b"1"), 9)?.into_iter();
+        let from = match after {
+            Some(after) => call(zset::rank(m, ex, q, after), 11)?.map_or(0, |k| k + 1),
+            None => 0,
+        };
+        let mut two = if from == 0 {
+            call(zset::range(m, ex, q, b"0", b"1"), 14)?
+        } else {
+            let (a, b) = (from.to_string(), (from + 1).to_string());
+            call(zset::range(m, ex, q, a.as_bytes(), b.as_bytes()), 14)?
+        }
+        .into_iter();
         let Some((id, _)) = two.next() else {
             return Ok(None);
         };
         if me != Some(&id[..]) && last.as_ref() == Some(&id) && !released {
-            zrem(m, ex, q, &id, 13)?;
+            zrem(m, ex, q, &id, 18)?;
             last = None;
         } else if me == Some(&id[..]) || rang(m, ex, &id, tag, r) {
-            set_px(m, ex, r, &cat(RESERVED, &id), claim, 16)?;
+            set_px(m, ex, r, &cat(RESERVED, &id), claim, 21)?;
             // `claim * 16`: Lua turns the argument into a number.
             let marker_ms = fmt_g17(number(claim)? * 16.0);
-            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 17)?;
+            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 22)?;
             // The second in line is told when the reservation may lapse (`+ <resource>`).
             if me != Some(&id[..]) {
                 if let Some((next, _)) = two.next().filter(|(n, _)| me != Some(&n[..])) {
@@ -230,10 +242,54 @@ fn ring(
             }
             return Ok(Some(id));
         } else {
-            zrem(m, ex, q, &id, 21)?;
+            zrem(m, ex, q, &id, 26)?;
         }
     }
     Ok(None)
+}
+
+/// `ring.lua`'s `settle`, for a set (`n > 1`) that cannot have all its resources yet: where
+/// the caller `me` heads every one of its lines it keeps what is reserved for it, for another
+/// claim lease; elsewhere it passes each reservation on to the next in that line behind it,
+/// keeping its place.
+fn settle(
+    m: &mut Master,
+    ex: &mut Ex,
+    keys: Args<'_>,
+    n: usize,
+    me: &[u8],
+    claim: &[u8],
+) -> Result<(), Stop> {
+    let mine = cat(RESERVED, me);
+    let mut head = true;
+    for i in 0..n {
+        let first = call(zset::range(m, ex, keys[n + i], b"0", b"0"), 35)?;
+        if first.first().is_none_or(|(id, _)| id[..] != me[..]) {
+            head = false;
+        }
+    }
+    for i in 0..n {
+        if get(m, ex, keys[i], 38)?.as_deref() == Some(&mine[..]) {
+            if head {
+                let args: [&[u8]; 3] = [b"PEXPIRE", keys[i], claim];
+                call(strings::pexpire(m, ex, &args), 40)?;
+            } else {
+                strings::del(m, ex, &[keys[i]]);
+                ring(
+                    m,
+                    ex,
+                    keys[i],
+                    keys[n + i],
+                    claim,
+                    None,
+                    me,
+                    false,
+                    Some(me),
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 /// `enter.lua`, then `wait.lua`: `SET NX PX` the resource (`KEYS[1]`) with the token
 /// (`ARGV[6]`) for the caller's ttl (`ARGV[5]`), and `INCR` the counter (`KEYS[3]`) if there
@@ -294,7 +350,7 @@ fn wait(
             }
             if t == -2.0 {
                 let claim = arg(argv, 2)?;
-                if ring(m, ex, key, q, claim, Some(id), id, false)?.as_deref() == Some(id) {
+                if ring(m, ex, key, q, claim, Some(id), id, false, None)?.as_deref() == Some(id) {
                     t = -3.0;
                 } else {
                     t = pttl(m, ex, key) as f64;
@@ -314,6 +370,9 @@ fn wait(
                 longest = t;
             }
         }
+    }
+    if !yours && n > 1 {
+        settle(m, ex, keys, n, id, arg(argv, 2)?)?;
     }
     let first = if yours { -3 } else { int(longest) };
     Ok(Reply::Array(vec![
@@ -343,21 +402,25 @@ fn claim(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<
                 Some(id),
                 id,
                 false,
+                None,
             )?
             .is_some()
         {
             v = get(m, ex, keys[i], body(8))?;
         }
         if v.is_some_and(|v| v[..] != mine[..] && Some(&v[..]) != handed) {
+            if n > 1 {
+                settle(m, ex, keys, n, id, arg(argv, 5)?)?;
+            }
             return Ok(-(i as i64) - 1);
         }
     }
     for i in 0..n {
-        set_px(m, ex, keys[i], arg(argv, 1)?, arg(argv, 2)?, body(14))?;
-        zrem(m, ex, keys[n + i], id, body(15))?;
+        set_px(m, ex, keys[i], arg(argv, 1)?, arg(argv, 2)?, body(17))?;
+        zrem(m, ex, keys[n + i], id, body(18))?;
     }
     match keys.get(2 * n) {
-        Some(counter) => call(strings::incr(m, ex, counter), body(17)),
+        Some(counter) => call(strings::incr(m, ex, counter), body(20)),
         None => Ok(0),
     }
 }
@@ -384,7 +447,7 @@ fn handoff(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Resul
             if !released {
                 gone = true;
             }
-            let rung = ring(m, ex, key, q, arg(argv, 2)?, me, token, released)?;
+            let rung = ring(m, ex, key, q, arg(argv, 2)?, me, token, released, None)?;
             if rung.is_none() && v.is_some() {
                 strings::del(m, ex, &[key]);
             }
@@ -416,7 +479,7 @@ fn leave(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<
         let v = get(m, ex, key, body(7))?;
         if v.as_deref() == Some(&mine[..]) {
             strings::del(m, ex, &[key]);
-            ring(m, ex, key, q, arg(argv, 2)?, None, id, false)?;
+            ring(m, ex, key, q, arg(argv, 2)?, None, id, false, None)?;
             passed += 1;
         } else if three.get(1).is_some_and(|(second, _)| second[..] == id[..]) {
             // The leaver stood second: a free resource is handed on (past a lapsed head), and
@@ -424,7 +487,7 @@ fn leave(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<
             if let Some((next, _)) = three.get(2) {
                 match &v {
                     None => {
-                        ring(m, ex, key, q, arg(argv, 2)?, None, id, false)?;
+                        ring(m, ex, key, q, arg(argv, 2)?, None, id, false, None)?;
                     }
                     Some(v) if v.starts_with(RESERVED) => {
                         rang(m, ex, next, b"+", key);

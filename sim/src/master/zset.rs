@@ -211,6 +211,16 @@ pub(crate) fn zadd(m: &mut Master, ex: &mut Ex, args: &[&[u8]]) -> Result<Reply,
     Ok(Reply::Int(if ch { added + updated } else { added }))
 }
 
+/// `ZRANK key member`: the member's rank, if it is there (for the scripts).
+pub(crate) fn rank(
+    m: &mut Master,
+    ex: &mut Ex,
+    key: &[u8],
+    member: &[u8],
+) -> Result<Option<usize>, String> {
+    Ok(read_zset(m, ex, key)?.and_then(|z| z.find(member)))
+}
+
 /// `ZRANGE key start stop [WITHSCORES]` by index: `(member, score)` pairs (for the scripts).
 pub(crate) fn range(
     m: &mut Master,
