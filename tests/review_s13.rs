@@ -199,10 +199,12 @@ fn a_dropped_async_waiter_keeps_the_place_only_for_another_task() {
     });
 }
 
-/// The sequence of `a_sets_watch_does_not_keep_a_single_waiters_leave` (with `set`: M waits
-/// for R and S) and its control (without). Returns, right after H's unlock, how many masters
-/// reserve R for client C, and how long D took to be granted R after the unlock.
-fn single_leave_beside(set: bool) -> (usize, Duration) {
+/// The sequence of `a_set_in_the_line_keeps_its_clients_place_and_is_served_from_it` (with
+/// `set`: M waits for R and S) and its control (without). S is held by a plain key for 3 s.
+/// Returns, right after H's unlock, how many masters reserve R for client C; how long D took
+/// to be granted R after the unlock; and (with `set`) how long M took after the unlock, and
+/// how long D took after M let go.
+fn single_leave_beside(set: bool) -> (usize, Duration, Option<(Duration, Duration)>) {
     let c = cluster(3);
     let addrs = c.addrs();
     let lease = Duration::from_secs(1);
@@ -210,13 +212,14 @@ fn single_leave_beside(set: bool) -> (usize, Duration) {
     let cl = client(&addrs, true, "c", lease);
     let d = client(&addrs, true, "d", lease);
     let (r, s_key) = (resource("set-watch-r"), resource("set-watch-s"));
+    let planted = Instant::now();
     for a in &addrs {
-        redis(a, &["SET", &s_key, "x", "PX", "60000"]);
+        redis(a, &["SET", &s_key, "x", "PX", "3000"]);
     }
     let held = h.lock(&r, TTL).unwrap();
     let reserved_c = format!("{}c", redlock_mux::script::RESERVED_PREFIX);
     std::thread::scope(|s| {
-        let b = s.spawn(|| cl.lock_within(&r, TTL, Duration::from_secs(3)));
+        let b = s.spawn(|| cl.lock_within(&r, TTL, Duration::from_secs(1)));
         wait_until(Duration::from_secs(10), "B in line everywhere", || {
             in_line(&addrs, &r, "c") == 3
         });
@@ -227,69 +230,93 @@ fn single_leave_beside(set: bool) -> (usize, Duration) {
         wait_until(Duration::from_secs(10), "D in line everywhere", || {
             in_line(&addrs, &r, "d") == 3
         });
-        let m = set
-            .then(|| s.spawn(|| cl.lock_many_within(&[&r, &s_key], TTL, Duration::from_secs(15))));
-        // M is refused at R and watches it (no line to see it by: give its try a moment).
-        std::thread::sleep(Duration::from_millis(300));
+        let m = set.then(|| {
+            s.spawn(|| {
+                let l = cl.lock_many_within(&[&r, &s_key], TTL, Duration::from_secs(15));
+                (l, Instant::now())
+            })
+        });
+        if set {
+            wait_until(Duration::from_secs(10), "M in S's line everywhere", || {
+                in_line(&addrs, &s_key, "c") == 3
+            });
+        }
         let gave_up = b.join().unwrap();
         assert!(
             matches!(gave_up, Err(Error::Conflict { .. })),
             "{gave_up:?}"
         );
+        assert!(
+            planted.elapsed() < Duration::from_millis(2900),
+            "the machine was too slow for the sequence: S's key expired before H's unlock"
+        );
         let kept = in_line(&addrs, &r, "c");
         let released = Instant::now();
         h.unlock(&held).unwrap();
         let rung_c = holding(&addrs, &r, reserved_c.as_bytes());
+        let m = m.map(|m| {
+            let (l, at) = m.join().unwrap();
+            let l = l.expect("M once S's key expires");
+            let let_go = Instant::now();
+            cl.unlock(&l).unwrap();
+            (at.saturating_duration_since(released), let_go)
+        });
         let (l, at) = dt.join().unwrap();
         let waited = at.saturating_duration_since(released);
         eprintln!(
             "set={set}: C left in {kept} lines by B's give-up, R reserved for C on {rung_c} \
-             masters after the release; D granted {waited:?} after it"
+             masters after the release; D granted {waited:?} after it; M: {m:?}"
         );
         d.unlock(&l).unwrap();
-        if let Some(m) = m {
-            let _ = m.join().unwrap();
-        }
-        (rung_c, waited)
+        (
+            rung_c,
+            waited,
+            m.map(|(m_waited, let_go)| (m_waited, at.saturating_duration_since(let_go))),
+        )
     })
 }
 
-/// Control of the attack below: without the set's waiter, B's give-up takes client C out of
+/// Control of the sequence below: without the set's waiter, B's give-up takes client C out of
 /// R's line, and H's unlock rings D, which has R at once (within a claim lease).
 #[test]
 fn a_single_waiters_leave_lets_the_next_in_line_be_rung() {
-    let (rung_c, waited) = single_leave_beside(false);
+    let (rung_c, waited, _) = single_leave_beside(false);
     assert_eq!(rung_c, 0, "R reserved for C, which no longer waits");
     assert!(waited < Duration::from_secs(1), "D waited {waited:?}");
 }
 
-/// Found in review (fair mode, 7b3f672, liveness): the engine keeps a single waiter's leave
-/// whenever another watch of the client is on the resource, but a waiter for a set of
-/// resources (`lock_many_within`) watches the key that refused it without standing in its
-/// line (a set waits as before: docs "Waiting in line"). The sequence (three masters, claim
-/// lease 1 s):
-/// 1. H holds R; S is held by X (a plain key), so that R and S together are never free.
+/// Found in review of session 13 (fair mode, 7b3f672, liveness), when a set stood in no line:
+/// a single waiter's leave was kept for a set's waiter of the same client, whose watch was on
+/// the resource, so that the client kept the head of R's line with no waiter that could claim
+/// it, and D waited two claim leases. Since session 18 a set stands in the lines of its
+/// resources (docs "Sets and the line"), and the sequence (three masters, claim lease 1 s)
+/// goes:
+/// 1. H holds R; S is held by a plain key for 3 s.
 /// 2. B (client C) waits for R: C is first in R's line. D (another client) waits behind it.
-/// 3. M (client C) waits for R and S: refused at R, it watches R (in no line).
-/// 4. B gives up: `Engine::leave_kept` finds M's watch on R and sends nothing; C keeps the
-///    head of R's line with no waiter in it.
-/// 5. H unlocks R: the hand-off rings C (R reserved for C on every master), whose only waiter
-///    of R, M, cannot claim (a set's try is `SET NX`, which the reservation refuses); the
-///    reservation lapses a claim lease later, and D, the only waiter in line, has R only
-///    after that (measured: about two claim leases; the control: milliseconds).
+/// 3. M (client C) waits for R and S: it joins S's line, and R's, where it shares C's place.
+/// 4. B gives up: `Engine::leave_kept` finds M in R's line and sends nothing: C keeps the
+///    head of R's line, for M.
+/// 5. H unlocks R: the hand-off rings C (R reserved for C on every master), M is woken, its
+///    claim is refused at S, and heading both lines it keeps R, renewed, until S's key
+///    expires; then it has both.
+/// 6. M lets go: D, next in R's line, has R within a claim lease.
 ///
-/// Claim held to: a waiter that gives up keeps its client's place only for another waiter of
-/// the client in that line. Fixed: a waiter in a line registers its watch under the line's
-/// key (`redlock-mux:queue:<r>`), a set's under the resource's, and `leave_kept` and
-/// `own_waiter` count only the former.
+/// Claims held to: a waiter that gives up keeps its client's place for another waiter of the
+/// client in that line, a set's included, and the set is served from it (never starved) while
+/// the waiter behind it waits its turn, not its timer.
 #[test]
-fn a_sets_watch_does_not_keep_a_single_waiters_leave() {
-    let (rung_c, waited) = single_leave_beside(true);
-    assert_eq!(
-        rung_c, 0,
-        "R reserved for C, whose only waiter cannot claim it"
+fn a_set_in_the_line_keeps_its_clients_place_and_is_served_from_it() {
+    let (rung_c, waited, m) = single_leave_beside(true);
+    let (m_waited, d_after_m) = m.expect("the set's timings");
+    assert_eq!(rung_c, 3, "R reserved for C, whose set waits for it");
+    assert!(
+        m_waited < Duration::from_secs(6),
+        "M waited {m_waited:?} after the unlock (S's key expires within 3 s)"
     );
-    assert!(waited < Duration::from_secs(1), "D waited {waited:?}");
+    assert!(
+        d_after_m < Duration::from_secs(1) && waited > m_waited,
+        "D granted {waited:?} after the unlock, {d_after_m:?} after M let go"
+    );
 }
 
 /// The fencing counter `key` on each of `addrs` (`None` where it does not exist).

@@ -64,33 +64,33 @@ pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
 /// the scripts' own. The version in the names changes whenever a script does, so that
 /// clients of different versions never call each other's functions.
 pub const LIBRARY: &str = concat!(
-    "#!lua name=redlock_mux_v6\n",
-    "redis.register_function('redlock_mux_v6_acquire', function(KEYS, ARGV)\n",
+    "#!lua name=redlock_mux_v7\n",
+    "redis.register_function('redlock_mux_v7_acquire', function(KEYS, ARGV)\n",
     include_str!("scripts/acquire.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v6_release', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v7_release', function(KEYS, ARGV)\n",
     include_str!("scripts/release.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v6_extend', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v7_extend', function(KEYS, ARGV)\n",
     include_str!("scripts/extend.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v6_fence', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v7_fence', function(KEYS, ARGV)\n",
     include_str!("scripts/fence.lua"),
     "end)\n",
     include_str!("scripts/ring.lua"),
-    "redis.register_function('redlock_mux_v6_wait', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v7_wait', function(KEYS, ARGV)\n",
     include_str!("scripts/wait.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v6_claim', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v7_claim', function(KEYS, ARGV)\n",
     include_str!("scripts/claim.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v6_handoff', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v7_handoff', function(KEYS, ARGV)\n",
     include_str!("scripts/handoff.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v6_leave', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v7_leave', function(KEYS, ARGV)\n",
     include_str!("scripts/leave.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v6_enter', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v7_enter', function(KEYS, ARGV)\n",
     include_str!("scripts/enter.lua"),
     include_str!("scripts/wait.lua"),
     "end)\n",
@@ -99,15 +99,15 @@ pub const LIBRARY: &str = concat!(
 /// The names of [`LIBRARY`]'s functions, in the order of [`ALL`] then [`FAIR`]: acquire,
 /// release, extend, fence; wait, claim, hand-off, leave, enter.
 pub const FUNCTIONS: [&str; 9] = [
-    "redlock_mux_v6_acquire",
-    "redlock_mux_v6_release",
-    "redlock_mux_v6_extend",
-    "redlock_mux_v6_fence",
-    "redlock_mux_v6_wait",
-    "redlock_mux_v6_claim",
-    "redlock_mux_v6_handoff",
-    "redlock_mux_v6_leave",
-    "redlock_mux_v6_enter",
+    "redlock_mux_v7_acquire",
+    "redlock_mux_v7_release",
+    "redlock_mux_v7_extend",
+    "redlock_mux_v7_fence",
+    "redlock_mux_v7_wait",
+    "redlock_mux_v7_claim",
+    "redlock_mux_v7_handoff",
+    "redlock_mux_v7_leave",
+    "redlock_mux_v7_enter",
 ];
 
 /// Every script with its digest.
@@ -181,7 +181,7 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "c0cf76e9a93eed3585f63033ad12a4f39d995301";
+pub const WAIT_SHA1: &str = "92b8fe7a2a7bbcba88241e3e77d906f3cd7ed95e";
 
 /// Fair mode, the first try of a waiter that may wait (`lock`, `lock_within`): `SET NX PX`
 /// as a plain try, and, refused, the wait of [`WAIT`] in the same call, so that a waiter
@@ -198,7 +198,7 @@ pub const ENTER: &str = concat!(
 );
 
 /// SHA-1 of [`ENTER`].
-pub const ENTER_SHA1: &str = "1a2476014c21c94af1db41fad84d39a1acc76fb0";
+pub const ENTER_SHA1: &str = "2fc20c6486c9630c5715e930678ee50efa70e039";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the
@@ -215,7 +215,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "a7544b12a55f5236817336831016a478cc01fd75";
+pub const CLAIM_SHA1: &str = "2041ac7ec84b5e94bbce57c3a50e6ec1c7d7cbc7";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -233,7 +233,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "3330165fd5e39e8bc3508760d25b8d42f6c4475d";
+pub const HANDOFF_SHA1: &str = "5b82bf35597cad853370d933373cab339abdd492";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. A client that
@@ -249,7 +249,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "4af2aa7aae8787af4016dbfbb56aa9d821826753";
+pub const LEAVE_SHA1: &str = "db2e3155c6d027f20b6a97bc1974acd2dc25d2e6";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
 pub const FAIR: [(&str, &str); 5] = [

@@ -5,13 +5,18 @@
 //!
 //! The unit of the line is a client (its engine), not a task: a client's waiters share one
 //! place (`docs/redlock.md`, "Waiting in line"). A **place** of client `X` on resource `r`
-//! begins when a waiter of `X` on `r` (an acquisition of `r` alone, by a fair client, that
-//! may retry) begins its first wait, after its wait script's round (and the move of its
-//! ticket) completed, while `X` has no place on `r`; it ends at the first of: a lock on `r`
-//! granted to `X` (the place is *served*), a release of `r` by `X` (the hand-off takes `X`
-//! out of the line first: a release proper, a failed first try's release, an abandoned try's),
-//! a leave by `X` (a waiter of `X` that gave up, or was abandoned). `lock_many` and
-//! `try_lock` never wait in line; clients without fair mode never do.
+//! begins when a waiter of `X` on `r` (an acquisition by a fair client, that may retry, of
+//! `r` alone or of a set that holds `r`: a set stands in the line of each of its resources)
+//! begins its first wait, after its wait script's round (and the move of its ticket)
+//! completed, while `X` has no place on `r`; it ends at the first of: a lock on `r` granted to
+//! `X` (the place is *served*), a release of `r` by `X` (the hand-off takes `X` out of the
+//! line first: a release proper, a failed first try's release, an abandoned try's), a leave
+//! by `X` (a waiter of `X` that gave up, or was abandoned). `try_lock` never waits in line;
+//! clients without fair mode never do. A place that a set's waiter stood in is not judged
+//! as the one overtaken: a set that does not head every line of its set passes a
+//! reservation on to the waiter behind it (`docs/redlock.md`, "Sets and the line"), so its
+//! promise is the bound on its wait, not the order on each line. It is judged as the one
+//! that may overtake (a set never takes a reservation from a waiter ahead of it).
 //!
 //! Judged only in a world with no fault and no negative control, and only over a **clean**
 //! interval of `r`: every lock on `r` that meets it (a lock that ran out, until its keys are
@@ -125,6 +130,8 @@ struct Place {
     begun: u64,
     /// When it ended, and whether it was served then.
     end: Option<(u64, bool)>,
+    /// Whether a set's waiter stood in it.
+    set: bool,
 }
 
 /// A grant: a lock's first window.
@@ -181,14 +188,20 @@ fn places(log: &FairLog, h: &History, r: u32) -> Vec<Place> {
     let mut out = Vec::new();
     for (at, client, what) in evs {
         let i = open.iter().position(|p| p.client == client);
+        let set = |op: usize| {
+            log.acquisitions
+                .iter()
+                .any(|a| a.op == op && a.resources.len() > 1)
+        };
         match (what, i) {
-            (Some(What::Joined(_)), None) => open.push(Place {
+            (Some(What::Joined(op)), None) => open.push(Place {
                 client,
                 resource: r,
                 begun: at,
                 end: None,
+                set: set(op),
             }),
-            (Some(What::Joined(_)), Some(_)) => {}
+            (Some(What::Joined(op)), Some(i)) => open[i].set |= set(op),
             (_, Some(i)) => {
                 let mut p = open.swap_remove(i);
                 p.end = Some((at, what.is_none()));
@@ -255,11 +268,11 @@ fn running_at(log: &FairLog, h: &History, r: u32, client: u32, t: u64) -> Vec<u3
     out
 }
 
-/// The earliest start of a waiter of `client` on `r` running at `t`.
+/// The earliest start of a waiter of `client` on `r` (alone or in a set) running at `t`.
 fn first_start(log: &FairLog, h: &History, r: u32, client: u32, t: u64) -> u64 {
     log.acquisitions
         .iter()
-        .filter(|a| a.client == client && a.resources == [r])
+        .filter(|a| a.client == client && a.resources.contains(&r))
         .map(|a| &h.ops[a.op])
         .filter(|op| op.start <= t && op.end.is_none_or(|e| e >= t))
         .map(|op| op.start)
@@ -280,7 +293,7 @@ pub fn check(log: &FairLog, h: &History) -> Judged {
         let all = places(log, h, r);
         for p in &all {
             let Some((end, served)) = p.end else { continue };
-            if !clean(log, h, r, p.client, p.begun, end) {
+            if p.set || !clean(log, h, r, p.client, p.begun, end) {
                 continue;
             }
             out.places += 1;

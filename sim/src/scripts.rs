@@ -55,11 +55,11 @@ pub const KNOWN: [(&str, Script); 4] = [
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
-    ("c0cf76e9a93eed3585f63033ad12a4f39d995301", Script::Wait),
-    ("a7544b12a55f5236817336831016a478cc01fd75", Script::Claim),
-    ("3330165fd5e39e8bc3508760d25b8d42f6c4475d", Script::Handoff),
-    ("4af2aa7aae8787af4016dbfbb56aa9d821826753", Script::Leave),
-    ("1a2476014c21c94af1db41fad84d39a1acc76fb0", Script::Enter),
+    ("92b8fe7a2a7bbcba88241e3e77d906f3cd7ed95e", Script::Wait),
+    ("2041ac7ec84b5e94bbce57c3a50e6ec1c7d7cbc7", Script::Claim),
+    ("5b82bf35597cad853370d933373cab339abdd492", Script::Handoff),
+    ("db2e3155c6d027f20b6a97bc1974acd2dc25d2e6", Script::Leave),
+    ("2fc20c6486c9630c5715e930678ee50efa70e039", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.

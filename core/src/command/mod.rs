@@ -100,6 +100,40 @@ pub fn queue_key(name: &[u8], dst: &mut Vec<u8>) {
     dst.extend_from_slice(name);
 }
 
+/// The prefix of the key a set's waiter watches in fair mode: it stands in the line of each
+/// of its resources at once. No server holds such a key; the engine reads the resources
+/// from it ([`lines_of`]).
+pub const LINES_PREFIX: &str = "redlock-mux:lines:";
+
+/// The watch key of a set's waiter in fair mode, appended to `dst`: [`LINES_PREFIX`], then
+/// each resource's length (4 bytes, big-endian) and name.
+pub fn lines_key(names: &[crate::lock::Name], dst: &mut Vec<u8>) {
+    dst.extend_from_slice(LINES_PREFIX.as_bytes());
+    for name in names {
+        let b = name.as_bytes();
+        dst.extend_from_slice(&u32::try_from(b.len()).unwrap_or(u32::MAX).to_be_bytes());
+        dst.extend_from_slice(b);
+    }
+}
+
+/// Whether the watch key `key` is a set's ([`lines_key`]) that stands in `resource`'s line.
+pub fn lines_of(key: &[u8], resource: &[u8]) -> bool {
+    let Some(mut rest) = key.strip_prefix(LINES_PREFIX.as_bytes()) else {
+        return false;
+    };
+    while let Some((len, tail)) = rest.split_first_chunk::<4>() {
+        let len = u32::from_be_bytes(*len) as usize;
+        let Some((name, tail)) = tail.split_at_checked(len) else {
+            return false;
+        };
+        if name == resource {
+            return true;
+        }
+        rest = tail;
+    }
+    false
+}
+
 /// One operation's command, the same for every node.
 #[derive(Debug, Clone, Copy)]
 pub struct Command<'a> {

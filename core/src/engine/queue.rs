@@ -18,15 +18,21 @@ impl<U> Engine<U> {
         until: Until,
         now: Instant,
     ) {
-        if self.leave_kept(cmd) {
+        if let Some(left) = self.leave_kept(cmd) {
             // Fair mode: a waiter that gives up while another waiter of this client waits for
-            // the resource leaves nothing: the client's place in the lines is the other's too
-            // (a leave would take it out, and nobody would ring the one still waiting; a
-            // reservation for the client has woken every waiter of it, see `fire_bells`). The
-            // engine answers for every node: nothing is sent.
-            for i in 0..self.nodes.len() {
-                self.tally(tag, i, NodeOutcome::Ok, Extra::None, None);
+            // the resource leaves nothing there: the client's place in the line is the
+            // other's too (a leave would take it out, and nobody would ring the one still
+            // waiting; a reservation for the client has woken every waiter of it, see
+            // `fire_bells`). A set leaves the lines of its other resources only; where none
+            // is left, the engine answers for every node: nothing is sent.
+            if left.is_empty() {
+                for i in 0..self.nodes.len() {
+                    self.tally(tag, i, NodeOutcome::Ok, Extra::None, None);
+                }
+                return;
             }
+            let leave = Command::leave(&left);
+            self.queue_written(&leave, tag, until, now);
             return;
         }
         self.queue_written(cmd, tag, until, now);
@@ -43,22 +49,21 @@ impl<U> Engine<U> {
         until: Until,
         now: Instant,
     ) {
-        // Fair mode: a release while another waiter of this client waits for the resource
-        // keeps the client's place (the waiters of a client share one), and wakes that waiter
-        // for its claim, queued behind the release on every connection (a release proper
-        // would take the client out of the lines, and ring nobody for the waiter).
+        // Fair mode: a release while another waiter of this client waits for one of the
+        // resources keeps the client's place (the waiters of a client share one), and wakes
+        // those waiters for their claim, queued behind the release on every connection (a
+        // release proper would take the client out of the lines, and ring nobody for them).
         let kept;
         let own_waiter = self.own_waiter(cmd);
-        let cmd = match own_waiter {
-            Some(_) => {
-                kept = Command {
-                    kind: crate::command::OpKind::Unclaim,
-                    fence_value: 0,
-                    ..*cmd
-                };
-                &kept
-            }
-            None => cmd,
+        let cmd = if own_waiter {
+            kept = Command {
+                kind: crate::command::OpKind::Unclaim,
+                fence_value: 0,
+                ..*cmd
+            };
+            &kept
+        } else {
+            cmd
         };
         let mut wire = std::mem::take(&mut self.wire);
         wire.clear();
@@ -109,8 +114,12 @@ impl<U> Engine<U> {
         }
         self.wire = wire;
         self.native_wire = natives;
-        if let Some(key) = own_waiter {
-            self.wake_watches(|k| *k == *key, watch::Wake::Pushed);
+        if own_waiter {
+            let resources = cmd.resources;
+            self.wake_watches(
+                |k| resources.iter().any(|r| watch::is_line_of(k, r.as_bytes())),
+                watch::Wake::Pushed,
+            );
         }
     }
 

@@ -60,9 +60,11 @@ impl Wake {
 }
 
 /// Whether the watched key `key` is the line of `resource` (fair mode: a waiter in a line
-/// watches [`crate::script::QUEUE_PREFIX`]`<resource>`, and its bells fire it).
+/// watches [`crate::script::QUEUE_PREFIX`]`<resource>`, and its bells fire it), or a set's
+/// waiter's key that names that line among its own ([`crate::command::lines_key`]).
 pub(super) fn is_line_of(key: &[u8], resource: &[u8]) -> bool {
     key.strip_prefix(crate::script::QUEUE_PREFIX.as_bytes()) == Some(resource)
+        || crate::command::lines_of(key, resource)
 }
 
 /// Fair mode: an enter round of one resource, from its submission until no node owes it an
@@ -378,37 +380,40 @@ impl<U> Engine<U> {
             .map_or(&b""[..], |h| h.handoff.as_ref())
     }
 
-    /// Fair mode: the resource of a release (of one resource) that another waiter of this
-    /// client waits for.
-    pub(super) fn own_waiter(&self, cmd: &crate::command::Command<'_>) -> Option<Box<[u8]>> {
-        if self.fair.is_none() || cmd.kind != crate::command::OpKind::Release {
-            return None;
-        }
-        let [name] = cmd.resources else {
-            return None;
-        };
-        self.watches
-            .iter()
-            .find(|(_, k)| is_line_of(k, name.as_bytes()))
-            .map(|(_, k)| k.clone())
+    /// Fair mode: whether `cmd` is a release of resources one of which another waiter of
+    /// this client waits for (in its line, alone or in a set).
+    pub(super) fn own_waiter(&self, cmd: &crate::command::Command<'_>) -> bool {
+        self.fair.is_some()
+            && cmd.kind == crate::command::OpKind::Release
+            && cmd.resources.iter().any(|n| self.in_line(n.as_bytes()))
     }
 
-    /// Fair mode: whether `cmd` is a leave of one resource that another waiter of this client
-    /// waits for (the leaving waiter's own watch is gone by then: taken back when its wait
-    /// ended, or before its drop fires the leave).
-    pub(super) fn leave_kept(&self, cmd: &crate::command::Command<'_>) -> bool {
+    /// Fair mode: for a leave, which of its resources it may leave: those no other waiter of
+    /// this client waits for (the leaving waiter's own watch is gone by then: taken back when
+    /// its wait ended, or before its drop fires the leave). `None`: all of them (or not a
+    /// leave).
+    pub(super) fn leave_kept(
+        &self,
+        cmd: &crate::command::Command<'_>,
+    ) -> Option<crate::lock::Names> {
         if self.fair.is_none() || cmd.kind != crate::command::OpKind::Leave {
-            return false;
+            return None;
         }
-        let [name] = cmd.resources else {
-            return false;
-        };
-        self.in_line(name.as_bytes())
+        if !cmd.resources.iter().any(|n| self.in_line(n.as_bytes())) {
+            return None;
+        }
+        Some(
+            cmd.resources
+                .iter()
+                .filter(|n| !self.in_line(n.as_bytes()))
+                .cloned()
+                .collect(),
+        )
     }
 
     /// Fair mode: whether a waiter of this client stands in `resource`'s line (its watch is
-    /// registered under the line's key; a set's waiter, which stands in no line, watches the
-    /// resource's own key).
+    /// registered under the line's key, or a set's key that names it; a waiter without fair
+    /// mode watches the resource's own key).
     fn in_line(&self, resource: &[u8]) -> bool {
         self.watches.iter().any(|(_, k)| is_line_of(k, resource))
     }

@@ -237,11 +237,17 @@ impl Acquire {
         cfg: &'a Config,
     ) -> Step<'a> {
         self.queued |= w.is_fair() && read.is_ok();
-        let deadline = w.deadline(cfg, &read, now);
         let mut w = w;
+        if w.is_set() {
+            // A set's reads may come every half lease (see `Waiting::is_set`): its wait ends
+            // when `Retry::after` said, not at its first read's timer.
+            w.until = w.until.or(Some(w.set_until()));
+        }
+        let deadline = w.deadline(cfg, &read, now);
+        w.free = w.free_at_once(cfg, &read);
         // The read after a lapse that hands the resource to the caller ends the wait (the
         // `Waited` event's cause is the lapse).
-        w.lapsed = w.relooked && w.free_at_once(cfg, &read);
+        w.lapsed = w.relooked && w.free;
         w.until = w.until.or(deadline);
         let ticket = w.retick(&read);
         if let Some(t) = w.ticket(&read) {
@@ -328,6 +334,16 @@ impl Operation for Acquire {
                     // Once per wait, and never past the wait's first deadline.
                     let mut w = w;
                     w.relooked = true;
+                    return self.watch(w, None);
+                }
+                if waited
+                    && woken.is_none()
+                    && w.is_set()
+                    && !w.free
+                    && w.until.is_some_and(|u| cx.now < u)
+                {
+                    // A set's timer before the end of its wait, with nothing handed to it: it
+                    // reads its lines again (renewing what is reserved for it), without a try.
                     return self.watch(w, None);
                 }
                 // (No wait, no record of one, when the read could not run.) A bell wakes one

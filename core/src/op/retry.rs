@@ -72,15 +72,18 @@ pub fn jitter_yields(jitter: Duration) -> u32 {
 ///    says so).
 #[derive(Debug)]
 pub struct Waiting {
-    key: [Name; 1],
+    /// The resource watched: the one found held; in fair mode every resource of the lock
+    /// (a set stands in the line of each).
+    key: crate::lock::Names,
     pub(super) wait: Duration,
     started: Instant,
     /// Fair mode: the read is the wait script, which joins the line, and the watch fires on
     /// the client's bell for the resource.
     fair: bool,
-    /// Fair mode: the line's key ([`crate::command::queue_key`]), which the watch is
-    /// registered under: the engine tells a waiter in a line from one that is not (a set's,
-    /// or a waiter without fair mode) by it.
+    /// Fair mode: the line's key ([`crate::command::queue_key`]; a set's,
+    /// [`crate::command::lines_key`], names each of its lines), which the watch is registered
+    /// under: the engine tells a waiter in a line from one that is not (a waiter without fair
+    /// mode) by it.
     line: Option<Box<[u8]>>,
     /// Fair mode: the waiter's own ttl in ms (see [`crate::script::WAIT`]).
     pub(super) ttl_ms: u64,
@@ -94,13 +97,16 @@ pub struct Waiting {
     /// quorum (its timer then ends the wait at once, and the wait is recorded as ended by
     /// the lapse, not by a timer).
     pub(super) lapsed: bool,
+    /// Whether the latest read found the resources free or reserved for the caller on a
+    /// quorum (see [`free_at_once`](Waiting::free_at_once)).
+    pub(super) free: bool,
 }
 
 impl Waiting {
     /// A wait for `key` of at most `wait` (what [`Retry::after`] allowed), starting at `now`.
     pub fn new(key: Name, wait: Duration, now: Instant) -> Waiting {
         Waiting {
-            key: [key],
+            key: smallvec::smallvec![key],
             wait,
             started: now,
             fair: false,
@@ -109,14 +115,22 @@ impl Waiting {
             until: None,
             relooked: false,
             lapsed: false,
+            free: false,
         }
     }
 
-    /// Makes the wait one in the resource's line (fair mode): its read joins the line, and
-    /// its watch is registered under the line's key.
-    pub(super) fn join_line(&mut self) {
+    /// Makes the wait one in the lines of `names` (fair mode: the resource's, or every
+    /// resource's of a set): its read joins them, and its watch is registered under the
+    /// line's key (a set's names every line).
+    pub(super) fn join_line(&mut self, names: &[Name]) {
+        if names.len() > 1 {
+            self.key = names.iter().cloned().collect();
+        }
         let mut line = Vec::new();
-        crate::command::queue_key(self.key[0].as_bytes(), &mut line);
+        match &self.key[..] {
+            [one] => crate::command::queue_key(one.as_bytes(), &mut line),
+            set => crate::command::lines_key(set, &mut line),
+        }
         self.line = Some(line.into());
         self.fair = true;
     }
@@ -126,12 +140,25 @@ impl Waiting {
         self.fair
     }
 
+    /// Fair mode: whether the wait is a set's, in the line of each of its resources. Its
+    /// timer may end before the wait does: a set that keeps reservations while it waits for
+    /// the rest of its resources is told to read again within half a claim lease (the read
+    /// renews them), and reads again rather than try (see [`crate::script::WAIT`]).
+    pub fn is_set(&self) -> bool {
+        self.fair && self.key.len() > 1
+    }
+
+    /// When a set's wait ends at the latest: what [`Retry::after`] allowed from its start.
+    pub(super) fn set_until(&self) -> Instant {
+        crate::time::later(self.started, self.wait)
+    }
+
     /// The key to watch: the resource's, or in fair mode its line's (bells for the resource
     /// fire the watches of its line).
     pub fn key_bytes(&self) -> &[u8] {
         match &self.line {
             Some(line) => line,
-            None => self.key[0].as_bytes(),
+            None => self.key.first().map_or(&b""[..], Name::as_bytes),
         }
     }
 
@@ -163,7 +190,9 @@ impl Waiting {
     /// every master (the largest any of them gave it), if they gave it different ones: the
     /// masters then order the line alike (equal tickets by client id).
     pub fn retick(&self, read: &Result<(Round, Instant), Error>) -> Option<u64> {
-        if !self.fair {
+        // (A set's place is not moved: the move is one line's `ZADD`. Its lines may order it
+        // differently on different masters when it joins within microseconds of another.)
+        if !self.fair || self.key.len() > 1 {
             return None;
         }
         let (round, _) = read.as_ref().ok()?;
@@ -331,7 +360,7 @@ impl Retry {
         } else {
             hi
         };
-        let fair = self.fair && lined && names.len() == 1 && self.wakeups;
+        let fair = self.fair && lined && self.wakeups;
         if fair && matches!(err, Error::Conflict { .. }) {
             // In line, a waiter waits for its bell; its timer is what the masters' `PTTL`s
             // say (the holder's key, or a reservation and the lock it will become), not the
@@ -351,9 +380,9 @@ impl Retry {
                 match key {
                     Some(key) => {
                         let mut waiting = Waiting::new(key, wait, now);
-                        // A line per resource: a lock over one. (A set waits as before.)
+                        // In the line of each resource (a set in all of them at once).
                         if fair {
-                            waiting.join_line();
+                            waiting.join_line(names);
                         }
                         Next::Watch(waiting)
                     }

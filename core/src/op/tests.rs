@@ -705,3 +705,57 @@ fn a_waiter_told_of_a_lapse_reads_the_line_again_before_it_claims() {
         .collect();
     assert_eq!(causes, ["lapse"]);
 }
+
+/// In fair mode a set's wait stands in the line of every one of its resources: one watch
+/// names them all (the bells of any wake it), its read is the wait script over all of them,
+/// and its place is not moved to one ticket (a move is one line's `ZADD`).
+#[test]
+fn a_fair_sets_wait_stands_in_the_line_of_each_of_its_resources() {
+    let fair = fair_cfg();
+    let now = Instant::now();
+    let mut retry = Retry::new(&fair);
+    let set = names(&["a", "b"]);
+    let w = match retry.after(
+        conflict(Some("b")),
+        &set,
+        true,
+        now,
+        &mut Seeded::new(7),
+        &mut Vec::new(),
+    ) {
+        Next::Watch(w) => w,
+        other => panic!("{other:?}"),
+    };
+    assert!(w.is_fair());
+    let mut lines = Vec::new();
+    crate::command::lines_key(&set, &mut lines);
+    assert_eq!(w.key_bytes(), &lines[..]);
+    assert!(crate::command::lines_of(w.key_bytes(), b"a"));
+    assert!(crate::command::lines_of(w.key_bytes(), b"b"));
+    let (cmd, _) = w.round();
+    assert_eq!(cmd.kind, OpKind::Wait);
+    let read: Vec<&str> = cmd.resources.iter().map(Name::as_str).collect();
+    assert_eq!(read, ["a", "b"]);
+    let mut r = Round::new(5, 3, Until::AllIn);
+    for i in 0..5 {
+        let e = Extra::Waited {
+            pttl: 5_000,
+            ticket: i as u64 + 1,
+        };
+        r.record_with(i, NodeOutcome::Ok, e);
+    }
+    assert_eq!(w.retick(&Ok((r, now))), None, "different tickets, no move");
+    // Without fair mode a set watches the resource it found held.
+    let plain = cfg(false);
+    match Retry::new(&plain).after(
+        conflict(Some("b")),
+        &set,
+        true,
+        now,
+        &mut Seeded::new(7),
+        &mut Vec::new(),
+    ) {
+        Next::Watch(w) => assert!(!w.is_fair() && w.key_bytes() == b"b"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -30,7 +30,7 @@ local function ring(r, q, claim, me, tag, released, after)
 end
 local function settle(keys, n, me, claim)
   local mine = "redlock-mux:reserved:" .. me
-  local head = true
+  local head, kept = true, false
   for i = 1, n do
     if redis.call("ZRANGE", keys[n + i], 0, 0)[1] ~= me then head = false end
   end
@@ -38,10 +38,12 @@ local function settle(keys, n, me, claim)
     if redis.call("GET", keys[i]) == mine then
       if head then
         redis.call("PEXPIRE", keys[i], claim)
+        kept = true
       else
         redis.call("DEL", keys[i])
         ring(keys[i], keys[n + i], claim, false, me, false, me)
       end
     end
   end
+  return kept
 end

@@ -19,7 +19,7 @@ use super::{pttl_of, pubsub, strings, Master};
 use crate::scripts::Script;
 
 /// The lines of `ring.lua`, ahead of each script's own.
-const RING_LINES: u32 = 47;
+const RING_LINES: u32 = 49;
 
 const RESERVED: &[u8] = b"redlock-mux:reserved:";
 
@@ -251,7 +251,7 @@ fn ring(
 /// `ring.lua`'s `settle`, for a set (`n > 1`) that cannot have all its resources yet: where
 /// the caller `me` heads every one of its lines it keeps what is reserved for it, for another
 /// claim lease; elsewhere it passes each reservation on to the next in that line behind it,
-/// keeping its place.
+/// keeping its place. Whether it kept any.
 fn settle(
     m: &mut Master,
     ex: &mut Ex,
@@ -259,9 +259,9 @@ fn settle(
     n: usize,
     me: &[u8],
     claim: &[u8],
-) -> Result<(), Stop> {
+) -> Result<bool, Stop> {
     let mine = cat(RESERVED, me);
-    let mut head = true;
+    let (mut head, mut kept) = (true, false);
     for i in 0..n {
         let first = call(zset::range(m, ex, keys[n + i], b"0", b"0"), 35)?;
         if first.first().is_none_or(|(id, _)| id[..] != me[..]) {
@@ -273,6 +273,7 @@ fn settle(
             if head {
                 let args: [&[u8]; 3] = [b"PEXPIRE", keys[i], claim];
                 call(strings::pexpire(m, ex, &args), 40)?;
+                kept = true;
             } else {
                 strings::del(m, ex, &[keys[i]]);
                 ring(
@@ -289,7 +290,7 @@ fn settle(
             }
         }
     }
-    Ok(())
+    Ok(kept)
 }
 /// `enter.lua`, then `wait.lua`: `SET NX PX` the resource (`KEYS[1]`) with the token
 /// (`ARGV[6]`) for the caller's ttl (`ARGV[5]`), and `INCR` the counter (`KEYS[3]`) if there
@@ -371,8 +372,13 @@ fn wait(
             }
         }
     }
-    if !yours && n > 1 {
-        settle(m, ex, keys, n, id, arg(argv, 2)?)?;
+    // A set that keeps reservations looks again within half a claim lease (its read renews
+    // them): `math.floor(claim / 2)`.
+    if !yours && n > 1 && settle(m, ex, keys, n, id, arg(argv, 2)?)? {
+        let half = (claim / 2.0).floor();
+        if longest == -1.0 || longest > half {
+            longest = half;
+        }
     }
     let first = if yours { -3 } else { int(longest) };
     Ok(Reply::Array(vec![
