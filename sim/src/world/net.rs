@@ -249,6 +249,12 @@ impl Sim {
     }
 
     /// Delivers what is due on `l` toward the master.
+    ///
+    /// The data of segments due at this instant reach the master in one piece (they lie one
+    /// after the other in the flow's buffer): fed piece by piece at one time, the master runs
+    /// the same commands in the same order and writes the same replies, which are collected
+    /// once, after the last. With byte loss, each segment is fed alone (a piece of it may be
+    /// lost). Every segment is traced as before.
     pub(crate) fn deliver_c2s(&mut self, l: u32) {
         let dir = Dir::C2s as usize;
         if self.links[l as usize].armed[dir] != self.now {
@@ -259,7 +265,11 @@ impl Sim {
             return;
         }
         let m = self.links[l as usize].master as usize;
+        let ms = self.masters[m].ms(self.now);
+        let per_segment = self.faults.has(Fault::ByteLoss);
         let mut fed = false;
+        // Data due now and not yet fed: its range in the flow's buffer.
+        let mut pending: Option<std::ops::Range<usize>> = None;
         while let Some(&(at, _)) = self.links[l as usize].q[dir].q.front() {
             if at > self.now {
                 self.arm(l, Dir::C2s, at);
@@ -273,14 +283,13 @@ impl Sim {
             if link.server_gone {
                 continue;
             }
-            let data = &link.q[dir].data[range];
+            let data = &link.q[dir].data[range.clone()];
             self.trace
                 .ev(self.now, 10, u64::from(l), seg_len(&seg), || {
                     format!("link {l} -> m{m}: {}", seg_words(&seg, data))
                 });
             match seg {
-                Seg::Data(_) => {
-                    let ms = self.masters[m].ms(self.now);
+                Seg::Data(_) if per_segment => {
                     let bytes = match maybe_lose(&self.faults, &mut self.net_rng, data) {
                         Some((from, to)) => {
                             self.byte_losses += 1;
@@ -294,15 +303,44 @@ impl Sim {
                     self.masters[m].m.feed(conn, bytes, ms);
                     fed = true;
                 }
+                Seg::Data(_) => {
+                    pending = Some(match pending {
+                        Some(p) if p.end == range.start => p.start..range.end,
+                        Some(p) => {
+                            self.feed_range(l, conn, p, ms);
+                            range
+                        }
+                        None => range,
+                    });
+                    fed = true;
+                }
                 Seg::Fin | Seg::Rst(_) => {
+                    if let Some(p) = pending.take() {
+                        self.feed_range(l, conn, p, ms);
+                    }
                     self.masters[m].m.close(conn);
                     self.links[l as usize].server_gone = true;
                 }
             }
         }
+        if let Some(p) = pending {
+            if let Some(conn) = self.links[l as usize].conn {
+                self.feed_range(l, conn, p, ms);
+            }
+        }
         if fed {
             self.collect_output(m);
         }
+    }
+
+    /// Feeds the bytes `range` of `l`'s flow toward the master to its connection `conn`.
+    #[inline]
+    fn feed_range(&mut self, l: u32, conn: ConnId, range: std::ops::Range<usize>, ms: u64) {
+        let link = &self.links[l as usize];
+        let m = link.master as usize;
+        self.masters[m]
+            .m
+            .feed(conn, &link.q[Dir::C2s as usize].data[range], ms);
     }
 
     /// Sends what master `m` has written on each of its connections (replies, and pushes to
