@@ -419,6 +419,19 @@ fn multibulk(b: &[u8], ranges: &mut Vec<(usize, usize)>) -> Multibulk {
     // next line starts.
     #[inline(always)]
     fn number(b: &[u8], at: usize) -> Result<(usize, usize), Multibulk> {
+        // Mostly one or two digits with the CRLF after them: read at once (as the loop below
+        // reads them).
+        if let Some(&[d0, d1, d2, d3]) = b.get(at..at + 4) {
+            if d0.is_ascii_digit() {
+                let n = usize::from(d0 - b'0');
+                if d1 == b'\r' && d2 == b'\n' {
+                    return Ok((n, at + 3));
+                }
+                if d1.is_ascii_digit() && d2 == b'\r' && d3 == b'\n' {
+                    return Ok((n * 10 + usize::from(d1 - b'0'), at + 4));
+                }
+            }
+        }
         let mut n: usize = 0;
         let mut i = at;
         loop {
