@@ -10,9 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlock_mux::{AsyncRedlock, Redlock};
 use testkit::review::options;
-use testkit::{cluster, resource, AsyncClient, LockClient};
+use testkit::{cluster, resource, LockClient};
 
 const TTL: Duration = Duration::from_secs(10);
 const LEASE: Duration = Duration::from_millis(100);
@@ -23,22 +22,7 @@ type Client = Box<dyn LockClient + Send + Sync>;
 /// A client (fair if `fair`) with id `id` on `nodes`, 10,000 tries 50 ms apart: the blocking
 /// one, or (`asy`) the async one on its own two-thread runtime.
 fn client(nodes: &[String], fair: bool, id: &str, asy: bool) -> Client {
-    let cfg = options(nodes, fair, id, LEASE, 10_000)
-        .validate()
-        .expect("valid options");
-    if asy {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let client = rt
-            .block_on(async { AsyncRedlock::with_config(cfg) })
-            .expect("a client");
-        Box::new(AsyncClient { rt, client })
-    } else {
-        Box::new(Redlock::with_config(cfg).expect("a client"))
-    }
+    testkit::review::either_client(options(nodes, fair, id, LEASE, 10_000), asy)
 }
 
 /// Clients of the same mode take turns (lock, hold 2 ms, unlock) until the set is served,

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use redlock_mux::redlock_core::config::Options;
 use redlock_mux::resp::Frame;
-use redlock_mux::{AsyncRedlock, Redlock};
+
 use testkit::proxy::{Fault, Proxy};
 use testkit::review::{in_line, line, options, violations, Tenure};
-use testkit::{calls, cluster, line_lengths, redis, resource, wait_until, AsyncClient, LockClient};
+use testkit::{calls, cluster, line_lengths, redis, resource, wait_until, LockClient};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -34,20 +34,7 @@ fn opts(nodes: &[String], fair: bool, id: &str, lease: Duration) -> Options {
 
 /// A client of `o`: the blocking one, or (`asy`) the async one on its own two-thread runtime.
 fn client_with(o: Options, asy: bool) -> Client {
-    let cfg = o.validate().expect("valid options");
-    if asy {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let client = rt
-            .block_on(async { AsyncRedlock::with_config(cfg) })
-            .expect("a client");
-        Box::new(AsyncClient { rt, client })
-    } else {
-        Box::new(Redlock::with_config(cfg).expect("a client"))
-    }
+    testkit::review::either_client(o, asy)
 }
 
 /// A fair client `id` on `nodes` (see [`opts`]), connected and subscribed to its bell on

@@ -113,3 +113,22 @@ pub fn client(nodes: &[String], fair: bool, id: &str, lease: Duration) -> Redloc
     let cfg = options(nodes, fair, id, lease, 10_000).validate();
     Redlock::with_config(cfg.expect("valid options")).expect("a client")
 }
+
+/// A client of `o`, either kind behind one interface: the blocking one, or (`asy`) the async
+/// one on its own two-thread runtime.
+pub fn either_client(o: Options, asy: bool) -> Box<dyn crate::LockClient + Send + Sync> {
+    let cfg = o.validate().expect("valid options");
+    if asy {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let client = rt
+            .block_on(async { redlock_mux::AsyncRedlock::with_config(cfg) })
+            .expect("a client");
+        Box::new(crate::AsyncClient { rt, client })
+    } else {
+        Box::new(Redlock::with_config(cfg).expect("a client"))
+    }
+}

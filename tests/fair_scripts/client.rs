@@ -206,9 +206,8 @@ impl Client {
     /// The wait script over the set `rs` (a lock over several resources): `-3` when every
     /// one is reserved for the caller or free with it at the head, else the longest `PTTL`.
     pub fn wait_set(&mut self, rs: &[&str], claim_ms: u64) -> i64 {
-        let lines: Vec<String> = rs.iter().map(|r| format!("{QUEUE_PREFIX}{r}")).collect();
-        let mut keys: Vec<&str> = rs.to_vec();
-        keys.extend(lines.iter().map(String::as_str));
+        let keys = set_keys(rs);
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let id = self.id.clone();
         let n = rs.len().to_string();
         match self.eval(
@@ -226,9 +225,8 @@ impl Client {
 
     /// The claim script over the set `rs`: `0` taken, `-i` resource `i` held by another.
     pub fn claim_set(&mut self, rs: &[&str], token: &str, claim_ms: u64) -> i64 {
-        let lines: Vec<String> = rs.iter().map(|r| format!("{QUEUE_PREFIX}{r}")).collect();
-        let mut keys: Vec<&str> = rs.to_vec();
-        keys.extend(lines.iter().map(String::as_str));
+        let keys = set_keys(rs);
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let id = self.id.clone();
         let n = rs.len().to_string();
         match self.eval(
@@ -274,3 +272,10 @@ pub fn queue(addr: &str, r: &str) -> Vec<String> {
 pub const TOKEN_H: &str = "1111111111111111111111111111111111111111";
 pub const TOKEN_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 pub const TOKEN_X: &str = "9999999999999999999999999999999999999999";
+
+/// A set's script keys: its resources, then their lines.
+fn set_keys(rs: &[&str]) -> Vec<String> {
+    let mut keys: Vec<String> = rs.iter().map(|r| r.to_string()).collect();
+    keys.extend(rs.iter().map(|r| format!("{QUEUE_PREFIX}{r}")));
+    keys
+}
