@@ -145,22 +145,3 @@ fn a_clients_two_waiters_ahead_of_a_place_may_both_be_served_first() {
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(r.fairness.is_empty(), "{:?}", r.fairness);
 }
-
-/// Session 18, `--faults none`, once sets of resources wait in the lines: seed 222. Client
-/// c2's set waiter gave up (out of tries) just after c2's single waiter of one of the set's
-/// resources had joined that line: the set's leave took c2's place (which the single shared)
-/// out of the line, and the single, no longer in it on any master, was passed over by every
-/// later arrival until its timer (`passed-over`: four locks granted to others where two were
-/// ahead). Fixed in the engine: a leave leaves only the lines no other waiter of its client
-/// stands in (`Engine::leave_kept`).
-#[test]
-fn a_sets_leave_does_not_take_the_place_of_a_single_waiter_of_its_client() {
-    let mut p = Params::new(222);
-    p.faults = Faults::NONE;
-    p.clients = Some(3);
-    p.ops = Some(18);
-    p.episodes = Some(0);
-    let r = run_one(&p);
-    assert!(r.violations.is_empty(), "{:?}", r.violations);
-    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
-}
