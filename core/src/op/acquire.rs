@@ -33,6 +33,12 @@ pub struct Acquire {
     /// another waiter's leave or release keeps the client's place for it (it shares that
     /// place) while its enter is in flight.
     watching: Option<Box<[u8]>>,
+    /// Fair mode: the try in flight is a set's claim woken by a bell (see `next_round`).
+    rung: bool,
+    /// Fair mode: the end of the wait a set's claim woken by a bell interrupted: a refused
+    /// claim costs no try, and the wait after it ends there still (so that `lock`'s tries
+    /// still bound its time).
+    carried: Option<Instant>,
 }
 
 /// What follows once the early watch is taken back ([`State::TakingBack`]).
@@ -86,6 +92,8 @@ impl Acquire {
             queued: false,
             ticket: 0,
             watching: None,
+            rung: false,
+            carried: None,
         }
     }
 
@@ -155,11 +163,23 @@ impl Acquire {
         // who may run no script: the enter went out as `SET NX`): it waits as without fair
         // mode, woken by the servers' invalidations.
         let lines = !acq.enter || lined > 0;
+        let rung = std::mem::take(&mut self.rung);
         let next = match acq.conclude(&mut self.names) {
             Ok(lock) => return self.done(Ok(lock)),
-            Err(e) => self
-                .retry
-                .after(e, &self.names, lines, cx.now, &mut *cx.rng, cx.events),
+            Err(e) => {
+                if rung && matches!(e, Error::Conflict { .. }) {
+                    // A set rung for one resource while another is still held or has waiters
+                    // ahead of it: its refused claim kept or passed on what it was rung for
+                    // and kept its place. That is no try of `lock`'s (a set heading a busy
+                    // line is rung at every hand-off of it), and the wait it interrupted goes
+                    // on to its end.
+                    self.retry.refund();
+                } else {
+                    self.carried = None;
+                }
+                self.retry
+                    .after(e, &self.names, lines, cx.now, &mut *cx.rng, cx.events)
+            }
         };
         match next {
             Next::Fail(e) if self.queued && self.watching.is_some() => {
@@ -240,10 +260,21 @@ impl Acquire {
         let mut w = w;
         if w.is_set() {
             // A set's reads may come every half lease (see `Waiting::is_set`): its wait ends
-            // when `Retry::after` said, not at its first read's timer.
-            w.until = w.until.or(Some(w.set_until()));
+            // when `Retry::after` said, not at its first read's timer, or where the wait that
+            // a bell interrupted would have (see `carried`).
+            let until = self
+                .carried
+                .map_or_else(|| w.set_until(), |c| c.min(w.set_until()));
+            w.until = w.until.or(Some(until));
         }
-        let deadline = w.deadline(cfg, &read, now);
+        // A set's timer runs from its read's start: the read renewed its reservations as it
+        // reached each master, and a master slow to answer must not push the next renewal
+        // past the claim lease on the others.
+        let from = match &read {
+            Ok((_, t1)) if w.is_set() => *t1,
+            _ => now,
+        };
+        let deadline = w.deadline(cfg, &read, from);
         w.free = w.free_at_once(cfg, &read);
         // The read after a lapse that hands the resource to the caller ends the wait (the
         // `Waited` event's cause is the lapse).
@@ -337,14 +368,23 @@ impl Operation for Acquire {
                     return self.watch(w, None);
                 }
                 if waited
-                    && woken.is_none()
                     && w.is_set()
                     && !w.free
+                    && woken.is_none()
                     && w.until.is_some_and(|u| cx.now < u)
                 {
-                    // A set's timer before the end of its wait, with nothing handed to it: it
-                    // reads its lines again (renewing what is reserved for it), without a try.
+                    // A set's timer before the end of its wait, with nothing handed to it by
+                    // its last read: the renewal of what is reserved for it. It reads its
+                    // lines again (the read keeps what it holds, and says when every resource
+                    // is reserved for it or free: then the timer is at once and the claim
+                    // follows), without a try.
                     return self.watch(w, None);
+                }
+                // A set woken by a bell claims at once (the claim keeps or passes on what it
+                // was rung for where it cannot have them all, and that refusal costs no try).
+                self.rung = w.is_set() && woken == Some(crate::engine::Wake::Pushed);
+                if self.rung {
+                    self.carried = w.until;
                 }
                 // (No wait, no record of one, when the read could not run.) A bell wakes one
                 // waiter: no jitter after it.

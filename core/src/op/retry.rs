@@ -168,7 +168,9 @@ impl Waiting {
     }
 
     /// The read that makes the tracking servers note the key, in a round that waits for every
-    /// node.
+    /// node; a set's (fair mode) is over once a quorum has answered: its reads renew the
+    /// reservations it keeps, every half lease from the read's start, and a master slow to
+    /// answer must not hold the next renewal back past the lease on the others.
     pub fn round(&self) -> (Command<'_>, Until) {
         let cmd = Command {
             kind: if self.fair {
@@ -183,7 +185,12 @@ impl Waiting {
             fence_value: 0,
             watch: None,
         };
-        (cmd, Until::AllIn)
+        let until = if self.is_set() {
+            Until::WonOrAllIn
+        } else {
+            Until::AllIn
+        };
+        (cmd, until)
     }
 
     /// Fair mode: after the wait round `read`, the ticket to move this client's place to on
@@ -298,6 +305,14 @@ impl Retry {
     /// joins the line in the same call ([`crate::command::OpKind::Enter`]).
     pub fn lines(&self, names: &[Name]) -> bool {
         self.fair && self.wakeups && names.len() == 1 && self.left != Some(1)
+    }
+
+    /// Gives back the try the last failure took (a set's claim refused at a bell, which kept
+    /// its place).
+    pub(super) fn refund(&mut self) {
+        if let Some(left) = self.left.as_mut() {
+            *left = left.saturating_add(1);
+        }
     }
 
     /// A single try (`try_lock`): no retry, whatever the error.
