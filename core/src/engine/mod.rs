@@ -670,6 +670,8 @@ impl<U> Op<U> {
 
 mod dispatch;
 #[cfg(test)]
+mod fair_set_tests;
+#[cfg(test)]
 mod fair_tests;
 mod lapse;
 mod queue;
