@@ -17,7 +17,9 @@
 //! single behind it overtook it (now a set's reads are over at a quorum and its renewal timer
 //! runs from the read's start). Ignored, with their numbers: a lock's token found gone from 2
 //! of 3 masters at its release (intermittent, under load, cause not found; no overlap was
-//! recorded), and a limit of the shared place older than sets.
+//! recorded). Session 19 turned the shared place's three ignored tests (which asked for both
+//! waiters of a client to be served before a later client) into tests of what the docs now
+//! promise: a place is served once, and a client gets one turn per trip through the line.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -1278,16 +1280,16 @@ fn a_set_dropped_at_any_point_leaves_no_place_behind() {
     });
 }
 
-/// Claim 4 (shared place, served). One client waits with a set {a, b} and a single on `a`,
-/// ahead of a waiter of another client on `a` (`a` held, `b` free). When `a` goes, the
-/// client is rung: one of its waiters is served, holds 50 ms, and releases; "a set's release
-/// while a waiter of its client stands in the line of one of its resources keeps the place
-/// ... and wakes that waiter" (as a single's release does). Expected: both of the client's
-/// waiters are served before the other client's, which joined after them.
-fn the_shared_place_serves_both_waiters_of_a_client_first(
-    asy: bool,
-    two_singles: bool,
-) -> Result<(), String> {
+/// Claim 4 (the shared place is served once). One client `x` waits with a set {a, b} (or,
+/// `two_singles`, a single) and a single on `a`, ahead of a waiter of another client `y` on
+/// `a` (`a` held, `b` free). The docs: a client's waiters share one place in a line, and a
+/// place is served once, like one waiter's: the first of `x`'s waiters to claim it takes it,
+/// the others join again at the back (behind `y`), so that a client gets one turn per trip
+/// through the line whatever its number of threads (a place kept through its own turns would
+/// let a client with a steady stream of waiters hold the head for ever: see
+/// `a_client_with_many_waiters_gets_one_turn_per_trip`). Expected: one of `x`'s waiters, `y`,
+/// then `x`'s other (before session 19 three ignored tests asked for both of `x`'s first).
+fn the_shared_place_is_served_once(asy: bool, two_singles: bool) {
     let c = cluster(3);
     let nodes = c.addrs();
     let lease = Duration::from_millis(200);
@@ -1342,33 +1344,84 @@ fn the_shared_place_serves_both_waiters_of_a_client_first(
     let t0 = order[0].1;
     let seen: Vec<(&str, Duration)> = order.iter().map(|(w, t)| (*w, *t - t0)).collect();
     eprintln!("async {asy}, two singles {two_singles}: served in order {seen:?}");
-    if order.last().map(|o| o.0) == Some("y") {
-        Ok(())
-    } else {
-        Err(format!(
-            "async {asy}: y, which joined last, was served before one of x's waiters: {seen:?}"
-        ))
-    }
+    let who: Vec<&str> = order.iter().map(|o| o.0).collect();
+    assert_eq!(who.len(), 3, "{seen:?}");
+    assert!(
+        who[0] != "y" && who[1] == "y" && who[2] != "y",
+        "async {asy}: the shared place was not served once (x's first waiter, then y, which stood behind it, then x's other): {seen:?}"
+    );
 }
 
 #[test]
-#[ignore = "limit (not new: two singles of a client, below, lose the place alike): 6 of 6 runs served y ~52 ms after the first of x's waiters and ~1 ms before x's other (held 50 ms each); the first's claim takes the client out of a's line, the other joins again behind y"]
-fn the_shared_place_serves_both_waiters_of_a_client_first_blocking() {
-    the_shared_place_serves_both_waiters_of_a_client_first(false, false).unwrap();
+fn the_shared_place_is_served_once_blocking() {
+    the_shared_place_is_served_once(false, false);
 }
 
 #[test]
-#[ignore = "limit (not new, as the blocking test): 3 of 3 runs served y before x's second waiter"]
-fn the_shared_place_serves_both_waiters_of_a_client_first_async() {
-    the_shared_place_serves_both_waiters_of_a_client_first(true, false).unwrap();
+fn the_shared_place_is_served_once_async() {
+    the_shared_place_is_served_once(true, false);
 }
 
-/// The control: two singles of one client on `a` in place of the set and the single. Fails
-/// the same way (3 of 3 runs): the limit is the shared place's, not the sets'.
+/// As above, with two singles of one client in place of the set and the single.
 #[test]
-#[ignore = "limit (before session 18 too): two singles of one client, y served between them in 3 of 3 runs"]
-fn the_shared_place_serves_two_singles_of_a_client_first() {
-    the_shared_place_serves_both_waiters_of_a_client_first(false, true).unwrap();
+fn the_shared_place_of_two_singles_is_served_once() {
+    the_shared_place_is_served_once(false, true);
+}
+
+/// Claim 4' (no client holds a line with its number of threads). Client `x` runs four
+/// threads and `y` one, each looping lock `a` - hold 2 ms - unlock, for 1.5 s: with one turn
+/// per trip through the line per client, `y` is served about as often as `x`. Bound: `y` gets
+/// at least a third of `x`'s turns (a place kept through its own turns would leave `y` next
+/// to none). Measured (session 19, four runs, one beside a CPU-bound test loop): `y` got
+/// 0.57-0.82 of `x`'s turns (`x` 71-207): `x`'s refused waiters join again at once, and
+/// sometimes before `y` does after its release.
+#[test]
+fn a_client_with_many_waiters_gets_one_turn_per_trip() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let lease = Duration::from_millis(200);
+    let a = resource("trip-a");
+    let a = a.as_str();
+    let x = fair(&nodes, "x", lease, false);
+    let y = fair(&nodes, "y", lease, true);
+    let stop = AtomicBool::new(false);
+    let (xs, ys) = (AtomicU64::new(0), AtomicU64::new(0));
+    let book = Book::default();
+    let turn = |cl: &Client, n: &AtomicU64, who: &str| {
+        while !stop.load(Ordering::Relaxed) {
+            let l = cl
+                .lock_within(a, TTL, Duration::from_secs(10))
+                .expect("a turn");
+            let from = Instant::now();
+            thread::sleep(Duration::from_millis(2));
+            book.add(who, &[a], &l, from, Instant::now());
+            cl.release_logged(&l, "a turn");
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    let turn = &turn;
+    thread::scope(|s| {
+        for _ in 0..4 {
+            let (x, xs) = (&x, &xs);
+            s.spawn(move || turn(x, xs, "x"));
+        }
+        let (y, ys) = (&y, &ys);
+        s.spawn(move || turn(y, ys, "y"));
+        thread::sleep(Duration::from_millis(1500));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let (xs, ys) = (xs.into_inner(), ys.into_inner());
+    eprintln!("turns: x (4 threads) {xs}, y (1 thread) {ys}");
+    let v = book.violations();
+    assert!(v.is_empty(), "{v:?}");
+    assert!(
+        xs >= 10 && ys >= 10,
+        "too few turns to judge: x {xs}, y {ys}"
+    );
+    assert!(
+        ys * 3 >= xs,
+        "x's four threads held the line: x {xs} turns, y {ys}"
+    );
 }
 
 /// Claim (what a set costs a line it passes on in). Three fair singles take turns on `a`
