@@ -341,6 +341,22 @@ fn serve(sent: &[Vec<Vec<u8>>], scripted: &[u8]) -> Vec<u8> {
 fn entering(own: Option<u64>, t: Instant) -> Engine<u32> {
     use crate::command::{Command, OpKind};
     let names: crate::lock::Names = [crate::lock::Name::new("res")].into_iter().collect();
+    let mut e = connected(t);
+    let enter = Command::leave(&names)
+        .with_kind(OpKind::Enter)
+        .watched_by(own);
+    e.submit(&enter, Until::WonOrAllIn, t, 1);
+    for i in 0..5 {
+        assert_eq!(sent_commands(&mut e, i).len(), 1, "node {i}: the enter");
+    }
+    e
+}
+
+/// An engine whose five connections are open (by a read, operation 0, answered with
+/// everything the handshakes asked).
+fn connected(t: Instant) -> Engine<u32> {
+    use crate::command::{Command, OpKind};
+    let names: crate::lock::Names = [crate::lock::Name::new("res")].into_iter().collect();
     let mut e = engine();
     e.submit(
         &Command::leave(&names).with_kind(OpKind::Get),
@@ -362,13 +378,6 @@ fn entering(own: Option<u64>, t: Instant) -> Engine<u32> {
         e.handle_input(i, &serve(&more, b""), t);
     }
     assert_eq!(e.poll_completed().map(|d| d.user), Some(0));
-    let enter = Command::leave(&names)
-        .with_kind(OpKind::Enter)
-        .watched_by(own);
-    e.submit(&enter, Until::WonOrAllIn, t, 1);
-    for i in 0..5 {
-        assert_eq!(sent_commands(&mut e, i).len(), 1, "node {i}: the enter");
-    }
     e
 }
 
@@ -491,6 +500,49 @@ fn the_second_in_line_looks_again_when_the_reservation_ahead_may_lapse() {
         e.poll_timeout(),
         Some(next + LEASE + Duration::from_millis(3))
     );
+}
+
+/// A notice for a line in which no waiter of this client stands (neither when it came nor
+/// when it is due) tells of a stale place: the engine sends the leave script for that
+/// resource to every master, not waited for, so that the leave does what the notice asked
+/// (two stale places in a row cost the waiter behind them nine claim leases before,
+/// `tests/review_s17.rs`). A waiter in the line is woken instead, and nothing is sent.
+#[test]
+fn a_notice_to_a_stale_place_is_answered_with_a_leave() {
+    let t = Instant::now();
+    for waiting in [false, true] {
+        let mut e = connected(t);
+        if waiting {
+            e.watch(7, line(b"res"));
+        }
+        e.next_in_line(key(), t);
+        let due = e.poll_timeout().expect("the lapse's time");
+        e.handle_timeout(due);
+        let sent: Vec<Vec<Vec<Vec<u8>>>> = (0..5).map(|i| sent_commands(&mut e, i)).collect();
+        if waiting {
+            assert_eq!(woken(&mut e), vec![7]);
+            assert!(sent.iter().all(Vec::is_empty), "{sent:?}");
+        } else {
+            assert!(woken(&mut e).is_empty());
+            for cmds in &sent {
+                assert_eq!(cmds.len(), 1, "{cmds:?}");
+                let c = &cmds[0];
+                assert_eq!(c[0], b"EVALSHA");
+                assert_eq!(c[1], crate::script::LEAVE_SHA1.as_bytes());
+                assert_eq!(
+                    &c[3..5],
+                    &[b"res".to_vec(), b"redlock-mux:queue:res".to_vec()]
+                );
+                assert_eq!(c[5], b"me");
+            }
+            // Not waited for: nothing completes, and the replies are dropped.
+            for i in 0..5 {
+                e.handle_input(i, b":0\r\n", t);
+            }
+            assert!(e.poll_completed().is_none());
+        }
+        assert_eq!(e.poll_timeout(), None);
+    }
 }
 
 /// Rung for the resource itself (the head did claim and has released, or lapsed and was

@@ -28,6 +28,8 @@ pub(crate) struct Lapse {
     /// When the last reservation told of may have lapsed: a claim lease and the drift
     /// allowance after the latest notice.
     due: Instant,
+    /// Whether a waiter of this client stood in the line when a notice came.
+    waited: bool,
 }
 
 impl<U> Engine<U> {
@@ -39,12 +41,17 @@ impl<U> Engine<U> {
             return;
         }
         let due = crate::time::later(now, lease.saturating_add(self.lapse_margin));
+        let waited = self.in_line(&key);
         match self.lapses.iter_mut().find(|l| l.key == key) {
             // Another master's notice of the same hand-off: the latest reservation counts.
-            Some(l) if now.saturating_duration_since(l.first) < lease => l.due = l.due.max(due),
+            Some(l) if now.saturating_duration_since(l.first) < lease => {
+                l.due = l.due.max(due);
+                l.waited |= waited;
+            }
             Some(l) => {
                 l.first = now;
                 l.due = due;
+                l.waited = waited;
             }
             None => {
                 if self.lapses.len() >= MAX_LAPSES {
@@ -54,6 +61,7 @@ impl<U> Engine<U> {
                     key,
                     first: now,
                     due,
+                    waited,
                 });
             }
         }
@@ -72,12 +80,31 @@ impl<U> Engine<U> {
     }
 
     /// Wakes the waiters in the lines whose lapse is due at `now` ([`Wake::Lapse`]), and
-    /// forgets those lapses (a waiter not waiting then has nothing to look at: its own next
-    /// read of the line tells it the same).
+    /// forgets those lapses.
+    ///
+    /// Where no waiter of this client stood in the line when the notice came nor stands there
+    /// now, the client's place in it is stale (a leave that never reached the master, a late
+    /// refusal of a won enter, a process that shares the id): nobody here would do what the
+    /// notice asks, and the waiter behind would wait its timer, eight claim leases (two stale
+    /// places in a row cost the third nine). The engine sends the leave script for that
+    /// resource, not waited for: it takes the place out, and from the second place it hands a
+    /// lapsed reservation on (the ring passes the lapsed head by) or tells the one now second.
+    /// (A waiter of the client between two of its rounds at both instants, a lease apart,
+    /// would lose its place to the leave, never a lock: it joins again at its next read.)
     pub(super) fn fire_due_lapses(&mut self, now: Instant) {
         while let Some(i) = self.lapses.iter().position(|l| l.due <= now) {
             let lapse = self.lapses.swap_remove(i);
-            self.wake_watches(|k| is_line_of(k, &lapse.key), Wake::Lapse);
+            if lapse.waited || self.in_line(&lapse.key) {
+                self.wake_watches(|k| is_line_of(k, &lapse.key), Wake::Lapse);
+                continue;
+            }
+            let Ok(name) = std::str::from_utf8(&lapse.key) else {
+                continue;
+            };
+            let names = [crate::lock::Name::new(name)];
+            let leave = crate::command::Command::leave(&names);
+            let tag = super::Tag::of(0, 0, leave.expect());
+            self.queue_written(&leave, tag, super::Until::Sent { except: 0 }, now);
         }
     }
 }

@@ -414,7 +414,7 @@ impl<U> Engine<U> {
     /// Fair mode: whether a waiter of this client stands in `resource`'s line (its watch is
     /// registered under the line's key, or a set's key that names it; a waiter without fair
     /// mode watches the resource's own key).
-    fn in_line(&self, resource: &[u8]) -> bool {
+    pub(super) fn in_line(&self, resource: &[u8]) -> bool {
         self.watches.iter().any(|(_, k)| is_line_of(k, resource))
     }
 

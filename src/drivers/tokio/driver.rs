@@ -159,6 +159,14 @@ impl Driver {
             }
             self.engine.handle_timeout(self.now);
             self.apply_io();
+            // What the deadlines queued goes out in this pass (fair mode: the leave the
+            // engine sends by itself for a stale place, see `Engine::handle_timeout`);
+            // nothing else would wake the task for it.
+            for (i, node) in nodes.iter().enumerate() {
+                if self.has_output(i) {
+                    self.poll_node(i, node);
+                }
+            }
             crate::observe::engine_events(&mut self.engine);
             while let Some(done) = self.engine.poll_completed() {
                 // The caller may be gone (its future dropped): nothing to do then.
