@@ -502,26 +502,51 @@ fn the_second_in_line_looks_again_when_the_reservation_ahead_may_lapse() {
     );
 }
 
-/// A notice for a line in which no waiter of this client stands (neither when it came nor
-/// when it is due) tells of a stale place: the engine sends the leave script for that
-/// resource to every master, not waited for, so that the leave does what the notice asked
-/// (two stale places in a row cost the waiter behind them nine claim leases before,
-/// `tests/review_s17.rs`). A waiter in the line is woken instead, and nothing is sent.
+/// A notice for a line in which no waiter of this client stood when it came, nor since, nor
+/// half a lease after the lapse was due, tells of a stale place: the engine sends the leave
+/// script for that resource to every master, not waited for, so that the leave does what the
+/// notice asked (two stale places in a row cost the waiter behind them nine claim leases
+/// before, `tests/review_s17.rs`). A waiter in the line then is woken instead, and so is one
+/// that watched the line in between (a waiter between two of its rounds at the due time), or
+/// that is back within the half lease: nothing is sent for them.
 #[test]
 fn a_notice_to_a_stale_place_is_answered_with_a_leave() {
     let t = Instant::now();
-    for waiting in [false, true] {
+    // 0: nobody; 1: a waiter all along; 2: a waiter that watched in between and is in a
+    // round at the due time; 3: one back within the half lease.
+    for case in 0..4 {
         let mut e = connected(t);
-        if waiting {
+        if case == 1 {
             e.watch(7, line(b"res"));
         }
         e.next_in_line(key(), t);
+        if case == 2 {
+            e.watch(7, line(b"res"));
+            e.unwatch(7);
+        }
         let due = e.poll_timeout().expect("the lapse's time");
         e.handle_timeout(due);
+        if case == 0 || case == 3 {
+            let again = e.poll_timeout().expect("looked at again");
+            assert_eq!(again, due + LEASE / 2, "case {case}");
+            assert!(
+                (0..5).all(|i| sent_commands(&mut e, i).is_empty()),
+                "case {case}"
+            );
+            if case == 3 {
+                e.watch(8, line(b"res"));
+            }
+            e.handle_timeout(again);
+        }
         let sent: Vec<Vec<Vec<Vec<u8>>>> = (0..5).map(|i| sent_commands(&mut e, i)).collect();
-        if waiting {
-            assert_eq!(woken(&mut e), vec![7]);
-            assert!(sent.iter().all(Vec::is_empty), "{sent:?}");
+        if case > 0 {
+            let expect: Vec<u64> = match case {
+                1 => vec![7],
+                3 => vec![8],
+                _ => vec![],
+            };
+            assert_eq!(woken(&mut e), expect, "case {case}");
+            assert!(sent.iter().all(Vec::is_empty), "case {case}: {sent:?}");
         } else {
             assert!(woken(&mut e).is_empty());
             for cmds in &sent {
@@ -541,7 +566,7 @@ fn a_notice_to_a_stale_place_is_answered_with_a_leave() {
             }
             assert!(e.poll_completed().is_none());
         }
-        assert_eq!(e.poll_timeout(), None);
+        assert_eq!(e.poll_timeout(), None, "case {case}");
     }
 }
 

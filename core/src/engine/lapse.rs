@@ -28,8 +28,11 @@ pub(crate) struct Lapse {
     /// When the last reservation told of may have lapsed: a claim lease and the drift
     /// allowance after the latest notice.
     due: Instant,
-    /// Whether a waiter of this client stood in the line when a notice came.
+    /// Whether a waiter of this client stood in the line when a notice came, or has started
+    /// to watch it since.
     waited: bool,
+    /// Found stale once at its due time, and looked at again half a lease later.
+    rechecked: bool,
 }
 
 impl<U> Engine<U> {
@@ -52,6 +55,7 @@ impl<U> Engine<U> {
                 l.first = now;
                 l.due = due;
                 l.waited = waited;
+                l.rechecked = false;
             }
             None => {
                 if self.lapses.len() >= MAX_LAPSES {
@@ -62,7 +66,18 @@ impl<U> Engine<U> {
                     first: now,
                     due,
                     waited,
+                    rechecked: false,
                 });
+            }
+        }
+    }
+
+    /// A waiter of this client starts to watch `watch_key` (a line's, or a set's naming
+    /// several): the lapses of those lines have a waiter to wake.
+    pub(super) fn waiting_for_lapse(&mut self, watch_key: &[u8]) {
+        for l in &mut self.lapses {
+            if is_line_of(watch_key, &l.key) {
+                l.waited = true;
             }
         }
     }
@@ -82,20 +97,30 @@ impl<U> Engine<U> {
     /// Wakes the waiters in the lines whose lapse is due at `now` ([`Wake::Lapse`]), and
     /// forgets those lapses.
     ///
-    /// Where no waiter of this client stood in the line when the notice came nor stands there
-    /// now, the client's place in it is stale (a leave that never reached the master, a late
-    /// refusal of a won enter, a process that shares the id): nobody here would do what the
-    /// notice asks, and the waiter behind would wait its timer, eight claim leases (two stale
-    /// places in a row cost the third nine). The engine sends the leave script for that
-    /// resource, not waited for: it takes the place out, and from the second place it hands a
-    /// lapsed reservation on (the ring passes the lapsed head by) or tells the one now second.
-    /// (A waiter of the client between two of its rounds at both instants, a lease apart,
-    /// would lose its place to the leave, never a lock: it joins again at its next read.)
+    /// Where no waiter of this client has watched the line since the notice came (nor did
+    /// then), and none does half a lease after the lapse was due, the client's place in it
+    /// is stale (a leave that never reached the master, a late refusal of a won enter, a
+    /// process that shares the id): nobody here would do what the notice asks, and the
+    /// waiter behind would wait its timer, eight claim leases (two stale places in a row cost
+    /// the third nine). The engine sends the leave script for that resource, not waited for:
+    /// it takes the place out, and from the second place it hands a lapsed reservation on
+    /// (the ring passes the lapsed head by) or tells the one now second. (A waiter of the
+    /// client in one round from before the notice until half a lease after the lapse, a
+    /// round held up by a slow master, would lose its place to the leave, never a lock: each
+    /// connection runs the leave after that round's command, and it joins again at its next
+    /// read.)
     pub(super) fn fire_due_lapses(&mut self, now: Instant) {
         while let Some(i) = self.lapses.iter().position(|l| l.due <= now) {
-            let lapse = self.lapses.swap_remove(i);
+            let mut lapse = self.lapses.swap_remove(i);
             if lapse.waited || self.in_line(&lapse.key) {
                 self.wake_watches(|k| is_line_of(k, &lapse.key), Wake::Lapse);
+                continue;
+            }
+            if !lapse.rechecked {
+                // A waiter between two of its rounds now is back within a round trip.
+                lapse.rechecked = true;
+                lapse.due = crate::time::later(now, self.claim_lease() / 2);
+                self.lapses.push(lapse);
                 continue;
             }
             let Ok(name) = std::str::from_utf8(&lapse.key) else {

@@ -476,6 +476,9 @@ impl<U> Engine<U> {
             .iter()
             .find(|b| is_line_of(&key, &b.key))
             .map(|b| b.key.clone());
+        if !self.lapses.is_empty() {
+            self.waiting_for_lapse(&key);
+        }
         self.watches.push((id, key));
         if let Some(resource) = pending {
             // Bells that came before the wait started (between a failed claim and this
