@@ -353,8 +353,12 @@ fn a_failed_claim_keeps_its_place_at_its_ticket() {
 
 /// A claim woken by a release's bells from other masters may reach a master before that
 /// release does: it takes the resource from the releasing token there (and only from that
-/// token), rather than fail and cost a wait; the release landing after it finds the new
-/// holder's token and leaves it, ringing nobody.
+/// token), rather than fail and cost a wait, and records that it did (`redlock-mux:taken:<r>`,
+/// the releasing token, sixteen claim leases); the release landing after it finds the new
+/// holder's token and leaves it, ringing nobody, and counts that master as released (before
+/// session 19 it counted it held by another, and an `unlock` whose release was whole on a
+/// quorum only that way failed: `tests/fair_taken.rs`). Another token's release there is
+/// still refused.
 #[test]
 fn a_claim_takes_a_master_its_release_has_not_reached_yet() {
     let server = LocalServer::start().unwrap();
@@ -375,8 +379,20 @@ fn a_claim_takes_a_master_its_release_has_not_reached_yet() {
     assert_eq!(a.claim_handed(&r, TOKEN_A, TOKEN_H), 0);
     assert_eq!(get(&addr, &r).unwrap(), TOKEN_A);
     assert_eq!(queue(&addr, &r), ["b"]);
-    // The release lands after: held by another token, nobody rung, nothing changed.
-    assert_eq!(holder.handoff(&r, TOKEN_H, 60_000), 0);
+    let taken = format!("redlock-mux:taken:{r}");
+    assert_eq!(get(&addr, &taken).as_deref(), Some(TOKEN_H));
+    let ms = match redis(&addr, &["PTTL", &taken]) {
+        Frame::Integer(ms) => ms,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        (60_000 * 15..=60_000 * 16).contains(&ms),
+        "sixteen claim leases: {ms}"
+    );
+    // Another token's release: held by another.
+    assert_eq!(holder.handoff(&r, TOKEN_X, 60_000), 0);
+    // The release lands after: taken from it, nobody rung, nothing changed.
+    assert_eq!(holder.handoff(&r, TOKEN_H, 60_000), 1);
     assert_eq!(get(&addr, &r).unwrap(), TOKEN_A);
     assert!(b.bells().is_empty(), "b is not rung while a holds it");
     assert_eq!(queue(&addr, &r), ["b"]);

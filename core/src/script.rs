@@ -64,33 +64,33 @@ pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
 /// the scripts' own. The version in the names changes whenever a script does, so that
 /// clients of different versions never call each other's functions.
 pub const LIBRARY: &str = concat!(
-    "#!lua name=redlock_mux_v7\n",
-    "redis.register_function('redlock_mux_v7_acquire', function(KEYS, ARGV)\n",
+    "#!lua name=redlock_mux_v8\n",
+    "redis.register_function('redlock_mux_v8_acquire', function(KEYS, ARGV)\n",
     include_str!("scripts/acquire.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v7_release', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v8_release', function(KEYS, ARGV)\n",
     include_str!("scripts/release.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v7_extend', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v8_extend', function(KEYS, ARGV)\n",
     include_str!("scripts/extend.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v7_fence', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v8_fence', function(KEYS, ARGV)\n",
     include_str!("scripts/fence.lua"),
     "end)\n",
     include_str!("scripts/ring.lua"),
-    "redis.register_function('redlock_mux_v7_wait', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v8_wait', function(KEYS, ARGV)\n",
     include_str!("scripts/wait.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v7_claim', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v8_claim', function(KEYS, ARGV)\n",
     include_str!("scripts/claim.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v7_handoff', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v8_handoff', function(KEYS, ARGV)\n",
     include_str!("scripts/handoff.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v7_leave', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v8_leave', function(KEYS, ARGV)\n",
     include_str!("scripts/leave.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v7_enter', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v8_enter', function(KEYS, ARGV)\n",
     include_str!("scripts/enter.lua"),
     include_str!("scripts/wait.lua"),
     "end)\n",
@@ -99,15 +99,15 @@ pub const LIBRARY: &str = concat!(
 /// The names of [`LIBRARY`]'s functions, in the order of [`ALL`] then [`FAIR`]: acquire,
 /// release, extend, fence; wait, claim, hand-off, leave, enter.
 pub const FUNCTIONS: [&str; 9] = [
-    "redlock_mux_v7_acquire",
-    "redlock_mux_v7_release",
-    "redlock_mux_v7_extend",
-    "redlock_mux_v7_fence",
-    "redlock_mux_v7_wait",
-    "redlock_mux_v7_claim",
-    "redlock_mux_v7_handoff",
-    "redlock_mux_v7_leave",
-    "redlock_mux_v7_enter",
+    "redlock_mux_v8_acquire",
+    "redlock_mux_v8_release",
+    "redlock_mux_v8_extend",
+    "redlock_mux_v8_fence",
+    "redlock_mux_v8_wait",
+    "redlock_mux_v8_claim",
+    "redlock_mux_v8_handoff",
+    "redlock_mux_v8_leave",
+    "redlock_mux_v8_enter",
 ];
 
 /// Every script with its digest.
@@ -215,7 +215,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "2041ac7ec84b5e94bbce57c3a50e6ec1c7d7cbc7";
+pub const CLAIM_SHA1: &str = "a6d68db15508d447a21117e7d7c71aca6e395842";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -233,7 +233,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "5b82bf35597cad853370d933373cab339abdd492";
+pub const HANDOFF_SHA1: &str = "4454734288d8cea00f367f914d40db3226cd87aa";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. A client that

@@ -56,8 +56,8 @@ pub const KNOWN: [(&str, Script); 4] = [
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
     ("92b8fe7a2a7bbcba88241e3e77d906f3cd7ed95e", Script::Wait),
-    ("2041ac7ec84b5e94bbce57c3a50e6ec1c7d7cbc7", Script::Claim),
-    ("5b82bf35597cad853370d933373cab339abdd492", Script::Handoff),
+    ("a6d68db15508d447a21117e7d7c71aca6e395842", Script::Claim),
+    ("4454734288d8cea00f367f914d40db3226cd87aa", Script::Handoff),
     ("db2e3155c6d027f20b6a97bc1974acd2dc25d2e6", Script::Leave),
     ("2fc20c6486c9630c5715e930678ee50efa70e039", Script::Enter),
 ];

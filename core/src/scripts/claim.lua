@@ -1,6 +1,7 @@
 local n = tonumber(ARGV[3])
 local mine = "redlock-mux:reserved:" .. ARGV[4]
 local handed = ARGV[6]
+local took = {}
 for i = 1, n do
   local v = redis.call("GET", KEYS[i])
   if v == false then
@@ -12,9 +13,13 @@ for i = 1, n do
     if n > 1 then settle(KEYS, n, ARGV[4], ARGV[5]) end
     return -i
   end
+  took[i] = handed ~= "" and v == handed
 end
 for i = 1, n do
   redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2])
+  if took[i] then
+    redis.call("SET", "redlock-mux:taken:" .. KEYS[i], handed, "PX", ARGV[5] * 16)
+  end
   redis.call("ZREM", KEYS[n + i], ARGV[4])
 end
 if #KEYS > 2 * n then return redis.call("INCR", KEYS[2 * n + 1]) end

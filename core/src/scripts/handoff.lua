@@ -16,7 +16,7 @@ for i = 1, n do
     if not ring(KEYS[i], KEYS[n + i], ARGV[2], me, ARGV[1], v == ARGV[1]) and v then
       redis.call("DEL", KEYS[i])
     end
-  else
+  elseif redis.call("GET", "redlock-mux:taken:" .. KEYS[i]) ~= ARGV[1] then
     held = true
   end
 end

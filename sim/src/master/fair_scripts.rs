@@ -23,6 +23,9 @@ const RING_LINES: u32 = 49;
 
 const RESERVED: &[u8] = b"redlock-mux:reserved:";
 
+/// The record a claim leaves where it took the key from the release that rang it.
+const TAKEN: &[u8] = b"redlock-mux:taken:";
+
 /// A script's keys or arguments, each a slice of its command's bytes.
 type Args<'a> = &'a [&'a [u8]];
 
@@ -396,8 +399,11 @@ fn claim(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<
     let mine = cat(RESERVED, id);
     // `ARGV[6]`, `nil` when not given: `nil ~= ""`, and no value equals `nil`.
     let handed = argv.get(5).copied().filter(|h| !h.is_empty());
+    // `took`: the keys held by the hand-off's token (taken from the release on its way).
+    // (A bit per key: the core sends at most `MAX_RESOURCES`, and a hand-off only for one.)
+    let mut took = 0u64;
     for i in 0..n {
-        let mut v = get(m, ex, keys[i], body(5))?;
+        let mut v = get(m, ex, keys[i], body(6))?;
         if v.is_none()
             && ring(
                 m,
@@ -412,21 +418,32 @@ fn claim(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<
             )?
             .is_some()
         {
-            v = get(m, ex, keys[i], body(8))?;
+            v = get(m, ex, keys[i], body(9))?;
         }
-        if v.is_some_and(|v| v[..] != mine[..] && Some(&v[..]) != handed) {
+        if v.as_ref()
+            .is_some_and(|v| v[..] != mine[..] && Some(&v[..]) != handed)
+        {
             if n > 1 {
                 settle(m, ex, keys, n, id, arg(argv, 5)?)?;
             }
             return Ok(-(i as i64) - 1);
         }
+        if i < 64 && handed.is_some() && v.as_deref() == handed {
+            took |= 1 << i;
+        }
     }
     for i in 0..n {
-        set_px(m, ex, keys[i], arg(argv, 1)?, arg(argv, 2)?, body(17))?;
-        zrem(m, ex, keys[n + i], id, body(18))?;
+        set_px(m, ex, keys[i], arg(argv, 1)?, arg(argv, 2)?, body(19))?;
+        if let (true, Some(handed)) = (i < 64 && took & (1 << i) != 0, handed) {
+            // `ARGV[5] * 16`: Lua turns the argument into a number.
+            let ms = fmt_g17(number(arg(argv, 5)?)? * 16.0);
+            let taken = cat(TAKEN, keys[i]);
+            set_px(m, ex, &taken, handed, ms.as_bytes(), body(21))?;
+        }
+        zrem(m, ex, keys[n + i], id, body(23))?;
     }
     match keys.get(2 * n) {
-        Some(counter) => call(strings::incr(m, ex, counter), body(20)),
+        Some(counter) => call(strings::incr(m, ex, counter), body(25)),
         None => Ok(0),
     }
 }
@@ -457,7 +474,8 @@ fn handoff(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Resul
             if rung.is_none() && v.is_some() {
                 strings::del(m, ex, &[key]);
             }
-        } else {
+        } else if get(m, ex, &cat(TAKEN, key), body(19))?.as_deref() != Some(token) {
+            // Not taken from this release by the claim it rang for (see `claim`).
             held = true;
         }
     }
