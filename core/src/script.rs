@@ -225,15 +225,16 @@ pub const CLAIM_SHA1: &str = "a6d68db15508d447a21117e7d7c71aca6e395842";
 /// ms, client id, and `1` for a release proper (the caller leaves the lines first) or `0` for
 /// the release of a claim that failed overall (the caller keeps its place, and heading a line
 /// still, gets the resource reserved again), then the caller's ticket (with `0`: where its
-/// claim took it out of a line, it is put back at that ticket, its old place). Answers as
-/// [`RELEASE`].
+/// claim took it out of a line, which its token there shows, it is put back at that ticket,
+/// its old place; nowhere else: where another waiter of the client was served from the
+/// shared place meanwhile, that place is spent). Answers as [`RELEASE`].
 pub const HANDOFF: &str = concat!(
     include_str!("scripts/ring.lua"),
     include_str!("scripts/handoff.lua")
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "4454734288d8cea00f367f914d40db3226cd87aa";
+pub const HANDOFF_SHA1: &str = "b80be49af1f3d3ba594e125ac6ffcf56c7e735ba";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. A client that

@@ -57,7 +57,7 @@ pub const KNOWN: [(&str, Script); 4] = [
 pub const FAIR: [(&str, Script); 5] = [
     ("92b8fe7a2a7bbcba88241e3e77d906f3cd7ed95e", Script::Wait),
     ("a6d68db15508d447a21117e7d7c71aca6e395842", Script::Claim),
-    ("4454734288d8cea00f367f914d40db3226cd87aa", Script::Handoff),
+    ("b80be49af1f3d3ba594e125ac6ffcf56c7e735ba", Script::Handoff),
     ("db2e3155c6d027f20b6a97bc1974acd2dc25d2e6", Script::Leave),
     ("2fc20c6486c9630c5715e930678ee50efa70e039", Script::Enter),
 ];

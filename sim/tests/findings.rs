@@ -145,3 +145,24 @@ fn a_clients_two_waiters_ahead_of_a_place_may_both_be_served_first() {
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(r.fairness.is_empty(), "{:?}", r.fairness);
 }
+
+/// Session 19, `--faults none` seeds 3001 to 23,000 (two seeds judged `passed-over`), seed
+/// 3938: c3's waiter #38 joined r0's line after c0 had, sharing c3's place, which another
+/// waiter of c3 (#27, waiting from before c0) was then served from (its claim took c3 out of
+/// the line on the masters that granted it). #38's claim, woken at a bell, was refused where
+/// #27 held and won on one master only; its release put c3 back at the shared place's old
+/// ticket on every master, ahead of c0, where the served place should have been spent, and
+/// #38 was served before c0. The hand-off script's keeping form now puts the client back at
+/// its ticket only where its own token shows that this claim took it out (the script's
+/// documented rule). Fails at 1e58e4d, session 18's head.
+#[test]
+fn a_failed_claims_release_does_not_give_back_a_place_served_meanwhile() {
+    let mut p = Params::new(3938);
+    p.faults = Faults::NONE;
+    p.clients = Some(4);
+    p.ops = Some(13);
+    p.episodes = Some(0);
+    let r = run_one(&p);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+}

@@ -82,6 +82,14 @@ impl<U> Engine<U> {
         }
     }
 
+    /// Whether a waiter of this client has a round in flight on `resource` (a claim, a read of
+    /// its line, an enter): it stands in the line, its watch taken back for that round.
+    fn in_round(&self, resource: &[u8]) -> bool {
+        self.fair_rounds
+            .iter()
+            .any(|(_, _, names)| names.iter().any(|n| n.as_bytes() == resource))
+    }
+
     /// A bell rang this client for `key`: it heads the line now, and its claim follows.
     pub(super) fn rung_first(&mut self, key: &[u8]) {
         if !self.lapses.is_empty() {
@@ -104,15 +112,14 @@ impl<U> Engine<U> {
     /// waiter behind would wait its timer, eight claim leases (two stale places in a row cost
     /// the third nine). The engine sends the leave script for that resource, not waited for:
     /// it takes the place out, and from the second place it hands a lapsed reservation on
-    /// (the ring passes the lapsed head by) or tells the one now second. (A waiter of the
-    /// client in one round from before the notice until half a lease after the lapse, a
-    /// round held up by a slow master, would lose its place to the leave, never a lock: each
-    /// connection runs the leave after that round's command, and it joins again at its next
-    /// read.)
+    /// (the ring passes the lapsed head by) or tells the one now second. A waiter of the
+    /// client with a round in flight on the resource (a claim held up by a slow master: a
+    /// fair claim that loses waits for every master) stands in the line as well (session 19's
+    /// review: such a waiter lost its place to the leave).
     pub(super) fn fire_due_lapses(&mut self, now: Instant) {
         while let Some(i) = self.lapses.iter().position(|l| l.due <= now) {
             let mut lapse = self.lapses.swap_remove(i);
-            if lapse.waited || self.in_line(&lapse.key) {
+            if lapse.waited || self.in_line(&lapse.key) || self.in_round(&lapse.key) {
                 self.wake_watches(|k| is_line_of(k, &lapse.key), Wake::Lapse);
                 continue;
             }

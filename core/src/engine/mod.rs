@@ -205,6 +205,10 @@ pub struct Engine<U> {
     /// The waiters' tracked reads in flight (`OpKind::Watch`): each operation's slot and
     /// generation, and the key it reads.
     watch_reads: Vec<(u32, u32, Box<[u8]>)>,
+    /// Fair mode: the waiters' rounds in flight (claims, reads of the line, enters), each
+    /// operation's slot and generation, and its resources: a waiter in one of them stands in
+    /// those lines though its watch is taken back (see `lapse.rs`).
+    fair_rounds: Vec<(u32, u32, crate::lock::Names)>,
     /// Keys whose invalidations from some nodes wake nobody (a bit per node): the last tracked
     /// read of the key there found it absent, so no holder's release can delete it there, and
     /// a push from there only reports another waiter's try come and gone (every waiter woken by
@@ -264,6 +268,7 @@ impl<U> Engine<U> {
             bells: Vec::new(),
             handed: Vec::new(),
             lapses: Vec::new(),
+            fair_rounds: Vec::new(),
             lapse_margin: cfg.fair.as_ref().map_or(Duration::ZERO, |f| {
                 crate::rules::drift(Duration::from_millis(f.claim_ms), cfg.drift_factor)
             }),
@@ -339,6 +344,10 @@ impl<U> Engine<U> {
         }
         if let (OpKind::Enter, [name]) = (cmd.kind, cmd.resources) {
             self.entering(slot, gen, name, cmd.watch, t1);
+        }
+        if self.fair.is_some() && matches!(cmd.kind, OpKind::Claim | OpKind::Wait | OpKind::Enter) {
+            self.fair_rounds
+                .push((slot, gen, cmd.resources.iter().cloned().collect()));
         }
         self.queue_everywhere(cmd, tag, until, t1);
         if sent {
@@ -651,6 +660,10 @@ impl<U> Engine<U> {
         }
         if !self.enters.is_empty() {
             self.entered(tag, &op.round);
+        }
+        if !self.fair_rounds.is_empty() {
+            self.fair_rounds
+                .retain(|(slot, gen, _)| (*slot, *gen) != (tag.slot, tag.gen));
         }
         op.round.close(|_| NodeOutcome::Undecided);
         self.free.push(tag.slot);

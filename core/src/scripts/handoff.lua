@@ -5,12 +5,12 @@ local me = false
 if keep then me = ARGV[3] end
 local held, gone = false, false
 for i = 1, n do
+  local v = redis.call("GET", KEYS[i])
   if not keep then
     redis.call("ZREM", KEYS[n + i], ARGV[3])
-  elseif tonumber(ARGV[5]) > 0 then
+  elseif v == ARGV[1] and tonumber(ARGV[5]) > 0 then
     redis.call("ZADD", KEYS[n + i], "NX", ARGV[5], ARGV[3])
   end
-  local v = redis.call("GET", KEYS[i])
   if v == ARGV[1] or v == false or v == mine then
     if v ~= ARGV[1] then gone = true end
     if not ring(KEYS[i], KEYS[n + i], ARGV[2], me, ARGV[1], v == ARGV[1]) and v then

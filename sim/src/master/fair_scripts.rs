@@ -459,13 +459,14 @@ fn handoff(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Resul
     let (mut held, mut gone) = (false, false);
     for i in 0..n {
         let (key, q) = (keys[i], keys[n + i]);
-        if !keep {
-            zrem(m, ex, q, id, body(9))?;
-        } else if number(arg(argv, 5)?)? > 0.0 {
-            zadd_nx(m, ex, q, arg(argv, 5)?, id, body(11))?;
-        }
-        let v = get(m, ex, key, body(13))?;
+        let v = get(m, ex, key, body(8))?;
         let released = v.as_deref() == Some(token);
+        if !keep {
+            zrem(m, ex, q, id, body(10))?;
+        } else if released && number(arg(argv, 5)?)? > 0.0 {
+            // Back at its ticket only where this try's claim took it out (its token there).
+            zadd_nx(m, ex, q, arg(argv, 5)?, id, body(12))?;
+        }
         if released || v.is_none() || v.as_deref() == Some(&mine[..]) {
             if !released {
                 gone = true;
