@@ -174,8 +174,14 @@ fn a_failed_claims_release_does_not_give_back_a_place_served_meanwhile() {
 /// handshake). A release in that round trip rings the new waiter, reaches nobody, and the
 /// ring takes it out of the line as a client whose process is gone: it waits for its timer,
 /// and a later arrival takes the resource first (seed 6682: c2 joined f0's line at 4.656 ms,
-/// c4's release rang it at 4.59-4.82 ms, c2's `SUBSCRIBE` went out at 4.866 ms). The fix is a
-/// connection that holds a fair client's line commands until its bell is subscribed.
+/// c4's release rang it at 4.59-4.82 ms, c2's `SUBSCRIBE` went out at 4.866 ms). Tried in
+/// session 19 and taken back: a connection holding a fair client's line commands until the
+/// `HELLO 3` reply (then behind the `SUBSCRIBE`) fixes this seed, but costs a fresh
+/// connection's first try a round trip, and with short node timeouts that first round of a
+/// free resource timed out (the liveness rule, seeds 349 and 2567 of 3000). Left for a design
+/// that keeps the first try pipelined: the `SUBSCRIBE` pipelined with the handshake where the
+/// node is known to speak RESP3, or a first join that the ring does not take for a gone
+/// client until the connection could have subscribed.
 #[test]
 #[ignore = "open: a fair waiter whose first try went out before its connection's bell was subscribed is taken out of the line by a release in that round trip (seed 6682, --faults none)"]
 fn a_waiter_on_a_fresh_connection_is_not_taken_out_before_its_bell_is_subscribed() {
