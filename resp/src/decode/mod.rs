@@ -182,6 +182,17 @@ impl Decoder {
             // The caller broke the append-only contract; what we remembered is meaningless.
             self.clear();
         }
+        if self.pos == 0 && self.scan == 0 && self.pending.is_none() && self.stack.is_empty() {
+            if let Some(frame) = whole_scalar(buf, &self.limits) {
+                return Ok(Some(frame));
+            }
+        }
+        self.decode_stepwise(buf)
+    }
+
+    /// [`decode`](Decoder::decode) by the state machine alone (what the shortcut for whole
+    /// scalars must agree with).
+    fn decode_stepwise(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, Error> {
         match self.advance(buf) {
             Ok(Step::Incomplete) => Ok(None),
             Ok(Step::Single(tok)) => {
@@ -409,6 +420,71 @@ fn take_scalar(tok: Tok, buf: &mut BytesMut, end: usize) -> Frame {
     }
 }
 
+/// The commonest replies, whole at the front of `buf` with no frame begun: an integer, a
+/// simple string, a bulk string (or the null bulk), RESP3's null. Taken off `buf` as the state
+/// machine would take them, with the same frame, in one look; `None` (and `buf` untouched)
+/// for anything else, which the state machine then reads (and judges) from the start: any
+/// other type, a frame not all here, one that breaks a limit or the protocol.
+#[inline]
+fn whole_scalar(buf: &mut BytesMut, limits: &Limits) -> Option<Frame> {
+    use bytes::Buf;
+    // The end of the line starting at `buf[0]` (its CR, followed by LF), if it is short, all
+    // here, and within the line limit.
+    let line_end = |buf: &[u8]| -> Option<usize> {
+        // (A byte at a time: these lines are a few bytes long.)
+        let i = 1 + buf
+            .get(1..buf.len().min(64))?
+            .iter()
+            .position(|&c| c == b'\r' || c == b'\n')?;
+        (buf[i] == b'\r' && buf.get(i + 1) == Some(&b'\n') && i - 1 <= limits.max_line_len())
+            .then_some(i)
+    };
+    match *buf.first()? {
+        b':' => {
+            let end = line_end(buf)?;
+            let n = parse_int(&buf[1..end])?;
+            buf.advance(end + 2);
+            Some(Frame::Integer(n))
+        }
+        b'+' => {
+            let end = line_end(buf)?;
+            if &buf[1..end] == b"OK" {
+                buf.advance(end + 2);
+                return Some(Frame::Simple(Bytes::from_static(b"OK")));
+            }
+            buf.advance(1);
+            let text = buf.split_to(end - 1).freeze();
+            buf.advance(2);
+            Some(Frame::Simple(text))
+        }
+        b'$' => {
+            let end = line_end(buf)?;
+            let n = parse_int(&buf[1..end])?;
+            if n == -1 {
+                buf.advance(end + 2);
+                return Some(Frame::NullBulk);
+            }
+            if n < 0 || n as u64 > limits.max_bulk_len() as u64 {
+                return None;
+            }
+            let start = end + 2;
+            let stop = start.checked_add(n as usize)?;
+            if buf.get(stop..stop.checked_add(2)?)? != b"\r\n" {
+                return None;
+            }
+            buf.advance(start);
+            let payload = buf.split_to(stop - start).freeze();
+            buf.advance(2);
+            Some(Frame::Bulk(payload))
+        }
+        b'_' if buf.starts_with(b"_\r\n") => {
+            buf.advance(3);
+            Some(Frame::Null)
+        }
+        _ => None,
+    }
+}
+
 /// Turns a scalar token (or an empty aggregate) into its frame.
 fn scalar(tok: Tok, bytes: &Bytes) -> Frame {
     match tok {
@@ -600,6 +676,23 @@ fn find_cr_or_lf(hay: &[u8]) -> Option<usize> {
         .iter()
         .position(|&c| c == b'\r' || c == b'\n')
         .map(|i| base + i)
+}
+
+/// What the shortcut for whole scalars makes of `input` and what the state machine alone
+/// does, each with the bytes it leaves (tests).
+#[cfg(test)]
+pub(crate) fn shortcut_and_stepwise(
+    input: &[u8],
+    limits: Limits,
+) -> (
+    Option<(Frame, Vec<u8>)>,
+    (Result<Option<Frame>, Error>, Vec<u8>),
+) {
+    let mut fast = BytesMut::from(input);
+    let shortcut = whole_scalar(&mut fast, &limits).map(|f| (f, fast.to_vec()));
+    let mut slow = BytesMut::from(input);
+    let stepwise = Decoder::new(limits).decode_stepwise(&mut slow);
+    (shortcut, (stepwise, slow.to_vec()))
 }
 
 /// Frames from `decode`: `BytesMut` helper used by tests.
