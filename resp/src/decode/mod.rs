@@ -117,6 +117,8 @@ pub struct Decoder {
     pending: Option<Pending>,
     stack: Vec<Open>,
     tokens: Vec<Tok>,
+    /// The aggregates of a frame being built from `tokens` (kept for its capacity).
+    building: Vec<Building>,
     poisoned: Option<Error>,
 }
 
@@ -333,12 +335,16 @@ impl Decoder {
 
     /// Builds the frame recorded in the token list, whose offsets point into `bytes`.
     fn build(&mut self, bytes: &Bytes) -> Frame {
-        struct Building {
-            kind: Agg,
-            left: usize,
-            items: Vec<Frame>,
-        }
-        let mut stack: Vec<Building> = Vec::new();
+        // The aggregates open, kept between frames (emptied again by the time a frame is built).
+        let mut stack = std::mem::take(&mut self.building);
+        stack.clear();
+        let frame = self.build_with(bytes, &mut stack);
+        self.building = stack;
+        frame
+    }
+
+    /// [`build`](Decoder::build), with `stack` for the aggregates open.
+    fn build_with(&self, bytes: &Bytes, stack: &mut Vec<Building>) -> Frame {
         for &tok in &self.tokens {
             let mut frame = match tok {
                 Tok::Agg(kind, n) if n > 0 => {
@@ -370,6 +376,15 @@ impl Decoder {
         // Unreachable for a token list `advance` declared complete; a frame all the same.
         Frame::Null
     }
+}
+
+/// An aggregate being built from the token list: its kind, how many items it still takes,
+/// the items so far.
+#[derive(Debug)]
+struct Building {
+    kind: Agg,
+    left: usize,
+    items: Vec<Frame>,
 }
 
 /// What decoding one line produced.
