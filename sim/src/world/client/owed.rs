@@ -14,9 +14,6 @@ impl Client {
     /// `local` is its clock's reading now.
     pub(super) fn check_owed(&mut self, sim: &mut Sim, local: std::time::Instant) {
         let submitted = std::mem::replace(&mut self.submitted, false);
-        // A reply queued before this instant is owed past `stale` (none when the clock has
-        // not run that long): one comparison per connection rather than a duration each.
-        let stale_before = local.checked_sub(self.stale);
         for i in 0..self.owed.len() {
             let (n, oldest) = self.engine.owed(i);
             let last = std::mem::replace(&mut self.owed[i], n);
@@ -33,9 +30,12 @@ impl Client {
             // first). A command a connection sends again in another form after a refusal (a
             // master that was paused answering its backlog) goes behind replies that are old
             // but on their way, keeps its first command's time, and rightly stays.
+            // Owed past `stale`: queued before the clock's reading less `stale` (no such
+            // instant when the clock has not run that long), one comparison rather than an
+            // age computed.
             let stale_owed = || {
                 oldest
-                    .zip(stale_before)
+                    .zip(local.checked_sub(self.stale))
                     .is_some_and(|(t, before)| t < before)
             };
             if submitted && n > last && stale_owed() {
