@@ -799,6 +799,35 @@ proptest! {
     }
 
     #[test]
+    fn whole_scalar_shortcut_agrees_with_the_state_machine(
+        head in prop::sample::select(vec![b':', b'+', b'$', b'_', b'-', b'*']),
+        first in proptest::collection::vec(prop::sample::select(b"0123456789-?OKx".to_vec()), 0..5),
+        crlf in any::<(bool, bool)>(),
+        payload in proptest::collection::vec(prop::sample::select(b"0123-OKx\r\n".to_vec()), 0..8),
+        line in 0usize..8,
+        bulk in 0usize..8,
+    ) {
+        // A line, mostly ended by CRLF, then a payload, mostly ended by CRLF.
+        let mut input = vec![head];
+        input.extend_from_slice(&first);
+        if crlf.0 {
+            input.extend_from_slice(b"\r\n");
+        }
+        input.extend_from_slice(&payload);
+        if crlf.1 {
+            input.extend_from_slice(b"\r\n");
+        }
+        let limits = Limits::new().with_max_line_len(line).with_max_bulk_len(bulk);
+        let (shortcut, (stepwise, rest)) = crate::decode::shortcut_and_stepwise(&input, limits);
+        // Wherever the shortcut takes a frame, the state machine takes the same one and
+        // leaves the same bytes (elsewhere the state machine reads it, as before).
+        if let Some((frame, left)) = shortcut {
+            prop_assert_eq!(stepwise, Ok(Some(frame)));
+            prop_assert_eq!(left, rest);
+        }
+    }
+
+    #[test]
     fn integers_agree_with_std_on_canonical_forms(n in any::<i64>()) {
         prop_assert_eq!(parse_int(n.to_string().as_bytes()), Some(n));
     }

@@ -117,6 +117,8 @@ pub struct Decoder {
     pending: Option<Pending>,
     stack: Vec<Open>,
     tokens: Vec<Tok>,
+    /// The aggregates of a frame being built from `tokens` (kept for its capacity).
+    building: Vec<Building>,
     poisoned: Option<Error>,
 }
 
@@ -182,6 +184,17 @@ impl Decoder {
             // The caller broke the append-only contract; what we remembered is meaningless.
             self.clear();
         }
+        if self.pos == 0 && self.scan == 0 && self.pending.is_none() && self.stack.is_empty() {
+            if let Some(frame) = whole_scalar(buf, &self.limits) {
+                return Ok(Some(frame));
+            }
+        }
+        self.decode_stepwise(buf)
+    }
+
+    /// [`decode`](Decoder::decode) by the state machine alone (what the shortcut for whole
+    /// scalars must agree with).
+    fn decode_stepwise(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, Error> {
         match self.advance(buf) {
             Ok(Step::Incomplete) => Ok(None),
             Ok(Step::Single(tok)) => {
@@ -322,12 +335,16 @@ impl Decoder {
 
     /// Builds the frame recorded in the token list, whose offsets point into `bytes`.
     fn build(&mut self, bytes: &Bytes) -> Frame {
-        struct Building {
-            kind: Agg,
-            left: usize,
-            items: Vec<Frame>,
-        }
-        let mut stack: Vec<Building> = Vec::new();
+        // The aggregates open, kept between frames (emptied again by the time a frame is built).
+        let mut stack = std::mem::take(&mut self.building);
+        stack.clear();
+        let frame = self.build_with(bytes, &mut stack);
+        self.building = stack;
+        frame
+    }
+
+    /// [`build`](Decoder::build), with `stack` for the aggregates open.
+    fn build_with(&self, bytes: &Bytes, stack: &mut Vec<Building>) -> Frame {
         for &tok in &self.tokens {
             let mut frame = match tok {
                 Tok::Agg(kind, n) if n > 0 => {
@@ -359,6 +376,15 @@ impl Decoder {
         // Unreachable for a token list `advance` declared complete; a frame all the same.
         Frame::Null
     }
+}
+
+/// An aggregate being built from the token list: its kind, how many items it still takes,
+/// the items so far.
+#[derive(Debug)]
+struct Building {
+    kind: Agg,
+    left: usize,
+    items: Vec<Frame>,
 }
 
 /// What decoding one line produced.
@@ -406,6 +432,71 @@ fn take_scalar(tok: Tok, buf: &mut BytesMut, end: usize) -> Frame {
             buf.advance(end);
             scalar(other, &Bytes::new())
         }
+    }
+}
+
+/// The commonest replies, whole at the front of `buf` with no frame begun: an integer, a
+/// simple string, a bulk string (or the null bulk), RESP3's null. Taken off `buf` as the state
+/// machine would take them, with the same frame, in one look; `None` (and `buf` untouched)
+/// for anything else, which the state machine then reads (and judges) from the start: any
+/// other type, a frame not all here, one that breaks a limit or the protocol.
+#[inline]
+fn whole_scalar(buf: &mut BytesMut, limits: &Limits) -> Option<Frame> {
+    use bytes::Buf;
+    // The end of the line starting at `buf[0]` (its CR, followed by LF), if it is short, all
+    // here, and within the line limit.
+    let line_end = |buf: &[u8]| -> Option<usize> {
+        // (A byte at a time: these lines are a few bytes long.)
+        let i = 1 + buf
+            .get(1..buf.len().min(64))?
+            .iter()
+            .position(|&c| c == b'\r' || c == b'\n')?;
+        (buf[i] == b'\r' && buf.get(i + 1) == Some(&b'\n') && i - 1 <= limits.max_line_len())
+            .then_some(i)
+    };
+    match *buf.first()? {
+        b':' => {
+            let end = line_end(buf)?;
+            let n = parse_int(&buf[1..end])?;
+            buf.advance(end + 2);
+            Some(Frame::Integer(n))
+        }
+        b'+' => {
+            let end = line_end(buf)?;
+            if &buf[1..end] == b"OK" {
+                buf.advance(end + 2);
+                return Some(Frame::Simple(Bytes::from_static(b"OK")));
+            }
+            buf.advance(1);
+            let text = buf.split_to(end - 1).freeze();
+            buf.advance(2);
+            Some(Frame::Simple(text))
+        }
+        b'$' => {
+            let end = line_end(buf)?;
+            let n = parse_int(&buf[1..end])?;
+            if n == -1 {
+                buf.advance(end + 2);
+                return Some(Frame::NullBulk);
+            }
+            if n < 0 || n as u64 > limits.max_bulk_len() as u64 {
+                return None;
+            }
+            let start = end + 2;
+            let stop = start.checked_add(n as usize)?;
+            if buf.get(stop..stop.checked_add(2)?)? != b"\r\n" {
+                return None;
+            }
+            buf.advance(start);
+            let payload = buf.split_to(stop - start).freeze();
+            buf.advance(2);
+            Some(Frame::Bulk(payload))
+        }
+        b'_' if buf.starts_with(b"_\r\n") => {
+            buf.advance(3);
+            Some(Frame::Null)
+        }
+        _ => None,
     }
 }
 
@@ -600,6 +691,23 @@ fn find_cr_or_lf(hay: &[u8]) -> Option<usize> {
         .iter()
         .position(|&c| c == b'\r' || c == b'\n')
         .map(|i| base + i)
+}
+
+/// What the shortcut for whole scalars makes of `input` and what the state machine alone
+/// does, each with the bytes it leaves (tests).
+#[cfg(test)]
+pub(crate) fn shortcut_and_stepwise(
+    input: &[u8],
+    limits: Limits,
+) -> (
+    Option<(Frame, Vec<u8>)>,
+    (Result<Option<Frame>, Error>, Vec<u8>),
+) {
+    let mut fast = BytesMut::from(input);
+    let shortcut = whole_scalar(&mut fast, &limits).map(|f| (f, fast.to_vec()));
+    let mut slow = BytesMut::from(input);
+    let stepwise = Decoder::new(limits).decode_stepwise(&mut slow);
+    (shortcut, (stepwise, slow.to_vec()))
 }
 
 /// Frames from `decode`: `BytesMut` helper used by tests.

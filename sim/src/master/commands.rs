@@ -8,9 +8,41 @@ use super::reply::Reply;
 use super::{pubsub, scripts, session, strings, zset, Master};
 use crate::profile::{Server, User};
 
+/// Which command a [`Spec`] is: what [`run`] runs, without comparing names again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cmd {
+    Get,
+    Set,
+    Pttl,
+    Del,
+    Incr,
+    Pexpire,
+    Ping,
+    Select,
+    Zadd,
+    Zrange,
+    Zrem,
+    Zscore,
+    Zcard,
+    Publish,
+    Subscribe,
+    Eval,
+    Evalsha,
+    Fcall,
+    Delifeq,
+    Delex,
+    Auth,
+    Hello,
+    Script,
+    Function,
+    Client,
+    Config,
+}
+
 /// One command: its name, arity (Redis' convention: `n` exactly, `-n` at least), its
 /// subcommands with theirs, whether it runs before login, and the servers that have it.
 struct Spec {
+    id: Cmd,
     name: &'static str,
     arity: i32,
     subs: &'static [(&'static str, i32)],
@@ -22,8 +54,9 @@ fn everywhere(_: Server) -> bool {
     true
 }
 
-const fn cmd(name: &'static str, arity: i32) -> Spec {
+const fn cmd(id: Cmd, name: &'static str, arity: i32) -> Spec {
     Spec {
+        id,
         name,
         arity,
         subs: &[],
@@ -33,59 +66,59 @@ const fn cmd(name: &'static str, arity: i32) -> Spec {
 }
 
 const TABLE: &[Spec] = &[
-    cmd("get", 2),
-    cmd("set", -3),
-    cmd("pttl", 2),
-    cmd("del", -2),
-    cmd("incr", 2),
-    cmd("pexpire", -3),
-    cmd("ping", -1),
-    cmd("select", 2),
-    cmd("zadd", -4),
-    cmd("zrange", -4),
-    cmd("zrem", -3),
-    cmd("zscore", 3),
-    cmd("zcard", 2),
-    cmd("publish", 3),
-    cmd("subscribe", -2),
-    cmd("eval", -3),
-    cmd("evalsha", -3),
+    cmd(Cmd::Get, "get", 2),
+    cmd(Cmd::Set, "set", -3),
+    cmd(Cmd::Pttl, "pttl", 2),
+    cmd(Cmd::Del, "del", -2),
+    cmd(Cmd::Incr, "incr", 2),
+    cmd(Cmd::Pexpire, "pexpire", -3),
+    cmd(Cmd::Ping, "ping", -1),
+    cmd(Cmd::Select, "select", 2),
+    cmd(Cmd::Zadd, "zadd", -4),
+    cmd(Cmd::Zrange, "zrange", -4),
+    cmd(Cmd::Zrem, "zrem", -3),
+    cmd(Cmd::Zscore, "zscore", 3),
+    cmd(Cmd::Zcard, "zcard", 2),
+    cmd(Cmd::Publish, "publish", 3),
+    cmd(Cmd::Subscribe, "subscribe", -2),
+    cmd(Cmd::Eval, "eval", -3),
+    cmd(Cmd::Evalsha, "evalsha", -3),
     Spec {
         has: Server::has_functions,
-        ..cmd("fcall", -3)
+        ..cmd(Cmd::Fcall, "fcall", -3)
     },
     Spec {
         has: Server::has_delifeq,
-        ..cmd("delifeq", 3)
+        ..cmd(Cmd::Delifeq, "delifeq", 3)
     },
     Spec {
         has: Server::has_delex,
-        ..cmd("delex", -2)
+        ..cmd(Cmd::Delex, "delex", -2)
     },
     Spec {
         no_auth: true,
-        ..cmd("auth", -2)
+        ..cmd(Cmd::Auth, "auth", -2)
     },
     Spec {
         no_auth: true,
-        ..cmd("hello", -1)
+        ..cmd(Cmd::Hello, "hello", -1)
     },
     Spec {
         subs: &[("load", 3), ("flush", -2)],
-        ..cmd("script", -2)
+        ..cmd(Cmd::Script, "script", -2)
     },
     Spec {
         subs: &[("load", -3), ("flush", -2)],
         has: Server::has_functions,
-        ..cmd("function", -2)
+        ..cmd(Cmd::Function, "function", -2)
     },
     Spec {
         subs: &[("tracking", -3), ("caching", 3), ("id", 2)],
-        ..cmd("client", -2)
+        ..cmd(Cmd::Client, "client", -2)
     },
     Spec {
         subs: &[("get", -3)],
-        ..cmd("config", -2)
+        ..cmd(Cmd::Config, "config", -2)
     },
 ];
 
@@ -139,7 +172,10 @@ fn arity_ok(arity: i32, argc: usize) -> bool {
     }
 }
 
-/// Runs one command (`args` is never empty) and returns its reply.
+/// Runs one command (`args` is never empty) and returns its reply. (Its one caller,
+/// `Master::execute`, runs every command: inlined there, as it was before the code around it
+/// grew past the compiler's own limit.)
+#[inline(always)]
 pub(crate) fn dispatch<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]) -> Reply {
     let server = m.profile.server;
     let Some(spec) = spec_of(args[0]).filter(|s| (s.has)(server)) else {
@@ -176,46 +212,46 @@ pub(crate) fn dispatch<'a>(m: &mut Master, ex: &mut Ex<'a>, args: &'a [&'a [u8]]
         }
         _ => {}
     }
-    run(m, ex, spec.name, sub, args)
+    run(m, ex, spec, sub, args)
 }
 
 /// Runs a command that passed the checks.
 fn run<'a>(
     m: &mut Master,
     ex: &mut Ex<'a>,
-    name: &str,
+    spec: &Spec,
     sub: Option<&str>,
     args: &'a [&'a [u8]],
 ) -> Reply {
     let done = |r: Result<Reply, String>| r.unwrap_or_else(Reply::Error);
-    match (name, sub) {
-        ("get", _) => strings::get(m, ex, args[1]),
-        ("set", _) => done(strings::set(m, ex, args)),
-        ("pttl", _) => strings::pttl(m, ex, args[1]),
-        ("del", _) => strings::del(m, ex, &args[1..]),
-        ("incr", _) => done(strings::incr(m, ex, args[1]).map(Reply::Int)),
-        ("pexpire", _) => done(strings::pexpire(m, ex, args).map(Reply::Int)),
-        ("delifeq", _) => strings::delifeq(m, ex, args[1], args[2]),
-        ("delex", _) => done(strings::delex(m, ex, args)),
-        ("ping", _) => session::ping(args),
-        ("select", _) => session::select(m, ex, args[1]),
-        ("zadd", _) => done(zset::zadd(m, ex, args)),
-        ("zrange", _) => done(zset::zrange(m, ex, args)),
-        ("zrem", _) => done(zset::zrem(m, ex, args[1], &args[2..]).map(Reply::Int)),
-        ("zscore", _) => done(zset::zscore(m, ex, args[1], args[2])),
-        ("zcard", _) => done(zset::zcard(m, ex, args[1])),
-        ("publish", _) => Reply::Int(pubsub::publish(m, ex, args[1], args[2])),
-        ("subscribe", _) => pubsub::subscribe(m, ex, &args[1..]),
-        ("auth", _) => session::auth(m, ex, args),
-        ("hello", _) => session::hello(m, ex, args),
-        ("client", Some(sub)) => session::client(m, ex, sub, args),
-        ("config", _) => session::config_get(m, ex, &args[2..]),
-        ("eval", _) => scripts::eval(m, ex, args),
-        ("evalsha", _) => scripts::evalsha(m, ex, args),
-        ("fcall", _) => scripts::fcall(m, ex, args),
-        ("script", Some(sub)) => scripts::script(m, sub, args),
-        ("function", Some(sub)) => scripts::function(m, sub, args),
-        _ => Reply::err(format!("ERR sim: {name} is not simulated")),
+    match (spec.id, sub) {
+        (Cmd::Get, _) => strings::get(m, ex, args[1]),
+        (Cmd::Set, _) => done(strings::set(m, ex, args)),
+        (Cmd::Pttl, _) => strings::pttl(m, ex, args[1]),
+        (Cmd::Del, _) => strings::del(m, ex, &args[1..]),
+        (Cmd::Incr, _) => done(strings::incr(m, ex, args[1]).map(Reply::Int)),
+        (Cmd::Pexpire, _) => done(strings::pexpire(m, ex, args).map(Reply::Int)),
+        (Cmd::Delifeq, _) => strings::delifeq(m, ex, args[1], args[2]),
+        (Cmd::Delex, _) => done(strings::delex(m, ex, args)),
+        (Cmd::Ping, _) => session::ping(args),
+        (Cmd::Select, _) => session::select(m, ex, args[1]),
+        (Cmd::Zadd, _) => done(zset::zadd(m, ex, args)),
+        (Cmd::Zrange, _) => done(zset::zrange(m, ex, args)),
+        (Cmd::Zrem, _) => done(zset::zrem(m, ex, args[1], &args[2..]).map(Reply::Int)),
+        (Cmd::Zscore, _) => done(zset::zscore(m, ex, args[1], args[2])),
+        (Cmd::Zcard, _) => done(zset::zcard(m, ex, args[1])),
+        (Cmd::Publish, _) => Reply::Int(pubsub::publish(m, ex, args[1], args[2])),
+        (Cmd::Subscribe, _) => pubsub::subscribe(m, ex, &args[1..]),
+        (Cmd::Auth, _) => session::auth(m, ex, args),
+        (Cmd::Hello, _) => session::hello(m, ex, args),
+        (Cmd::Client, Some(sub)) => session::client(m, ex, sub, args),
+        (Cmd::Config, _) => session::config_get(m, ex, &args[2..]),
+        (Cmd::Eval, _) => scripts::eval(m, ex, args),
+        (Cmd::Evalsha, _) => scripts::evalsha(m, ex, args),
+        (Cmd::Fcall, _) => scripts::fcall(m, ex, args),
+        (Cmd::Script, Some(sub)) => scripts::script(m, sub, args),
+        (Cmd::Function, Some(sub)) => scripts::function(m, sub, args),
+        _ => Reply::err(format!("ERR sim: {} is not simulated", spec.name)),
     }
 }
 

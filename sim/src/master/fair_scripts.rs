@@ -146,7 +146,8 @@ fn get(m: &mut Master, ex: &mut Ex, key: &[u8], line: u32) -> Result<Option<Byte
 
 /// `redis.call("PTTL", key)`.
 fn pttl(m: &mut Master, ex: &mut Ex, key: &[u8]) -> i64 {
-    m.read(ex, key).map_or(-2, |e| pttl_of(&e, ex.now))
+    let now = ex.now;
+    m.read_with(ex, key, |e| e.map_or(-2, |e| pttl_of(e, now)))
 }
 
 /// `redis.call("SET", key, value, "PX", ms)`.

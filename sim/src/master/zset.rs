@@ -109,14 +109,19 @@ fn parse_score(b: &[u8]) -> Option<f64> {
 
 const NOT_A_FLOAT: &str = "ERR value is not a valid float";
 
-/// The sorted set at `key` (expired first), read by a command: `Ok(None)` no key, or
-/// `WRONGTYPE`.
-fn read_zset(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Result<Option<Zset>, String> {
-    match m.read(ex, key).map(|e| e.value) {
-        None => Ok(None),
-        Some(Value::Zset(z)) => Ok(Some(z)),
+/// What `f` makes of the sorted set at `key` (expired first), read by a command (remembered
+/// for tracking), without a copy of the set: `f(None)` no key, or `WRONGTYPE`.
+fn with_zset<R>(
+    m: &mut Master,
+    ex: &mut Ex,
+    key: &[u8],
+    f: impl FnOnce(Option<&Zset>) -> R,
+) -> Result<R, String> {
+    m.read_with(ex, key, |e| match e.map(|e| &e.value) {
+        None => Ok(f(None)),
+        Some(Value::Zset(z)) => Ok(f(Some(z))),
         Some(Value::Str(_)) => Err(WRONGTYPE.into()),
-    }
+    })
 }
 
 /// The sorted set at `key` (expired first), for a command that may write it, with its deadline.
@@ -218,7 +223,7 @@ pub(crate) fn rank(
     key: &[u8],
     member: &[u8],
 ) -> Result<Option<usize>, String> {
-    Ok(read_zset(m, ex, key)?.and_then(|z| z.find(member)))
+    with_zset(m, ex, key, |z| z.and_then(|z| z.find(member)))
 }
 
 /// `ZRANGE key start stop [WITHSCORES]` by index: `(member, score)` pairs (for the scripts).
@@ -231,12 +236,14 @@ pub(crate) fn range(
 ) -> Result<Vec<(Bytes, f64)>, String> {
     let start = parse_i64(start).ok_or(NOT_AN_INTEGER)?;
     let stop = parse_i64(stop).ok_or(NOT_AN_INTEGER)?;
-    Ok(read_zset(m, ex, key)?.map_or_else(Vec::new, |z| {
-        z.range(start, stop)
-            .iter()
-            .map(|(s, member)| (member.clone(), *s))
-            .collect()
-    }))
+    with_zset(m, ex, key, |z| {
+        z.map_or_else(Vec::new, |z| {
+            z.range(start, stop)
+                .iter()
+                .map(|(s, member)| (member.clone(), *s))
+                .collect()
+        })
+    })
 }
 
 /// `ZRANGE key start stop [WITHSCORES]`: members, with their scores as doubles (RESP3: one
@@ -311,14 +318,14 @@ pub(crate) fn score(
     key: &[u8],
     member: &[u8],
 ) -> Result<Option<f64>, String> {
-    Ok(read_zset(m, ex, key)?.and_then(|z| z.score(member)))
+    with_zset(m, ex, key, |z| z.and_then(|z| z.score(member)))
 }
 
 /// `ZCARD key`.
 pub(crate) fn zcard(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Result<Reply, String> {
-    Ok(Reply::Int(
-        read_zset(m, ex, key)?.map_or(0, |z| z.items.len() as i64),
-    ))
+    with_zset(m, ex, key, |z| {
+        Reply::Int(z.map_or(0, |z| z.items.len() as i64))
+    })
 }
 
 /// `ZSCORE key member` as a reply.

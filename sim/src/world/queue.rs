@@ -40,6 +40,10 @@ impl Ord for Entry {
     }
 }
 
+/// How many of the next events a new one is compared with, one by one, before a binary
+/// search.
+const NEAR: usize = 4;
+
 /// The most events the sorted vector holds.
 const SORTED_MAX: usize = 256;
 
@@ -60,7 +64,17 @@ impl Queue {
         self.seq += 1;
         let key = (u128::from(t) << 64) | u128::from(self.seq);
         if self.sorted.len() < SORTED_MAX {
-            let at = self.sorted.partition_point(|e| e.key > key);
+            // Mostly among the next few (a segment's delivery, a reply's): looked for from
+            // the end first, then by a binary search of the rest. The same place either way
+            // (keys are unique).
+            let n = self.sorted.len();
+            let mut at = n;
+            while at > 0 && n - at < NEAR && self.sorted[at - 1].key < key {
+                at -= 1;
+            }
+            if at > 0 && n - at == NEAR && self.sorted[at - 1].key < key {
+                at = self.sorted[..at].partition_point(|e| e.key > key);
+            }
             self.sorted.insert(at, Entry { key, ev });
         } else {
             self.heap.push(Entry { key, ev });

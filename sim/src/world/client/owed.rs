@@ -30,9 +30,16 @@ impl Client {
             // first). A command a connection sends again in another form after a refusal (a
             // master that was paused answering its backlog) goes behind replies that are old
             // but on their way, keeps its first command's time, and rightly stays.
-            let age = || oldest.map_or(Duration::ZERO, |t| local.saturating_duration_since(t));
-            if submitted && n > last && age() > self.stale {
-                let age = age();
+            // Owed past `stale`: queued before the clock's reading less `stale` (no such
+            // instant when the clock has not run that long), one comparison rather than an
+            // age computed.
+            let stale_owed = || {
+                oldest
+                    .zip(local.checked_sub(self.stale))
+                    .is_some_and(|(t, before)| t < before)
+            };
+            if submitted && n > last && stale_owed() {
+                let age = oldest.map_or(Duration::ZERO, |t| local.saturating_duration_since(t));
                 sim.hist.note(
                     "owed-stale",
                     sim.now,
