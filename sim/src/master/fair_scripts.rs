@@ -235,9 +235,15 @@ fn ring(
             last = None;
         } else if me == Some(&id[..]) || rang(m, ex, &id, tag, r) {
             set_px(m, ex, r, &cat(RESERVED, &id), claim, 21)?;
+            // The record of whom it rang, for a head rung by bell only; a caller that
+            // reserves for itself is alive (it runs the script), and its own record goes.
             // `claim * 16`: Lua turns the argument into a number.
-            let marker_ms = fmt_g17(number(claim)? * 16.0);
-            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 22)?;
+            if me != Some(&id[..]) {
+                let marker_ms = fmt_g17(number(claim)? * 16.0);
+                set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 22)?;
+            } else if last.as_ref() == Some(&id) {
+                strings::del(m, ex, &[&marker[..]]);
+            }
             // The second in line is told when the reservation may lapse (`+ <resource>`).
             if me != Some(&id[..]) {
                 if let Some((next, _)) = two.next().filter(|(n, _)| me != Some(&n[..])) {
@@ -464,8 +470,14 @@ fn handoff(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Resul
         let released = v.as_deref() == Some(token);
         if !keep {
             zrem(m, ex, q, id, body(10))?;
-        } else if released && number(arg(argv, 5)?)? > 0.0 {
-            // Back at its ticket only where this try's claim took it out (its token there).
+        } else if !v
+            .as_deref()
+            .is_some_and(|v| v != token && !v.starts_with(RESERVED))
+            && number(arg(argv, 5)?)? > 0.0
+        {
+            // Back at its ticket unless another lock holds the resource (a waiter of the
+            // client served from the place meanwhile): its token there, the key gone (its
+            // claim's lock ran out) or a reservation.
             zadd_nx(m, ex, q, arg(argv, 5)?, id, body(12))?;
         }
         if released || v.is_none() || v.as_deref() == Some(&mine[..]) {
