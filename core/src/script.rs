@@ -181,7 +181,7 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "e6abfc4e72a06e00aaab6f7217eb9b1c452b420f";
+pub const WAIT_SHA1: &str = "92b8fe7a2a7bbcba88241e3e77d906f3cd7ed95e";
 
 /// Fair mode, the first try of a waiter that may wait (`lock`, `lock_within`): `SET NX PX`
 /// as a plain try, and, refused, the wait of [`WAIT`] in the same call, so that a waiter
@@ -198,7 +198,7 @@ pub const ENTER: &str = concat!(
 );
 
 /// SHA-1 of [`ENTER`].
-pub const ENTER_SHA1: &str = "07659c7ff14a14c698357ecd2a6ceeaf7dd4656e";
+pub const ENTER_SHA1: &str = "2fc20c6486c9630c5715e930678ee50efa70e039";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the
@@ -215,7 +215,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "be8bbf10ee50171af8cf64892fa33531d7d363ac";
+pub const CLAIM_SHA1: &str = "a6d68db15508d447a21117e7d7c71aca6e395842";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -234,7 +234,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "4e9421fe0330f46aab635332eb18f29243a002d1";
+pub const HANDOFF_SHA1: &str = "a153905de111387911df422439891f2d18666dae";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. A client that
@@ -250,7 +250,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "19875ab06960d89048c27f80501cbf38be225767";
+pub const LEAVE_SHA1: &str = "db2e3155c6d027f20b6a97bc1974acd2dc25d2e6";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
 pub const FAIR: [(&str, &str); 5] = [

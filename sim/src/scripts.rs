@@ -55,11 +55,11 @@ pub const KNOWN: [(&str, Script); 4] = [
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
-    ("e6abfc4e72a06e00aaab6f7217eb9b1c452b420f", Script::Wait),
-    ("be8bbf10ee50171af8cf64892fa33531d7d363ac", Script::Claim),
-    ("4e9421fe0330f46aab635332eb18f29243a002d1", Script::Handoff),
-    ("19875ab06960d89048c27f80501cbf38be225767", Script::Leave),
-    ("07659c7ff14a14c698357ecd2a6ceeaf7dd4656e", Script::Enter),
+    ("92b8fe7a2a7bbcba88241e3e77d906f3cd7ed95e", Script::Wait),
+    ("a6d68db15508d447a21117e7d7c71aca6e395842", Script::Claim),
+    ("a153905de111387911df422439891f2d18666dae", Script::Handoff),
+    ("db2e3155c6d027f20b6a97bc1974acd2dc25d2e6", Script::Leave),
+    ("2fc20c6486c9630c5715e930678ee50efa70e039", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.

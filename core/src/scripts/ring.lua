@@ -19,7 +19,7 @@ local function ring(r, q, claim, me, tag, released, after)
       last = false
     elseif id == me or rang(id, tag .. " " .. r) then
       redis.call("SET", r, "redlock-mux:reserved:" .. id, "PX", claim)
-      if id ~= me then redis.call("SET", marker, id, "PX", claim * 16) elseif last == id then redis.call("DEL", marker) end
+      redis.call("SET", marker, id, "PX", claim * 16)
       if id ~= me and two[2] and two[2] ~= me then rang(two[2], "+ " .. r) end
       return id
     else

@@ -235,15 +235,8 @@ fn ring(
             last = None;
         } else if me == Some(&id[..]) || rang(m, ex, &id, tag, r) {
             set_px(m, ex, r, &cat(RESERVED, &id), claim, 21)?;
-            // The record of whom it rang, for a head rung by bell only; a caller that
-            // reserves for itself is alive (it runs the script), and its own record goes.
-            // `claim * 16`: Lua turns the argument into a number.
-            if me != Some(&id[..]) {
-                let marker_ms = fmt_g17(number(claim)? * 16.0);
-                set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 22)?;
-            } else if last.as_ref() == Some(&id) {
-                strings::del(m, ex, &[&marker[..]]);
-            }
+            let marker_ms = fmt_g17(number(claim)? * 16.0);
+            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 22)?;
             // The second in line is told when the reservation may lapse (`+ <resource>`).
             if me != Some(&id[..]) {
                 if let Some((next, _)) = two.next().filter(|(n, _)| me != Some(&n[..])) {
