@@ -693,16 +693,18 @@ fn find_cr_or_lf(hay: &[u8]) -> Option<usize> {
         .map(|i| base + i)
 }
 
+/// What the shortcut made of an input and what the state machine did, each with the bytes it
+/// left (tests).
+#[cfg(test)]
+pub(crate) type BothWays = (
+    Option<(Frame, Vec<u8>)>,
+    (Result<Option<Frame>, Error>, Vec<u8>),
+);
+
 /// What the shortcut for whole scalars makes of `input` and what the state machine alone
 /// does, each with the bytes it leaves (tests).
 #[cfg(test)]
-pub(crate) fn shortcut_and_stepwise(
-    input: &[u8],
-    limits: Limits,
-) -> (
-    Option<(Frame, Vec<u8>)>,
-    (Result<Option<Frame>, Error>, Vec<u8>),
-) {
+pub(crate) fn shortcut_and_stepwise(input: &[u8], limits: Limits) -> BothWays {
     let mut fast = BytesMut::from(input);
     let shortcut = whole_scalar(&mut fast, &limits).map(|f| (f, fast.to_vec()));
     let mut slow = BytesMut::from(input);
