@@ -352,9 +352,19 @@ fn deadline_around_the_lapse(asy: bool, deadline: f64) -> (bool, Duration, Vec<S
             .push(Tenure::of("z", &l, at).end(unlocking, &l));
         (y_got, at.saturating_duration_since(y_done))
     });
-    wait_until(Duration::from_secs(5), "the lines empty", || {
-        line_lengths(&addrs, &key).iter().all(|&n| n == 0)
-    });
+    let emptied = Instant::now();
+    while !line_lengths(&addrs, &key).iter().all(|&n| n == 0) {
+        let lines: Vec<Frame> = addrs
+            .iter()
+            .map(|a| redis(a, &["ZRANGE", &line(&key), "0", "-1", "WITHSCORES"]))
+            .collect();
+        assert!(
+            emptied.elapsed() < Duration::from_secs(5),
+            "timed out after 5s waiting for the lines empty: {lines:?}, values {:?}",
+            values(&addrs, &key)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let free = values(&addrs, &key);
     assert!(free.iter().all(Option::is_none), "{free:?}");
     drop(cc);
