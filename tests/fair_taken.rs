@@ -47,7 +47,10 @@ fn a_release_overtaken_by_the_claim_it_rang_for_is_whole() {
         let w = testkit::review::either_client(options(&direct, true, "w", lease, 10_000), asy);
         let key = resource("taken");
         let held = h.lock(&key, TTL).expect("R free");
-        assert_eq!(holding(&direct, &key, held.token().as_bytes()), 3);
+        // (The lock is decided at a quorum: the third master's yes may still be on its way.)
+        wait_until(Duration::from_secs(5), "H's token on every master", || {
+            holding(&direct, &key, held.token().as_bytes()) == 3
+        });
         std::thread::scope(|s| {
             let waiter = s.spawn(|| {
                 let l = w.lock_within(&key, TTL, Duration::from_secs(15));
