@@ -224,10 +224,10 @@ pub const CLAIM_SHA1: &str = "a6d68db15508d447a21117e7d7c71aca6e395842";
 /// on the others. `KEYS`: the resources, then their queues; `ARGV`: token, claim lease in
 /// ms, client id, and `1` for a release proper (the caller leaves the lines first) or `0` for
 /// the release of a claim that failed overall (the caller keeps its place, and heading a line
-/// still, gets the resource reserved again), then the caller's ticket (with `0`: where its
-/// claim took it out of a line, which its token there shows, it is put back at that ticket,
-/// its old place; nowhere else: where another waiter of the client was served from the
-/// shared place meanwhile, that place is spent). Answers as [`RELEASE`].
+/// still, gets the resource reserved again), then the caller's ticket (with `0`: it is put
+/// back at that ticket, its old place, unless another lock holds the resource there: a
+/// waiter of the client served from the shared place meanwhile, whose place is spent).
+/// Answers as [`RELEASE`].
 pub const HANDOFF: &str = concat!(
     include_str!("scripts/ring.lua"),
     include_str!("scripts/handoff.lua")
