@@ -134,3 +134,41 @@ fn a_second_leave_of_one_client_within_a_claim_lease_wakes_the_waiter() {
         }
     }
 }
+
+/// A fair client subscribes its bell right behind `HELLO 3`, before its first command (so that
+/// a first try's join is never rung before the subscription exists). A server without `HELLO`
+/// (renamed away, or older than Redis 6) would run that `SUBSCRIBE` on a RESP2 connection,
+/// where it then refuses everything else: the refused `HELLO` spends the connection, and the
+/// next one asks first. Held to: a fair client of such servers locks (one connection spent
+/// per master, no more), waits behind another holder, unlocks, and leaves nothing.
+#[test]
+fn a_fair_client_of_servers_without_hello_locks_waits_and_unlocks() {
+    let c = testkit::local::LocalCluster::start_with(3, &["--rename-command", "HELLO", ""])
+        .expect("redis-server");
+    let addrs = c.addrs();
+    let lease = Duration::from_millis(300);
+    let h = client(&addrs, true, "h", lease);
+    let w = client(&addrs, true, "w", lease);
+    let key = resource("fair-no-hello");
+    let held = h
+        .lock(&key, TTL)
+        .expect("granted after the spent connections");
+    let token = held.token().as_bytes().to_vec();
+    assert_eq!(holding(&addrs, &key, &token), 3);
+    for node in &h.stats().nodes {
+        // The first connection spent by the refusal, the second working.
+        assert_eq!(node.connects, 2, "{node:?}");
+    }
+    std::thread::scope(|s| {
+        let t = s.spawn(|| w.lock_within(&key, TTL, Duration::from_secs(30)));
+        std::thread::sleep(Duration::from_millis(200));
+        h.unlock(&held).expect("released");
+        let l = t.join().unwrap().expect("the waiter's turn");
+        w.unlock(&l).expect("released");
+        assert_eq!(holding(&addrs, &key, l.token().as_bytes()), 0);
+    });
+    assert_eq!(holding(&addrs, &key, &token), 0);
+    for node in h.stats().nodes.iter().chain(&w.stats().nodes) {
+        assert_eq!(node.connects, 2, "{node:?}");
+    }
+}

@@ -148,3 +148,72 @@ fn without_fair_mode_a_set_beside_a_busy_resource_gets_its_turn() {
         "the set waited {waited:?} while the others took {turns} turns ({per_turn:?} a turn); bound {bound:?}"
     );
 }
+
+/// Two sets {a, b} wait in line behind a single waiter of `a`, whose holder keeps it; `b` is
+/// released. The first set heads `b`'s line but not `a`'s, so it passes `b` on to the second,
+/// which heads neither and passes it on to nobody. Until session 20 `b` then went free, and
+/// the next read of either set rang the head of `b`'s line again: the two passed `b` back
+/// and forth at every round trip for as long as `a` was held (the simulator's seed 461: a
+/// set's acquisition ran 200 ms past its tries' bound on those bells). Now the last of a line
+/// to pass a resource on marks it passed by all: it stays free, rung for nobody until a
+/// release, for whoever claims it.
+///
+/// Held to: while `a` is held for a second, the two sets' claims stay a handful (each set's
+/// timer, 8 claim leases, is its only clock), not one per round trip; once the holder
+/// releases, the single, then the first set, then the second are served, in that order.
+fn sets_behind_a_single_do_not_pass_a_free_resource_back_and_forth(asy: bool) {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let (a, b) = (resource("pass-a"), resource("pass-b"));
+    let h = client(&nodes, false, "h", asy);
+    let (s, x, y) = (
+        client(&nodes, true, "s", asy),
+        client(&nodes, true, "x", asy),
+        client(&nodes, true, "y", asy),
+    );
+    let held = h.lock(&a, TTL).expect("free");
+    let held_b = h.lock(&b, TTL).expect("free");
+    let in_every = |key: &str, id: &str| testkit::review::in_line(&nodes, key, id) == 3;
+    let served = |cl: &Client, set: Vec<&str>| {
+        let l = cl.lock_many(&set, TTL).expect("served");
+        let at = Instant::now();
+        cl.unlock(&l).expect("released");
+        at
+    };
+    let served = &served;
+    thread::scope(|sc| {
+        let ts = sc.spawn(|| served(&s, vec![a.as_str()]));
+        testkit::wait_until(Duration::from_secs(10), "S in a's line", || {
+            in_every(&a, "s")
+        });
+        let tx = sc.spawn(|| served(&x, vec![a.as_str(), b.as_str()]));
+        testkit::wait_until(Duration::from_secs(10), "X in both lines", || {
+            in_every(&a, "x") && in_every(&b, "x")
+        });
+        let ty = sc.spawn(|| served(&y, vec![a.as_str(), b.as_str()]));
+        testkit::wait_until(Duration::from_secs(10), "Y in both lines", || {
+            in_every(&a, "y") && in_every(&b, "y")
+        });
+        // `b` goes free: its release rings the first set, which passes it on.
+        h.unlock(&held_b).expect("released");
+        let claims = || x.stats().claims + y.stats().claims;
+        let before = claims();
+        thread::sleep(Duration::from_secs(1));
+        let idle = claims() - before;
+        h.unlock(&held).expect("released");
+        let (s_at, x_at, y_at) = (ts.join().unwrap(), tx.join().unwrap(), ty.join().unwrap());
+        eprintln!("claims while a was held for 1 s: {idle}");
+        assert!(idle <= 12, "{idle} claims in 1 s with nothing to take");
+        assert!(s_at <= x_at && x_at <= y_at, "served out of order");
+    });
+}
+
+#[test]
+fn sets_behind_a_single_do_not_pass_a_free_resource_back_and_forth_blocking() {
+    sets_behind_a_single_do_not_pass_a_free_resource_back_and_forth(false);
+}
+
+#[test]
+fn sets_behind_a_single_do_not_pass_a_free_resource_back_and_forth_async() {
+    sets_behind_a_single_do_not_pass_a_free_resource_back_and_forth(true);
+}

@@ -64,33 +64,33 @@ pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
 /// the scripts' own. The version in the names changes whenever a script does, so that
 /// clients of different versions never call each other's functions.
 pub const LIBRARY: &str = concat!(
-    "#!lua name=redlock_mux_v8\n",
-    "redis.register_function('redlock_mux_v8_acquire', function(KEYS, ARGV)\n",
+    "#!lua name=redlock_mux_v9\n",
+    "redis.register_function('redlock_mux_v9_acquire', function(KEYS, ARGV)\n",
     include_str!("scripts/acquire.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v8_release', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v9_release', function(KEYS, ARGV)\n",
     include_str!("scripts/release.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v8_extend', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v9_extend', function(KEYS, ARGV)\n",
     include_str!("scripts/extend.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v8_fence', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v9_fence', function(KEYS, ARGV)\n",
     include_str!("scripts/fence.lua"),
     "end)\n",
     include_str!("scripts/ring.lua"),
-    "redis.register_function('redlock_mux_v8_wait', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v9_wait', function(KEYS, ARGV)\n",
     include_str!("scripts/wait.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v8_claim', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v9_claim', function(KEYS, ARGV)\n",
     include_str!("scripts/claim.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v8_handoff', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v9_handoff', function(KEYS, ARGV)\n",
     include_str!("scripts/handoff.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v8_leave', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v9_leave', function(KEYS, ARGV)\n",
     include_str!("scripts/leave.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v8_enter', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v9_enter', function(KEYS, ARGV)\n",
     include_str!("scripts/enter.lua"),
     include_str!("scripts/wait.lua"),
     "end)\n",
@@ -99,15 +99,15 @@ pub const LIBRARY: &str = concat!(
 /// The names of [`LIBRARY`]'s functions, in the order of [`ALL`] then [`FAIR`]: acquire,
 /// release, extend, fence; wait, claim, hand-off, leave, enter.
 pub const FUNCTIONS: [&str; 9] = [
-    "redlock_mux_v8_acquire",
-    "redlock_mux_v8_release",
-    "redlock_mux_v8_extend",
-    "redlock_mux_v8_fence",
-    "redlock_mux_v8_wait",
-    "redlock_mux_v8_claim",
-    "redlock_mux_v8_handoff",
-    "redlock_mux_v8_leave",
-    "redlock_mux_v8_enter",
+    "redlock_mux_v9_acquire",
+    "redlock_mux_v9_release",
+    "redlock_mux_v9_extend",
+    "redlock_mux_v9_fence",
+    "redlock_mux_v9_wait",
+    "redlock_mux_v9_claim",
+    "redlock_mux_v9_handoff",
+    "redlock_mux_v9_leave",
+    "redlock_mux_v9_enter",
 ];
 
 /// Every script with its digest.
@@ -181,7 +181,7 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "92b8fe7a2a7bbcba88241e3e77d906f3cd7ed95e";
+pub const WAIT_SHA1: &str = "03e2661a20dc0017de15f54fa0062d292f4355b0";
 
 /// Fair mode, the first try of a waiter that may wait (`lock`, `lock_within`): `SET NX PX`
 /// as a plain try, and, refused, the wait of [`WAIT`] in the same call, so that a waiter
@@ -198,7 +198,7 @@ pub const ENTER: &str = concat!(
 );
 
 /// SHA-1 of [`ENTER`].
-pub const ENTER_SHA1: &str = "2fc20c6486c9630c5715e930678ee50efa70e039";
+pub const ENTER_SHA1: &str = "5f9b035fde307a2075488a850a3f3d98b593e129";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the
@@ -215,7 +215,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "a6d68db15508d447a21117e7d7c71aca6e395842";
+pub const CLAIM_SHA1: &str = "503a34cbc027085d4d0fc44a030cd0564f68371e";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -234,7 +234,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "a153905de111387911df422439891f2d18666dae";
+pub const HANDOFF_SHA1: &str = "794bda597b034fe709fcfee03113e640c179f22e";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. A client that
@@ -250,7 +250,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "db2e3155c6d027f20b6a97bc1974acd2dc25d2e6";
+pub const LEAVE_SHA1: &str = "8afe884e20257f01e2daa555d957279c05cd6b1b";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
 pub const FAIR: [(&str, &str); 5] = [

@@ -55,11 +55,11 @@ pub const KNOWN: [(&str, Script); 4] = [
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
-    ("92b8fe7a2a7bbcba88241e3e77d906f3cd7ed95e", Script::Wait),
-    ("a6d68db15508d447a21117e7d7c71aca6e395842", Script::Claim),
-    ("a153905de111387911df422439891f2d18666dae", Script::Handoff),
-    ("db2e3155c6d027f20b6a97bc1974acd2dc25d2e6", Script::Leave),
-    ("2fc20c6486c9630c5715e930678ee50efa70e039", Script::Enter),
+    ("03e2661a20dc0017de15f54fa0062d292f4355b0", Script::Wait),
+    ("503a34cbc027085d4d0fc44a030cd0564f68371e", Script::Claim),
+    ("794bda597b034fe709fcfee03113e640c179f22e", Script::Handoff),
+    ("8afe884e20257f01e2daa555d957279c05cd6b1b", Script::Leave),
+    ("5f9b035fde307a2075488a850a3f3d98b593e129", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.

@@ -167,23 +167,19 @@ fn a_failed_claims_release_does_not_give_back_a_place_served_meanwhile() {
     assert!(r.fairness.is_empty(), "{:?}", r.fairness);
 }
 
-/// Open (session 19, `--faults none` seeds 3001 to 23,000, one seed judged `passed-over`;
-/// older than session 19: it fails at 1e58e4d too): a fair client's first try on a fresh
-/// connection joins the line before the connection's bell is subscribed (the `SUBSCRIBE`
-/// follows the reply to `HELLO 3`, one round trip after the try went out with the
-/// handshake). A release in that round trip rings the new waiter, reaches nobody, and the
-/// ring takes it out of the line as a client whose process is gone: it waits for its timer,
-/// and a later arrival takes the resource first (seed 6682: c2 joined f0's line at 4.656 ms,
-/// c4's release rang it at 4.59-4.82 ms, c2's `SUBSCRIBE` went out at 4.866 ms). Tried in
-/// session 19 and taken back: a connection holding a fair client's line commands until the
-/// `HELLO 3` reply (then behind the `SUBSCRIBE`) fixes this seed, but costs a fresh
-/// connection's first try a round trip, and with short node timeouts that first round of a
-/// free resource timed out (the liveness rule, seeds 349 and 2567 of 3000). Left for a design
-/// that keeps the first try pipelined: the `SUBSCRIBE` pipelined with the handshake where the
-/// node is known to speak RESP3, or a first join that the ring does not take for a gone
-/// client until the connection could have subscribed.
+/// Found in session 19 (`--faults none` seeds 3001 to 23,000, one seed judged
+/// `passed-over`), fixed in session 20: a fair client's first try on a fresh connection
+/// joined the line before the connection's bell was subscribed (the `SUBSCRIBE` followed the
+/// reply to `HELLO 3`, one round trip after the try went out with the handshake). A release
+/// in that round trip rang the new waiter, reached nobody, and the ring took it out of the
+/// line as a client whose process is gone: it waited for its timer, and a later arrival took
+/// the resource first (seed 6682: c2 joined f0's line at 4.656 ms, c4's release rang it at
+/// 4.59-4.82 ms, c2's `SUBSCRIBE` went out at 4.866 ms). The `SUBSCRIBE` now goes out right
+/// behind `HELLO 3`, ahead of every command (a server that refuses `HELLO 3` spends that
+/// connection, and the next one asks first: `conn::tests`, and `tests/fair_bells.rs` against
+/// servers without `HELLO`). Holding the line commands until the `HELLO` reply instead (tried
+/// in session 19) cost the first try a round trip, which the liveness rule caught.
 #[test]
-#[ignore = "open: a fair waiter whose first try went out before its connection's bell was subscribed is taken out of the line by a release in that round trip (seed 6682, --faults none)"]
 fn a_waiter_on_a_fresh_connection_is_not_taken_out_before_its_bell_is_subscribed() {
     let mut p = Params::new(6682);
     p.faults = Faults::NONE;
@@ -193,4 +189,24 @@ fn a_waiter_on_a_fresh_connection_is_not_taken_out_before_its_bell_is_subscribed
     let r = run_one(&p);
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+}
+
+/// Found in session 20 (the default faults, seed 461, once the seed-6682 fix moved its
+/// schedule): two sets of {f0, f1} in crossed lines (each heads one line, the other's second
+/// in it) with f0 held and f1 free passed f1 back and forth at every round trip: each set's
+/// read rang the head of f1's line, which passed it on, and the last to pass let it go free.
+/// A bell-woken claim of a set costs no try, so the bells carried one acquisition 200 ms past
+/// its tries' bound (`op-bound`). Fixed twice over: the last of a line to pass a resource on
+/// marks it passed, after which only a release rings the line for it
+/// (`tests/fair_sets.rs::sets_behind_a_single_do_not_pass_a_free_resource_back_and_forth_*`),
+/// and a bell past the end of a set's wait makes its claim a try like any
+/// (`op::tests::bells_that_keep_waking_a_set_do_not_carry_it_past_its_tries`).
+#[test]
+fn two_sets_in_crossed_lines_do_not_pass_a_free_resource_back_and_forth() {
+    let mut p = Params::new(461);
+    p.clients = Some(4);
+    p.ops = Some(12);
+    p.episodes = Some(5);
+    let r = run_one(&p);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
 }

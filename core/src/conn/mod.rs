@@ -235,6 +235,12 @@ pub struct Conn<T> {
     bell: Option<Box<[u8]>>,
     /// The server confirmed the subscription to the bell on this connection.
     subscribed: bool,
+    /// The bell's `SUBSCRIBE` went out right behind `HELLO 3` on this connection, ahead of
+    /// every command of the driver's (see [`opened`](Conn::opened)).
+    subscribe_early: bool,
+    /// A server at this address refused `HELLO 3` while the bell's `SUBSCRIBE` was pipelined
+    /// behind it: later connections subscribe only once `HELLO 3` is answered.
+    hello3_refused: bool,
     /// How long a command may wait for its reply before it is overdue (the node timeout): a
     /// command queued while an older reply is overdue gets a sentinel ahead of it.
     overdue_after: Duration,
@@ -311,6 +317,8 @@ impl<T> Conn<T> {
             invalidated: Vec::new(),
             bell: None,
             subscribed: false,
+            subscribe_early: false,
+            hello3_refused: false,
             overdue_after,
             syncs: 0,
             sync_refused: false,
@@ -528,6 +536,19 @@ impl<T> Conn<T> {
                         frame.without_attributes(),
                         Frame::Error(_) | Frame::BulkError(_)
                     );
+                    if let (true, Frame::Error(msg) | Frame::BulkError(msg)) =
+                        (resp3 && self.subscribe_early, frame.without_attributes())
+                    {
+                        // The `SUBSCRIBE` behind it would put a RESP2 connection in
+                        // subscriber mode, where the server refuses every other command:
+                        // this connection is spent, and the next one asks first.
+                        self.hello3_refused = true;
+                        return Err(ConnError::Handshake(format!(
+                            "the server refused HELLO 3 ({}); connecting again without the \
+                             bell's SUBSCRIBE pipelined behind it",
+                            String::from_utf8_lossy(msg)
+                        )));
+                    }
                     if resp3 && !refused {
                         self.resp3 = true;
                         // Only now: on a connection still in RESP2, the server would send
@@ -537,7 +558,7 @@ impl<T> Conn<T> {
                         // never a wrong reply).
                         encode_command(&mut self.out, &[b"CLIENT", b"TRACKING", b"ON", b"OPTIN"]);
                         self.owed.push_back(Owner::Tracking);
-                        if let Some(bell) = &self.bell {
+                        if let Some(bell) = self.bell.as_deref().filter(|_| !self.subscribe_early) {
                             encode_command(&mut self.out, &[b"SUBSCRIBE", bell]);
                             self.owed.push_back(Owner::Subscribe);
                         }

@@ -40,9 +40,20 @@ impl<T> Conn<T> {
             let mut db = resp::IntBuf::new();
             self.queue_handshake(&[b"SELECT", db.format(i64::from(addr.db))]);
         }
+        self.subscribe_early = false;
         if wakeups {
             encode_command(&mut self.out, &[b"HELLO", b"3"]);
             self.owed.push_back(Owner::Hello { resp3: true });
+            // The bell is subscribed before any command of the driver's runs: a fair
+            // waiter's first try joins the line, and a release that rang the line before the
+            // server had the subscription would take the waiter for a gone process. Sent
+            // ahead of the `HELLO` reply where the server has not refused `HELLO 3` before
+            // (a refusal then spends the connection: see `take_reply`).
+            if let Some(bell) = self.bell.as_deref().filter(|_| !self.hello3_refused) {
+                encode_command(&mut self.out, &[b"SUBSCRIBE", bell]);
+                self.owed.push_back(Owner::Subscribe);
+                self.subscribe_early = true;
+            }
         } else if hello {
             encode_command(&mut self.out, &[b"HELLO"]);
             self.owed.push_back(Owner::Hello { resp3: false });

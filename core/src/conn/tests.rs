@@ -345,11 +345,11 @@ fn a_refused_evalsha_switches_an_auto_connection_to_functions() {
     let load = out.find("FUNCTION").expect("FUNCTION LOAD");
     let fcall = out.find("FCALL").expect("FCALL");
     assert!(
-        load < fcall && out.contains("redlock_mux_v8_release"),
+        load < fcall && out.contains("redlock_mux_v9_release"),
         "{out}"
     );
     // Its reply goes to 1; later scripted commands go out as FCALL at once.
-    feed(&mut c, b"$14\r\nredlock_mux_v8\r\n:1\r\n");
+    feed(&mut c, b"$14\r\nredlock_mux_v9\r\n:1\r\n");
     assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
     c.out.clear();
     c.queue(
@@ -780,4 +780,67 @@ fn a_bell_names_its_hand_off_and_a_plus_tells_the_second_in_line() {
             Invalidated::Next { key },
         ])
     );
+}
+
+/// Fair mode: the bell's `SUBSCRIBE` goes out right behind `HELLO 3`, ahead of every command
+/// of the driver's, so that the server has the subscription before a first try joins a line
+/// (a release that rang the line in between would take the waiter for a gone process: the
+/// simulator's seed 6682). A server that refuses `HELLO 3` would run that `SUBSCRIBE` on a
+/// RESP2 connection, which then refuses every other command: the connection is failed, and
+/// the next one subscribes only after `HELLO 3` is answered.
+#[test]
+fn the_bell_is_subscribed_before_the_first_command_and_a_refused_hello_reconnects() {
+    let bell: Box<[u8]> = b"redlock-mux:bell:me"[..].into();
+    let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE).ringing(Some(bell));
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+    c.queue(1, Instant::now(), |b| b.put_slice(b"TRY"), How::Plain)
+        .unwrap();
+    let out = c.out.to_vec();
+    let find = |needle: &[u8]| out.windows(needle.len()).position(|w| w == needle);
+    let hello = find(b"HELLO").unwrap();
+    let subscribe = find(b"SUBSCRIBE").expect("subscribed at once");
+    let first_try = find(b"TRY").unwrap();
+    assert!(hello < subscribe && subscribe < first_try, "{out:?}");
+    c.out.clear();
+    // Agreed: the confirmation is a push, tracking follows, and nothing subscribes twice.
+    feed(
+        &mut c,
+        b"%2\r\n+server\r\n+redis\r\n+version\r\n+7.0.15\r\n\
+          >3\r\n$9\r\nsubscribe\r\n$19\r\nredlock-mux:bell:me\r\n:1\r\n",
+    );
+    assert_eq!(c.next_reply().unwrap(), None);
+    assert!(c.subscribed());
+    assert!(contains(&c.out, b"TRACKING"));
+    assert!(!contains(&c.out, b"SUBSCRIBE"));
+
+    // Refused: the connection is spent (the `SUBSCRIBE` behind it ran on RESP2).
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+    assert!(contains(&c.out, b"SUBSCRIBE"));
+    c.queue(2, Instant::now(), |b| b.put_slice(b"TRY"), How::Plain)
+        .unwrap();
+    feed(&mut c, b"-ERR unknown command 'HELLO'\r\n");
+    assert!(matches!(c.next_reply(), Err(ConnError::Handshake(m)) if m.contains("HELLO 3")));
+    assert_eq!(c.failed(Instant::now()).collect::<Vec<_>>(), vec![2]);
+    // The next connection asks first, and subscribes once agreed to.
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+    assert!(!contains(&c.out, b"SUBSCRIBE"));
+    c.out.clear();
+    feed(
+        &mut c,
+        b"%2\r\n+server\r\n+redis\r\n+version\r\n+7.0.15\r\n",
+    );
+    assert_eq!(c.next_reply().unwrap(), None);
+    assert!(contains(&c.out, b"SUBSCRIBE"));
+    // Refused again: RESP2, nothing subscribed, the connection works.
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+    c.out.clear();
+    c.queue(3, Instant::now(), |b| b.put_slice(b"TRY"), How::Plain)
+        .unwrap();
+    let mut replies = b"-ERR unknown command 'HELLO'\r\n".to_vec();
+    let preloads = crate::script::ALL.len() + crate::script::FAIR.len();
+    replies.extend(b"$3\r\nsha\r\n".repeat(preloads));
+    replies.extend(b":1\r\n");
+    feed(&mut c, &replies);
+    assert_eq!(c.next_reply().unwrap(), Some((3, Frame::Integer(1))));
+    assert!(!contains(&c.out, b"SUBSCRIBE"));
 }

@@ -381,8 +381,12 @@ impl Operation for Acquire {
                     return self.watch(w, None);
                 }
                 // A set woken by a bell claims at once (the claim keeps or passes on what it
-                // was rung for where it cannot have them all, and that refusal costs no try).
-                self.rung = w.is_set() && woken == Some(crate::engine::Wake::Pushed);
+                // was rung for where it cannot have them all, and that refusal costs no try),
+                // but not once its wait is over: then the claim is a try like any, so that
+                // bells that keep coming cannot carry the acquisition past its tries' bound.
+                self.rung = w.is_set()
+                    && woken == Some(crate::engine::Wake::Pushed)
+                    && w.until.is_some_and(|u| cx.now < u);
                 if self.rung {
                     self.carried = w.until;
                 }

@@ -761,3 +761,94 @@ fn a_fair_sets_wait_stands_in_the_line_of_each_of_its_resources() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A set woken by a bell claims at once, and a claim refused there costs no try of `lock`'s,
+/// but only within the wait the bell interrupted: bells that keep coming (two sets passing a
+/// resource to each other, seed 461 of the simulator) must not carry the acquisition past
+/// the bound its tries give it. Past the end of the wait, a refused claim is a try.
+#[test]
+fn bells_that_keep_waking_a_set_do_not_carry_it_past_its_tries() {
+    use crate::engine::Wake;
+    let fair = fair_cfg();
+    let start = Instant::now();
+    let (mut rng, mut events) = (Seeded::new(3), Vec::new());
+    let mut op = Acquire::new(names(&["a", "b"]), TTL, Retry::new(&fair));
+    let held = || {
+        round(&std::array::from_fn::<_, 5, _>(|_| {
+            (NodeOutcome::Held, Extra::HeldKey(1))
+        }))
+    };
+    let mut now = start;
+    let mut cx = Cx {
+        now,
+        rng: &mut rng,
+        events: &mut events,
+    };
+    match op.step(Input::Start, &fair, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Acquire),
+        other => panic!("{other:?}"),
+    }
+    let mut step_kind = match op.step(Input::Round(Ok((held(), now))), &fair, &mut cx) {
+        Step::Watch(_) => "watch",
+        other => panic!("{other:?}"),
+    };
+    // Woken by a bell every millisecond, for ever: each claim refused, each read saying
+    // the other resource is held for a long time.
+    let bound = start + Duration::from_secs(60);
+    let mut claims = 0;
+    while step_kind != "done" {
+        assert!(
+            now < bound,
+            "still trying at {:?} after {claims} claims",
+            now - start
+        );
+        step_kind = match step_kind {
+            "watch" => match op.step(Input::Watching, &fair, &mut cx) {
+                Step::Round(cmd, _) => {
+                    assert_eq!(cmd.kind, OpKind::Wait);
+                    "read"
+                }
+                other => panic!("{other:?}"),
+            },
+            "read" => {
+                let r = entered(&[false; 5], &[9_000; 5], &[2; 5]);
+                match op.step(Input::Round(Ok((r, now))), &fair, &mut cx) {
+                    Step::Await(Some(_)) => "await",
+                    other => panic!("{other:?}"),
+                }
+            }
+            "await" => {
+                now += Duration::from_millis(1);
+                cx.now = now;
+                match op.step(Input::Woken(Some(Wake::Pushed)), &fair, &mut cx) {
+                    Step::Round(cmd, _) => {
+                        assert_eq!(cmd.kind, OpKind::Claim);
+                        claims += 1;
+                        "claim"
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            "claim" => match op.step(Input::Round(Ok((held(), now))), &fair, &mut cx) {
+                Step::Watch(_) => "watch",
+                // Out of tries: the leave, then the error.
+                Step::Round(cmd, _) => {
+                    assert_eq!(cmd.kind, OpKind::Leave);
+                    "leave"
+                }
+                other => panic!("{other:?}"),
+            },
+            "leave" => match op.step(Input::Round(Err(Error::Aborted)), &fair, &mut cx) {
+                Step::Done => "done",
+                other => panic!("{other:?}"),
+            },
+            other => unreachable!("{other}"),
+        };
+    }
+    assert!(matches!(op.finish(), Err(Error::Conflict { .. })));
+    // It went on claiming for the length of its waits, no longer.
+    let lease = Duration::from_millis(fair.fair.as_ref().map_or(0, |f| f.claim_ms));
+    let waits = lease * super::retry::FAIR_WAIT_LEASES * fair.tries;
+    assert!(claims > 3, "{claims} claims");
+    assert!(now - start <= waits, "{:?} against {waits:?}", now - start);
+}

@@ -14,6 +14,9 @@ local function ring(r, q, claim, me, tag, released, after)
     local two = redis.call("ZRANGE", q, from, from + 1)
     local id = two[1]
     if id == nil then return false end
+    if last == "redlock-mux:passed" and id ~= me and not after and not released then
+      return false
+    end
     if id ~= me and id == last and not released then
       redis.call("ZREM", q, id)
       last = false
@@ -41,7 +44,9 @@ local function settle(keys, n, me, claim)
         kept = true
       else
         redis.call("DEL", keys[i])
-        ring(keys[i], keys[n + i], claim, false, me, false, me)
+        if not ring(keys[i], keys[n + i], claim, false, me, false, me) then
+          redis.call("SET", "redlock-mux:rung:" .. keys[i], "redlock-mux:passed", "PX", claim * 16)
+        end
       end
     end
   end

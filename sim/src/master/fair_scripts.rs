@@ -19,9 +19,13 @@ use super::{pttl_of, pubsub, strings, Master};
 use crate::scripts::Script;
 
 /// The lines of `ring.lua`, ahead of each script's own.
-const RING_LINES: u32 = 49;
+const RING_LINES: u32 = 54;
 
 const RESERVED: &[u8] = b"redlock-mux:reserved:";
+
+/// The hand-off marker's value once every waiter behind a set passed on what the set passed
+/// on: no client id (ids have no `:`).
+const PASSED: &[u8] = b"redlock-mux:passed";
 
 /// The record a claim leaves where it took the key from the release that rang it.
 const TAKEN: &[u8] = b"redlock-mux:taken:";
@@ -230,13 +234,18 @@ fn ring(
         let Some((id, _)) = two.next() else {
             return Ok(None);
         };
+        // Every waiter ranked after the head passed this resource on (see `settle`): it
+        // stays free for whoever claims it, and nobody is rung for it.
+        if last.as_deref() == Some(PASSED) && me != Some(&id[..]) && after.is_none() && !released {
+            return Ok(None);
+        }
         if me != Some(&id[..]) && last.as_ref() == Some(&id) && !released {
-            zrem(m, ex, q, &id, 18)?;
+            zrem(m, ex, q, &id, 21)?;
             last = None;
         } else if me == Some(&id[..]) || rang(m, ex, &id, tag, r) {
-            set_px(m, ex, r, &cat(RESERVED, &id), claim, 21)?;
+            set_px(m, ex, r, &cat(RESERVED, &id), claim, 24)?;
             let marker_ms = fmt_g17(number(claim)? * 16.0);
-            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 22)?;
+            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 25)?;
             // The second in line is told when the reservation may lapse (`+ <resource>`).
             if me != Some(&id[..]) {
                 if let Some((next, _)) = two.next().filter(|(n, _)| me != Some(&n[..])) {
@@ -245,7 +254,7 @@ fn ring(
             }
             return Ok(Some(id));
         } else {
-            zrem(m, ex, q, &id, 26)?;
+            zrem(m, ex, q, &id, 29)?;
         }
     }
     Ok(None)
@@ -266,20 +275,20 @@ fn settle(
     let mine = cat(RESERVED, me);
     let (mut head, mut kept) = (true, false);
     for i in 0..n {
-        let first = call(zset::range(m, ex, keys[n + i], b"0", b"0"), 35)?;
+        let first = call(zset::range(m, ex, keys[n + i], b"0", b"0"), 38)?;
         if first.first().is_none_or(|(id, _)| id[..] != me[..]) {
             head = false;
         }
     }
     for i in 0..n {
-        if get(m, ex, keys[i], 38)?.as_deref() == Some(&mine[..]) {
+        if get(m, ex, keys[i], 41)?.as_deref() == Some(&mine[..]) {
             if head {
                 let args: [&[u8]; 3] = [b"PEXPIRE", keys[i], claim];
-                call(strings::pexpire(m, ex, &args), 40)?;
+                call(strings::pexpire(m, ex, &args), 43)?;
                 kept = true;
             } else {
                 strings::del(m, ex, &[keys[i]]);
-                ring(
+                let next = ring(
                     m,
                     ex,
                     keys[i],
@@ -290,6 +299,11 @@ fn settle(
                     false,
                     Some(me),
                 )?;
+                if next.is_none() {
+                    let marker = cat(b"redlock-mux:rung:", keys[i]);
+                    let marker_ms = fmt_g17(number(claim)? * 16.0);
+                    set_px(m, ex, &marker, PASSED, marker_ms.as_bytes(), 48)?;
+                }
             }
         }
     }
