@@ -11,7 +11,8 @@
 //! completed, while `X` has no place on `r`; it ends at the first of: a lock on `r` granted to
 //! `X` (the place is *served*), a release of `r` by `X` (the hand-off takes `X` out of the
 //! line first: a release proper, a failed first try's release, an abandoned try's), a leave
-//! by `X` (a waiter of `X` that gave up, or was abandoned). `try_lock` never waits in line;
+//! by `X` (a waiter of `X` that gave up, or was abandoned; of the lines no other waiter of `X`
+//! stands in, which are all the engine's leave sends: `Engine::stands_in_line`). `try_lock` never waits in line;
 //! clients without fair mode never do. A place that a set's waiter stood in is not judged
 //! as the one overtaken: a set that does not head every line of its set passes a
 //! reservation on to the waiter behind it (`docs/redlock.md`, "Sets and the line"), so its

@@ -210,3 +210,18 @@ fn two_sets_in_crossed_lines_do_not_pass_a_free_resource_back_and_forth() {
     let r = run_one(&p);
     assert!(r.violations.is_empty(), "{:?}", r.violations);
 }
+
+/// Found in session 20 (`--faults none`, seed 20296), a fault of the judge, not of the client:
+/// a waiter of c1 gave up while two other waiters of c1 stood in the line, so the engine sent
+/// no leave (the client's waiters share one place), but the simulator noted the client out of
+/// the line and judged its place begun again at its next wait, after c0's: c1 served first
+/// was then taken for c0 overtaken. A leave is now noted only for the lines the engine leaves
+/// (`Engine::stands_in_line`).
+#[test]
+fn a_spared_leave_does_not_end_the_clients_place_for_the_judge() {
+    let mut p = Params::new(20296);
+    p.faults = Faults::NONE;
+    let r = run_one(&p);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+}

@@ -411,6 +411,12 @@ impl<U> Engine<U> {
         )
     }
 
+    /// Fair mode: whether a waiter of this client stands in `resource`'s line, so that a leave
+    /// sent now spares that line (the client's waiters share one place: see `leave_kept`).
+    pub fn stands_in_line(&self, resource: &[u8]) -> bool {
+        self.fair.is_some() && self.in_line(resource)
+    }
+
     /// Fair mode: whether a waiter of this client stands in `resource`'s line (its watch is
     /// registered under the line's key, or a set's key that names it; a waiter without fair
     /// mode watches the resource's own key).

@@ -83,7 +83,8 @@ impl Client {
                             _ => None,
                         };
                         if let Some(what) = what {
-                            sim.fair.note(sim.now, self.id, &run.res, what);
+                            let res = leaving(sim, &self.engine, self.spec.fenced, &run.res, what);
+                            sim.fair.note(sim.now, self.id, &res, what);
                         }
                     }
                     if release && sim.negative == Some(crate::world::Negative::NoRelease) {
@@ -361,7 +362,8 @@ impl Client {
                             Expect::Leave => What::Left,
                             _ => What::Released,
                         };
-                        sim.fair.note(sim.now, self.id, &run.res, what);
+                        let res = leaving(sim, &self.engine, self.spec.fenced, &run.res, what);
+                        sim.fair.note(sim.now, self.id, &res, what);
                     }
                     self.engine.fire(&cmd, self.local(sim));
                     true
@@ -433,6 +435,25 @@ enum Outcome {
     Ok,
     Failed(Error),
     Words(String),
+}
+
+/// Of resources `res`, those whose line `what` takes the client (its `engine`) out of: all of
+/// them for a release; for a leave, those no other waiter of the client stands in (the engine
+/// spares the others: the client's waiters share one place).
+fn leaving<U>(
+    sim: &Sim,
+    engine: &redlock_core::engine::Engine<U>,
+    fenced: bool,
+    res: &[u32],
+    what: What,
+) -> Vec<u32> {
+    if what != What::Left {
+        return res.to_vec();
+    }
+    res.iter()
+        .copied()
+        .filter(|&r| !engine.stands_in_line(sim.resource_name(r, fenced).as_bytes()))
+        .collect()
 }
 
 impl Outcome {
