@@ -181,7 +181,7 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "03e2661a20dc0017de15f54fa0062d292f4355b0";
+pub const WAIT_SHA1: &str = "d9ffcb7acf072d07e291bc8eba715a6def914fbc";
 
 /// Fair mode, the first try of a waiter that may wait (`lock`, `lock_within`): `SET NX PX`
 /// as a plain try, and, refused, the wait of [`WAIT`] in the same call, so that a waiter
@@ -198,7 +198,7 @@ pub const ENTER: &str = concat!(
 );
 
 /// SHA-1 of [`ENTER`].
-pub const ENTER_SHA1: &str = "5f9b035fde307a2075488a850a3f3d98b593e129";
+pub const ENTER_SHA1: &str = "54cd537d706d13f78f0a137d7e51d0d7e4901870";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the
@@ -215,7 +215,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "503a34cbc027085d4d0fc44a030cd0564f68371e";
+pub const CLAIM_SHA1: &str = "cc143cb7c7dc7060882e0556d8b14c49fda7422a";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -234,7 +234,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "794bda597b034fe709fcfee03113e640c179f22e";
+pub const HANDOFF_SHA1: &str = "a6891bda2d2d11de1ed4e314d4c0ea548661bd37";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. A client that
@@ -250,7 +250,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "8afe884e20257f01e2daa555d957279c05cd6b1b";
+pub const LEAVE_SHA1: &str = "c262e1f5d5112e36995f348c207c815ff132b9c7";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
 pub const FAIR: [(&str, &str); 5] = [

@@ -55,11 +55,11 @@ pub const KNOWN: [(&str, Script); 4] = [
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
-    ("03e2661a20dc0017de15f54fa0062d292f4355b0", Script::Wait),
-    ("503a34cbc027085d4d0fc44a030cd0564f68371e", Script::Claim),
-    ("794bda597b034fe709fcfee03113e640c179f22e", Script::Handoff),
-    ("8afe884e20257f01e2daa555d957279c05cd6b1b", Script::Leave),
-    ("5f9b035fde307a2075488a850a3f3d98b593e129", Script::Enter),
+    ("d9ffcb7acf072d07e291bc8eba715a6def914fbc", Script::Wait),
+    ("cc143cb7c7dc7060882e0556d8b14c49fda7422a", Script::Claim),
+    ("a6891bda2d2d11de1ed4e314d4c0ea548661bd37", Script::Handoff),
+    ("c262e1f5d5112e36995f348c207c815ff132b9c7", Script::Leave),
+    ("54cd537d706d13f78f0a137d7e51d0d7e4901870", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.

@@ -22,7 +22,7 @@ local function ring(r, q, claim, me, tag, released, after)
       last = false
     elseif id == me or rang(id, tag .. " " .. r) then
       redis.call("SET", r, "redlock-mux:reserved:" .. id, "PX", claim)
-      redis.call("SET", marker, id, "PX", claim * 16)
+      redis.call("SET", marker, id == me and "redlock-mux:self" or id, "PX", claim * 16)
       if id ~= me and two[2] and two[2] ~= me then rang(two[2], "+ " .. r) end
       return id
     else

@@ -27,6 +27,9 @@ const RESERVED: &[u8] = b"redlock-mux:reserved:";
 /// on: no client id (ids have no `:`).
 const PASSED: &[u8] = b"redlock-mux:passed";
 
+/// The hand-off marker's value once the caller reserved the resource for itself: no client id.
+const SELF: &[u8] = b"redlock-mux:self";
+
 /// The record a claim leaves where it took the key from the release that rang it.
 const TAKEN: &[u8] = b"redlock-mux:taken:";
 
@@ -245,7 +248,11 @@ fn ring(
         } else if me == Some(&id[..]) || rang(m, ex, &id, tag, r) {
             set_px(m, ex, r, &cat(RESERVED, &id), claim, 24)?;
             let marker_ms = fmt_g17(number(claim)? * 16.0);
-            set_px(m, ex, &marker, &id, marker_ms.as_bytes(), 25)?;
+            // A reservation the caller made for itself names nobody rung: no read takes the
+            // caller for a lapsed head when it lapses (it heads the line and waits for the rest
+            // of a quorum; a real bell comes next, and that one's lapse takes it out).
+            let rung: &[u8] = if me == Some(&id[..]) { SELF } else { &id };
+            set_px(m, ex, &marker, rung, marker_ms.as_bytes(), 25)?;
             // The second in line is told when the reservation may lapse (`+ <resource>`).
             if me != Some(&id[..]) {
                 if let Some((next, _)) = two.next().filter(|(n, _)| me != Some(&n[..])) {
