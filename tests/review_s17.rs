@@ -242,6 +242,18 @@ fn two_stale_heads_cost_the_waiter_behind_about_two_claim_leases_async() {
 /// for it). Now a leave by the second in line behind a reservation tells the new second.
 /// (The async client, checked against ac8aadf's scripts: 2.076 s.)
 fn the_second_giving_up_before_the_lapse_does_not_leave_the_third_to_its_timer(asy: bool) {
+    // A machine too busy to line Y and Z up before the planned unlock makes a run that shows
+    // nothing: it is made again.
+    let made = (0..5).any(|_| second_gives_up_before_the_lapse(asy));
+    assert!(
+        made,
+        "Y and Z in line before the planned unlock in one of five runs"
+    );
+}
+
+/// One run of the test above; `false` when Y and Z were not both in line by the planned
+/// unlock.
+fn second_gives_up_before_the_lapse(asy: bool) -> bool {
     let c = cluster(3);
     let addrs = c.addrs();
     let lease = Duration::from_millis(300);
@@ -249,26 +261,34 @@ fn the_second_giving_up_before_the_lapse_does_not_leave_the_third_to_its_timer(a
     let key = resource("s17-second-gives-up");
     let held = h.lock(&key, TTL).expect("free");
     stale_places(&addrs, &key, &["c"]);
-    std::thread::scope(|s| {
+    let made = std::thread::scope(|s| {
         let y_started = Instant::now();
         let yw = s.spawn(|| {
             let l = y.lock_within(&key, TTL, lease * 2);
             (Instant::now(), l)
         });
-        wait_until(lease, "Y second in every line", || {
+        wait_until(Duration::from_secs(10), "Y second in every line", || {
             in_line(&addrs, &key, "y") == 3
         });
         let zw = s.spawn(|| {
             let l = z.lock_within(&key, TTL, Duration::from_secs(30));
             (Instant::now(), l)
         });
-        wait_until(lease, "Z third in every line", || {
+        wait_until(Duration::from_secs(10), "Z third in every line", || {
             in_line(&addrs, &key, "z") == 3
         });
+        let on_time = y_started.elapsed() < lease * 11 / 10;
         // Y's deadline 0.9 lease after the unlock, before the lapse (a lease and more).
         std::thread::sleep((lease * 11 / 10).saturating_sub(y_started.elapsed()));
         let unlocked = Instant::now();
         h.unlock(&held).expect("released");
+        if !on_time {
+            let _ = yw.join();
+            if let (_, Ok(l)) = zw.join().unwrap() {
+                let _ = z.unlock(&l);
+            }
+            return false;
+        }
         let (y_at, y_got) = yw.join().unwrap();
         assert!(y_got.is_err(), "Y gave up: {y_got:?}");
         // Else Z stood second when the hand-off rang, and the case is not made.
@@ -284,8 +304,10 @@ fn the_second_giving_up_before_the_lapse_does_not_leave_the_third_to_its_timer(a
             "Z granted {waited:?} after the unlock (claim lease {lease:?}, Z's timer {:?})",
             lease * 8
         );
+        true
     });
     drop(cc);
+    made
 }
 
 #[test]
@@ -301,8 +323,9 @@ fn the_second_giving_up_before_the_lapse_does_not_leave_the_third_to_its_timer_a
 /// One run of the second's deadline around the lapse: C (live, idle) stale at the head, Y
 /// second with a `lock_within` ending `deadline` claim leases after H's unlock, Z third (30 s).
 /// Y, if granted, holds half a lease. Returns (Y's outcome, how long after Y was done Z was
-/// granted, the tenures' violations).
-fn deadline_around_the_lapse(asy: bool, deadline: f64) -> (bool, Duration, Vec<String>) {
+/// granted, the tenures' violations); `None` when Y and Z were not both in line by the planned
+/// unlock (a busy machine), a run to make again.
+fn deadline_around_the_lapse(asy: bool, deadline: f64) -> Option<(bool, Duration, Vec<String>)> {
     let c = cluster(3);
     let addrs = c.addrs();
     let lease = Duration::from_millis(300);
@@ -329,16 +352,19 @@ fn deadline_around_the_lapse(asy: bool, deadline: f64) -> (bool, Duration, Vec<S
             }
             (Instant::now(), got)
         });
-        wait_until(lease, "Y second in every line", || {
+        wait_until(Duration::from_secs(10), "Y second in every line", || {
             in_line(&addrs, &key, "y") == 3
         });
         let zw = s.spawn(|| {
             let l = z.lock_within(&key, TTL, Duration::from_secs(30));
             (Instant::now(), l)
         });
-        wait_until(lease, "Z third in every line", || {
+        wait_until(Duration::from_secs(10), "Z third in every line", || {
             in_line(&addrs, &key, "z") == 3
         });
+        // The unlock is planned two leases after Y started: a machine too busy to line Y and
+        // Z up by then makes a run that sweeps nothing (the caller runs it again).
+        let on_time = y_started.elapsed() < lease * 2;
         std::thread::sleep((lease * 2).saturating_sub(y_started.elapsed()));
         h.unlock(&held).expect("released");
         let (y_done, y_got) = yw.join().unwrap();
@@ -350,7 +376,7 @@ fn deadline_around_the_lapse(asy: bool, deadline: f64) -> (bool, Duration, Vec<S
             .lock()
             .unwrap()
             .push(Tenure::of("z", &l, at).end(unlocking, &l));
-        (y_got, at.saturating_duration_since(y_done))
+        (y_got, at.saturating_duration_since(y_done), on_time)
     });
     let emptied = Instant::now();
     while !line_lengths(&addrs, &key).iter().all(|&n| n == 0) {
@@ -368,7 +394,8 @@ fn deadline_around_the_lapse(asy: bool, deadline: f64) -> (bool, Duration, Vec<S
     let free = values(&addrs, &key);
     assert!(free.iter().all(Option::is_none), "{free:?}");
     drop(cc);
-    (out.0, out.1, violations(tenures.into_inner().unwrap()))
+    let v = violations(tenures.into_inner().unwrap());
+    out.2.then_some((out.0, out.1, v))
 }
 
 /// Claim (docs: "A wait reads the line again once at most, and never past the deadline its
@@ -391,7 +418,9 @@ fn the_seconds_deadline_around_the_lapse_costs_the_third_one_lease(asy: bool) {
     let lease = Duration::from_millis(300);
     let mut outcomes = Vec::new();
     for deadline in [0.9, 1.0, 1.01, 1.02, 1.05, 1.2, 1.5] {
-        let (y_got, after, v) = deadline_around_the_lapse(asy, deadline);
+        let (y_got, after, v) = (0..5)
+            .find_map(|_| deadline_around_the_lapse(asy, deadline))
+            .expect("Y and Z in line within two leases of Y's start in one of five runs");
         eprintln!("deadline {deadline}: Y granted {y_got}, Z {after:?} after Y was done");
         assert!(v.is_empty(), "deadline {deadline}: {v:?}");
         assert!(
