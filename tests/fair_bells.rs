@@ -135,8 +135,9 @@ fn a_second_leave_of_one_client_within_a_claim_lease_wakes_the_waiter() {
     }
 }
 
-/// A fair client subscribes its bell right behind `HELLO 3`, before its first command (so that
-/// a first try's join is never rung before the subscription exists). A server without `HELLO`
+/// A fair client subscribes its bell ahead of the `HELLO 3` reply, right before its first
+/// command that stands in a line (so that a first try's join is never rung before the
+/// subscription exists). A server without `HELLO`
 /// (renamed away, or older than Redis 6) would run that `SUBSCRIBE` on a RESP2 connection,
 /// where it then refuses everything else: the refused `HELLO` spends the connection, and the
 /// next one asks first. Held to: a fair client of such servers locks (one connection spent

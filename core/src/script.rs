@@ -181,7 +181,7 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "d9ffcb7acf072d07e291bc8eba715a6def914fbc";
+pub const WAIT_SHA1: &str = "b3ca311deef955f343c79d608bd5d42a276709cb";
 
 /// Fair mode, the first try of a waiter that may wait (`lock`, `lock_within`): `SET NX PX`
 /// as a plain try, and, refused, the wait of [`WAIT`] in the same call, so that a waiter
@@ -198,7 +198,7 @@ pub const ENTER: &str = concat!(
 );
 
 /// SHA-1 of [`ENTER`].
-pub const ENTER_SHA1: &str = "54cd537d706d13f78f0a137d7e51d0d7e4901870";
+pub const ENTER_SHA1: &str = "30aabc65c85b6e3bd7c4f30f339e70b793c8b2b9";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the
@@ -215,7 +215,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "cc143cb7c7dc7060882e0556d8b14c49fda7422a";
+pub const CLAIM_SHA1: &str = "7509e71ae5e43840d100fd091d52bfe396a3e56e";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -234,7 +234,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "a6891bda2d2d11de1ed4e314d4c0ea548661bd37";
+pub const HANDOFF_SHA1: &str = "7affae842d1290a3913401b0a8bd9d6e02057879";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. A client that
@@ -250,7 +250,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "c262e1f5d5112e36995f348c207c815ff132b9c7";
+pub const LEAVE_SHA1: &str = "32f7b7d2dc6ddce90c922cccb6e989f7e2320950";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
 pub const FAIR: [(&str, &str); 5] = [

@@ -55,11 +55,11 @@ pub const KNOWN: [(&str, Script); 4] = [
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
-    ("d9ffcb7acf072d07e291bc8eba715a6def914fbc", Script::Wait),
-    ("cc143cb7c7dc7060882e0556d8b14c49fda7422a", Script::Claim),
-    ("a6891bda2d2d11de1ed4e314d4c0ea548661bd37", Script::Handoff),
-    ("c262e1f5d5112e36995f348c207c815ff132b9c7", Script::Leave),
-    ("54cd537d706d13f78f0a137d7e51d0d7e4901870", Script::Enter),
+    ("b3ca311deef955f343c79d608bd5d42a276709cb", Script::Wait),
+    ("7509e71ae5e43840d100fd091d52bfe396a3e56e", Script::Claim),
+    ("7affae842d1290a3913401b0a8bd9d6e02057879", Script::Handoff),
+    ("32f7b7d2dc6ddce90c922cccb6e989f7e2320950", Script::Leave),
+    ("30aabc65c85b6e3bd7c4f30f339e70b793c8b2b9", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.

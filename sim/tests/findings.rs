@@ -174,10 +174,10 @@ fn a_failed_claims_release_does_not_give_back_a_place_served_meanwhile() {
 /// in that round trip rang the new waiter, reached nobody, and the ring took it out of the
 /// line as a client whose process is gone: it waited for its timer, and a later arrival took
 /// the resource first (seed 6682: c2 joined f0's line at 4.656 ms, c4's release rang it at
-/// 4.59-4.82 ms, c2's `SUBSCRIBE` went out at 4.866 ms). The `SUBSCRIBE` now goes out right
-/// behind `HELLO 3`, ahead of every command (a server that refuses `HELLO 3` spends that
-/// connection, and the next one asks first: `conn::tests`, and `tests/fair_bells.rs` against
-/// servers without `HELLO`). Holding the line commands until the `HELLO` reply instead (tried
+/// 4.59-4.82 ms, c2's `SUBSCRIBE` went out at 4.866 ms). The `SUBSCRIBE` now goes out ahead of the
+/// `HELLO 3` reply, right before the first command that stands in a line (a server that
+/// refuses `HELLO 3` spends that connection, and the next ones ask first: `conn::tests`,
+/// `tests/fair_bells.rs` against servers without `HELLO`, `tests/review_s20.rs`). Holding the line commands until the `HELLO` reply instead (tried
 /// in session 19) cost the first try a round trip, which the liveness rule caught.
 #[test]
 fn a_waiter_on_a_fresh_connection_is_not_taken_out_before_its_bell_is_subscribed() {

@@ -235,11 +235,15 @@ pub struct Conn<T> {
     bell: Option<Box<[u8]>>,
     /// The server confirmed the subscription to the bell on this connection.
     subscribed: bool,
-    /// The bell's `SUBSCRIBE` went out right behind `HELLO 3` on this connection, ahead of
-    /// every command of the driver's (see [`opened`](Conn::opened)).
+    /// The bell's `SUBSCRIBE` went out ahead of the `HELLO 3` reply on this connection
+    /// (see [`subscribe_before_line`](Conn::subscribe_before_line)).
     subscribe_early: bool,
-    /// A server at this address refused `HELLO 3` while the bell's `SUBSCRIBE` was pipelined
-    /// behind it: later connections subscribe only once `HELLO 3` is answered.
+    /// The bell's `SUBSCRIBE` may still go out ahead of the `HELLO 3` reply, before the first
+    /// command that stands in a line.
+    subscribe_pending: bool,
+    /// A server at this address said it has no `HELLO 3` (an unknown command, no RESP3, or
+    /// no permission) while the bell's `SUBSCRIBE` was pipelined behind it: later connections
+    /// subscribe only once `HELLO 3` is answered, until one is.
     hello3_refused: bool,
     /// How long a command may wait for its reply before it is overdue (the node timeout): a
     /// command queued while an older reply is overdue gets a sentinel ahead of it.
@@ -273,6 +277,13 @@ pub struct Conn<T> {
     pub(crate) notes: Vec<Note>,
     /// Replies read to commands this client sent (every connection to the node so far).
     replies: u64,
+}
+
+/// Whether a refusal of `HELLO 3` says the server has none at all (an older server, `HELLO`
+/// renamed away, no RESP3, an ACL without it), not that this one connection was turned away.
+fn hello_unsupported(msg: &[u8]) -> bool {
+    let msg = String::from_utf8_lossy(msg).to_ascii_lowercase();
+    msg.starts_with("noproto") || msg.starts_with("noperm") || msg.contains("unknown command")
 }
 
 /// Whether `reply` has a shape that can answer `owner`'s command (see `Expect::fits` for the
@@ -318,6 +329,7 @@ impl<T> Conn<T> {
             bell: None,
             subscribed: false,
             subscribe_early: false,
+            subscribe_pending: false,
             hello3_refused: false,
             overdue_after,
             syncs: 0,
@@ -536,13 +548,16 @@ impl<T> Conn<T> {
                         frame.without_attributes(),
                         Frame::Error(_) | Frame::BulkError(_)
                     );
+                    self.subscribe_pending = false;
                     if let (true, Frame::Error(msg) | Frame::BulkError(msg)) =
                         (resp3 && self.subscribe_early, frame.without_attributes())
                     {
                         // The `SUBSCRIBE` behind it would put a RESP2 connection in
                         // subscriber mode, where the server refuses every other command:
-                        // this connection is spent, and the next one asks first.
-                        self.hello3_refused = true;
+                        // this connection is spent. Where the server has no `HELLO 3`, the
+                        // next ones ask first; any other refusal (a full server, one still
+                        // loading) is the connection's alone.
+                        self.hello3_refused = hello_unsupported(msg);
                         return Err(ConnError::Handshake(format!(
                             "the server refused HELLO 3 ({}); connecting again without the \
                              bell's SUBSCRIBE pipelined behind it",
@@ -551,6 +566,7 @@ impl<T> Conn<T> {
                     }
                     if resp3 && !refused {
                         self.resp3 = true;
+                        self.hello3_refused = false;
                         // Only now: on a connection still in RESP2, the server would send
                         // invalidations as ordinary arrays, which no FIFO could tell from
                         // replies. Queued after the commands already written, so a read sent

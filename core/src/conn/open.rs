@@ -41,19 +41,14 @@ impl<T> Conn<T> {
             self.queue_handshake(&[b"SELECT", db.format(i64::from(addr.db))]);
         }
         self.subscribe_early = false;
+        self.subscribe_pending = false;
         if wakeups {
             encode_command(&mut self.out, &[b"HELLO", b"3"]);
             self.owed.push_back(Owner::Hello { resp3: true });
-            // The bell is subscribed before any command of the driver's runs: a fair
-            // waiter's first try joins the line, and a release that rang the line before the
-            // server had the subscription would take the waiter for a gone process. Sent
-            // ahead of the `HELLO` reply where the server has not refused `HELLO 3` before
-            // (a refusal then spends the connection: see `take_reply`).
-            if let Some(bell) = self.bell.as_deref().filter(|_| !self.hello3_refused) {
-                encode_command(&mut self.out, &[b"SUBSCRIBE", bell]);
-                self.owed.push_back(Owner::Subscribe);
-                self.subscribe_early = true;
-            }
+            // The bell may be subscribed ahead of the `HELLO` reply, right before the first
+            // command that stands in a line (see `subscribe_before_line`), where the server has
+            // not refused `HELLO 3` before.
+            self.subscribe_pending = self.bell.is_some() && !self.hello3_refused;
         } else if hello {
             encode_command(&mut self.out, &[b"HELLO"]);
             self.owed.push_back(Owner::Hello { resp3: false });
@@ -80,6 +75,25 @@ impl<T> Conn<T> {
     /// Whether the server has answered `HELLO` on this connection.
     pub fn identified(&self) -> bool {
         self.forms.is_identified()
+    }
+
+    /// Fair mode: call before queueing a command that stands in a line (joins it, claims
+    /// from it, or moves or restores a place in it) on a connection whose server has not
+    /// answered `HELLO 3` yet: the bell's `SUBSCRIBE` goes out first, so that the server has
+    /// the subscription before the command puts the client in a line (a release that rang the
+    /// line in between would otherwise reach nobody and take the client for a gone process).
+    /// Commands queued before it do not depend on the `HELLO` reply; those after it do: a
+    /// server that refuses `HELLO 3` would run the `SUBSCRIBE` on a RESP2 connection, which
+    /// then refuses every other command, so the refusal spends the connection.
+    pub fn subscribe_before_line(&mut self) {
+        if !std::mem::take(&mut self.subscribe_pending) {
+            return;
+        }
+        if let Some(bell) = self.bell.as_deref() {
+            encode_command(&mut self.out, &[b"SUBSCRIBE", bell]);
+            self.owed.push_back(Owner::Subscribe);
+            self.subscribe_early = true;
+        }
     }
 
     pub(super) fn queue_handshake(&mut self, args: &[&[u8]]) {

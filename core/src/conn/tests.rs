@@ -782,47 +782,59 @@ fn a_bell_names_its_hand_off_and_a_plus_tells_the_second_in_line() {
     );
 }
 
-/// Fair mode: the bell's `SUBSCRIBE` goes out right behind `HELLO 3`, ahead of every command
-/// of the driver's, so that the server has the subscription before a first try joins a line
-/// (a release that rang the line in between would take the waiter for a gone process: the
-/// simulator's seed 6682). A server that refuses `HELLO 3` would run that `SUBSCRIBE` on a
-/// RESP2 connection, which then refuses every other command: the connection is failed, and
-/// the next one subscribes only after `HELLO 3` is answered.
+/// Fair mode: the bell's `SUBSCRIBE` goes out ahead of the `HELLO 3` reply, right before the
+/// first command that stands in a line, so that the server has the subscription before that
+/// command puts the client in a line (a release that rang the line in between would take the
+/// waiter for a gone process: the simulator's seed 6682); commands queued before it (an
+/// unlock, an extension) do not depend on the `HELLO` reply. A server without `HELLO 3`
+/// would run that `SUBSCRIBE` on a RESP2 connection, which then refuses every other command:
+/// the connection is failed, and the next ones subscribe only after `HELLO 3` is answered,
+/// until one is. A refusal that is not about `HELLO` (a full server) is the connection's alone.
 #[test]
-fn the_bell_is_subscribed_before_the_first_command_and_a_refused_hello_reconnects() {
+fn the_bell_is_subscribed_before_the_first_line_command_and_a_refused_hello_reconnects() {
     let bell: Box<[u8]> = b"redlock-mux:bell:me"[..].into();
     let mut c: Conn<u64> = Conn::new(MAX_OWED, OVERDUE).ringing(Some(bell));
+    let find = |out: &[u8], needle: &[u8]| out.windows(needle.len()).position(|w| w == needle);
     c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
-    c.queue(1, Instant::now(), |b| b.put_slice(b"TRY"), How::Plain)
+    c.queue(1, Instant::now(), |b| b.put_slice(b"UNLOCK"), How::Plain)
         .unwrap();
+    c.subscribe_before_line();
+    c.queue(2, Instant::now(), |b| b.put_slice(b"TRY"), How::Plain)
+        .unwrap();
+    // A second line command: one `SUBSCRIBE` only.
+    c.subscribe_before_line();
     let out = c.out.to_vec();
-    let find = |needle: &[u8]| out.windows(needle.len()).position(|w| w == needle);
-    let hello = find(b"HELLO").unwrap();
-    let subscribe = find(b"SUBSCRIBE").expect("subscribed at once");
-    let first_try = find(b"TRY").unwrap();
-    assert!(hello < subscribe && subscribe < first_try, "{out:?}");
+    let hello = find(&out, b"HELLO").unwrap();
+    let unlock = find(&out, b"UNLOCK").unwrap();
+    let subscribe = find(&out, b"SUBSCRIBE").expect("subscribed ahead of the reply");
+    let first_try = find(&out, b"TRY").unwrap();
+    assert!(
+        hello < unlock && unlock < subscribe && subscribe < first_try,
+        "{out:?}"
+    );
+    assert_eq!(out.windows(9).filter(|w| w == b"SUBSCRIBE").count(), 1);
     c.out.clear();
     // Agreed: the confirmation is a push, tracking follows, and nothing subscribes twice.
     feed(
         &mut c,
-        b"%2\r\n+server\r\n+redis\r\n+version\r\n+7.0.15\r\n\
-          >3\r\n$9\r\nsubscribe\r\n$19\r\nredlock-mux:bell:me\r\n:1\r\n",
+        b"%2\r\n+server\r\n+redis\r\n+version\r\n+7.0.15\r\n",
     );
     assert_eq!(c.next_reply().unwrap(), None);
-    assert!(c.subscribed());
     assert!(contains(&c.out, b"TRACKING"));
     assert!(!contains(&c.out, b"SUBSCRIBE"));
+    let preloads = crate::script::ALL.len() + crate::script::FAIR.len();
+    let mut replies = b"$3\r\nsha\r\n".repeat(preloads);
+    replies.extend(b":0\r\n>3\r\n$9\r\nsubscribe\r\n$19\r\nredlock-mux:bell:me\r\n:1\r\n:5\r\n");
+    feed(&mut c, &replies);
+    assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(0))));
+    assert_eq!(c.next_reply().unwrap(), Some((2, Frame::Integer(5))));
+    assert!(c.subscribed());
 
-    // Refused: the connection is spent (the `SUBSCRIBE` behind it ran on RESP2).
+    // No line command before the reply: the `SUBSCRIBE` follows it, as without fair mode's
+    // hurry.
     c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
-    assert!(contains(&c.out, b"SUBSCRIBE"));
-    c.queue(2, Instant::now(), |b| b.put_slice(b"TRY"), How::Plain)
+    c.queue(3, Instant::now(), |b| b.put_slice(b"UNLOCK"), How::Plain)
         .unwrap();
-    feed(&mut c, b"-ERR unknown command 'HELLO'\r\n");
-    assert!(matches!(c.next_reply(), Err(ConnError::Handshake(m)) if m.contains("HELLO 3")));
-    assert_eq!(c.failed(Instant::now()).collect::<Vec<_>>(), vec![2]);
-    // The next connection asks first, and subscribes once agreed to.
-    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
     assert!(!contains(&c.out, b"SUBSCRIBE"));
     c.out.clear();
     feed(
@@ -831,16 +843,43 @@ fn the_bell_is_subscribed_before_the_first_command_and_a_refused_hello_reconnect
     );
     assert_eq!(c.next_reply().unwrap(), None);
     assert!(contains(&c.out, b"SUBSCRIBE"));
-    // Refused again: RESP2, nothing subscribed, the connection works.
+
+    // A full server turns the connection away: spent, and the next one still hurries.
     c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+    c.subscribe_before_line();
+    c.queue(4, Instant::now(), |b| b.put_slice(b"TRY"), How::Plain)
+        .unwrap();
+    feed(&mut c, b"-ERR max number of clients reached\r\n");
+    assert!(matches!(c.next_reply(), Err(ConnError::Handshake(_))));
+    assert_eq!(c.failed(Instant::now()).collect::<Vec<_>>(), vec![4]);
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+    c.subscribe_before_line();
+    assert!(contains(&c.out, b"SUBSCRIBE"));
+
+    // A server without `HELLO`: spent, and the next ones ask first.
+    feed(&mut c, b"-ERR unknown command 'HELLO'\r\n");
+    assert!(matches!(c.next_reply(), Err(ConnError::Handshake(m)) if m.contains("HELLO 3")));
+    let _ = c.failed(Instant::now()).count();
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+    c.subscribe_before_line();
+    assert!(!contains(&c.out, b"SUBSCRIBE"));
     c.out.clear();
-    c.queue(3, Instant::now(), |b| b.put_slice(b"TRY"), How::Plain)
+    c.queue(5, Instant::now(), |b| b.put_slice(b"TRY"), How::Plain)
         .unwrap();
     let mut replies = b"-ERR unknown command 'HELLO'\r\n".to_vec();
-    let preloads = crate::script::ALL.len() + crate::script::FAIR.len();
     replies.extend(b"$3\r\nsha\r\n".repeat(preloads));
     replies.extend(b":1\r\n");
     feed(&mut c, &replies);
-    assert_eq!(c.next_reply().unwrap(), Some((3, Frame::Integer(1))));
+    assert_eq!(c.next_reply().unwrap(), Some((5, Frame::Integer(1))));
     assert!(!contains(&c.out, b"SUBSCRIBE"));
+    // Until a server at the address agrees to `HELLO 3` again: then it hurries again.
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+    feed(
+        &mut c,
+        b"%2\r\n+server\r\n+redis\r\n+version\r\n+7.0.15\r\n",
+    );
+    assert_eq!(c.next_reply().unwrap(), None);
+    c.opened(&addr("127.0.0.1:1"), Scripts::Eval, true);
+    c.subscribe_before_line();
+    assert!(contains(&c.out, b"SUBSCRIBE"));
 }

@@ -91,6 +91,13 @@ impl<U> Engine<U> {
             cmd.encode_native(&mut natives, Native::Redis);
         }
         let watch = cmd.kind == crate::command::OpKind::Watch;
+        // Fair mode: a command that stands in a line has the bell subscribed before it on a
+        // connection still waiting for its `HELLO 3` reply (`Conn::subscribe_before_line`).
+        let line = self.fair.is_some()
+            && matches!(
+                cmd.kind,
+                OpKind::Enter | OpKind::Wait | OpKind::Claim | OpKind::Unclaim | OpKind::Retick
+            );
         for i in 0..self.nodes.len() {
             if !until.writes_to(i) {
                 continue;
@@ -106,7 +113,7 @@ impl<U> Engine<U> {
             };
             let queued = match self.no_native_here(i, native_able) {
                 Some(outcome) => Err(outcome),
-                None => self.queue_on(i, tag, &wire, how, now),
+                None => self.queue_on(i, tag, &wire, how, line, now),
             };
             if let Err(outcome) = queued {
                 self.vote(tag, i, outcome);
@@ -157,13 +164,15 @@ impl<U> Engine<U> {
     }
 
     /// Queues the command encoded in `wire` on node `i`, opening the connection first if
-    /// needed. `Err` with the node's vote when it cannot take it.
+    /// needed (a command that stands in a `line` has the bell subscribed ahead of it there).
+    /// `Err` with the node's vote when it cannot take it.
     fn queue_on(
         &mut self,
         i: usize,
         tag: Tag,
         wire: &[u8],
         how: How<'_>,
+        line: bool,
         now: Instant,
     ) -> Result<(), NodeOutcome> {
         if self.nodes[i].link != Link::Closed && self.nodes[i].conn.is_stale(now, self.stale) {
@@ -184,6 +193,9 @@ impl<U> Engine<U> {
             self.record(Event::Connect { node: i, connects });
         }
         let node = &mut self.nodes[i];
+        if line {
+            node.conn.subscribe_before_line();
+        }
         match node.conn.queue(tag, now, |b| b.put_slice(wire), how) {
             Ok(sent) => {
                 if matches!(sent, Sent::Native(_)) {

@@ -14,7 +14,7 @@ local function ring(r, q, claim, me, tag, released, after)
     local two = redis.call("ZRANGE", q, from, from + 1)
     local id = two[1]
     if id == nil then return false end
-    if last == "redlock-mux:passed" and id ~= me and not after and not released then
+    if id ~= me and not after and not released and last and string.sub(last, 1, 19) == "redlock-mux:passed:" and string.sub(last, 20) == redis.call("ZRANGE", q, -1, -1)[1] then
       return false
     end
     if id ~= me and id == last and not released then
@@ -45,7 +45,7 @@ local function settle(keys, n, me, claim)
       else
         redis.call("DEL", keys[i])
         if not ring(keys[i], keys[n + i], claim, false, me, false, me) then
-          redis.call("SET", "redlock-mux:rung:" .. keys[i], "redlock-mux:passed", "PX", claim * 16)
+          redis.call("SET", "redlock-mux:rung:" .. keys[i], "redlock-mux:passed:" .. me, "PX", claim * 16)
         end
       end
     end

@@ -23,9 +23,9 @@ const RING_LINES: u32 = 54;
 
 const RESERVED: &[u8] = b"redlock-mux:reserved:";
 
-/// The hand-off marker's value once every waiter behind a set passed on what the set passed
-/// on: no client id (ids have no `:`).
-const PASSED: &[u8] = b"redlock-mux:passed";
+/// The head of the hand-off marker's value once every waiter in the line passed the resource
+/// on, the last of them last (its id follows): no client id (ids have no `:`).
+const PASSED: &[u8] = b"redlock-mux:passed:";
 
 /// The hand-off marker's value once the caller reserved the resource for itself: no client id.
 const SELF: &[u8] = b"redlock-mux:self";
@@ -237,10 +237,16 @@ fn ring(
         let Some((id, _)) = two.next() else {
             return Ok(None);
         };
-        // Every waiter ranked after the head passed this resource on (see `settle`): it
-        // stays free for whoever claims it, and nobody is rung for it.
-        if last.as_deref() == Some(PASSED) && me != Some(&id[..]) && after.is_none() && !released {
-            return Ok(None);
+        // Every waiter in the line passed this resource on, the last of them last (see
+        // `settle`), and nobody has joined behind it since: it stays free for whoever claims
+        // it, and nobody is rung for it.
+        if me != Some(&id[..]) && after.is_none() && !released {
+            if let Some(passer) = last.as_deref().and_then(|l| l.strip_prefix(PASSED)) {
+                let tail = call(zset::range(m, ex, q, b"-1", b"-1"), 17)?;
+                if tail.first().is_some_and(|(t, _)| t[..] == passer[..]) {
+                    return Ok(None);
+                }
+            }
         }
         if me != Some(&id[..]) && last.as_ref() == Some(&id) && !released {
             zrem(m, ex, q, &id, 21)?;
@@ -309,7 +315,7 @@ fn settle(
                 if next.is_none() {
                     let marker = cat(b"redlock-mux:rung:", keys[i]);
                     let marker_ms = fmt_g17(number(claim)? * 16.0);
-                    set_px(m, ex, &marker, PASSED, marker_ms.as_bytes(), 48)?;
+                    set_px(m, ex, &marker, &cat(PASSED, me), marker_ms.as_bytes(), 48)?;
                 }
             }
         }
