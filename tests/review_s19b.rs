@@ -440,6 +440,12 @@ fn a_waiter_that_reserved_a_free_master_for_itself_keeps_its_place() {
     let v = fenced(&direct, "v", lease, nt);
     let key = resource("s19b-self");
     let held = h.lock(&key, Duration::from_secs(60)).expect("R free");
+    // The lock is decided at a quorum: A's yes may still be on its way, and a `DEL` before it
+    // would leave H's token on A after all.
+    let token = held.token().as_bytes().to_vec();
+    wait_until(Duration::from_secs(10), "H's token on every master", || {
+        holding(&direct, &key, &token) == 3
+    });
     redis(&direct[0], &["DEL", &key]);
     let waiter = |cl: &Redlock| {
         let l = cl.lock_within(&key, Duration::from_secs(5), Duration::from_secs(30));

@@ -663,6 +663,12 @@ fn a_self_reserved_head_cut_off_costs_the_next_about_a_lease(asy: bool) {
     let slack = testkit::measured_slack(&h, Duration::from_millis(500));
     let key = resource("s20-selfcut");
     let held = h.lock(&key, TTL).expect("R free");
+    // The lock is decided at a quorum: A's yes may still be on its way, and a `DEL` before it
+    // would leave H's token on A after all.
+    let token = held.token().as_bytes().to_vec();
+    wait_until(Duration::from_secs(10), "H's token on every master", || {
+        holding(&direct, &key, &token) == 3
+    });
     testkit::redis(&direct[0], &["DEL", &key]);
     let (waited, zl) = std::thread::scope(|s| {
         let ty = s.spawn(|| {

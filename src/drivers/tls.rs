@@ -146,7 +146,7 @@ impl Tls {
 
     /// Takes plaintext (as much as the session buffers) and writes what ciphertext `io`
     /// takes. `WouldBlock` when nothing could be taken.
-    pub(crate) fn write(&mut self, io: &mut impl Write, buf: &[u8]) -> io::Result<usize> {
+    pub(crate) fn write(&mut self, io: &mut (impl Read + Write), buf: &[u8]) -> io::Result<usize> {
         let n = self.conn.writer().write(buf)?;
         self.flush(io)?;
         if n == 0 && !buf.is_empty() {
@@ -156,16 +156,35 @@ impl Tls {
     }
 
     /// Writes pending ciphertext until `io` would block or none is left.
-    pub(crate) fn flush(&mut self, io: &mut impl Write) -> io::Result<()> {
+    pub(crate) fn flush(&mut self, io: &mut (impl Read + Write)) -> io::Result<()> {
         while self.conn.wants_write() {
             match self.conn.write_tls(io) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(e),
+                Err(e) => return Err(self.why_closed(io, e)),
             }
         }
         Ok(())
+    }
+
+    /// What a failed write stands for. A server may end the session with an alert and close
+    /// the connection right after the handshake (one that wants a client certificate and got
+    /// none: TLS 1.3 lets the client finish first), and the next write then says only "broken
+    /// pipe": the alert, if it is still to be read, is reported in its place. Best effort, a
+    /// bounded number of reads: a reset may have dropped it.
+    fn why_closed(&mut self, io: &mut impl Read, e: io::Error) -> io::Error {
+        for _ in 0..16 {
+            match self.conn.read_tls(io) {
+                Ok(n) if n > 0 => {
+                    if let Err(tls) = self.conn.process_new_packets() {
+                        return io::Error::new(io::ErrorKind::InvalidData, tls);
+                    }
+                }
+                _ => break,
+            }
+        }
+        e
     }
 
     /// Whether ciphertext is waiting to be written.
