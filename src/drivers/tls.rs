@@ -211,3 +211,64 @@ pub(crate) fn outcome(e: &io::Error) -> NodeOutcome {
         None => NodeOutcome::Io(e.kind()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket whose writes fail as a closed connection's do, and whose reads give what the
+    /// server sent before it closed.
+    struct Closed(std::io::Cursor<Vec<u8>>);
+
+    impl Read for Closed {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.0.read(buf)
+        }
+    }
+
+    impl Write for Closed {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::ErrorKind::BrokenPipe.into())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn session() -> Tls {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(RootCertStore::empty())
+            .with_no_client_auth();
+        let name = ServerName::try_from("localhost".to_string()).unwrap();
+        Tls {
+            conn: ClientConnection::new(Arc::new(config), name).unwrap(),
+        }
+    }
+
+    /// A write that finds the session closed reports the alert the server sent before it
+    /// closed (a server that wanted a client certificate: `CertificateRequired`), not the
+    /// broken pipe; with nothing to read, the broken pipe it is (CI saw one node of three
+    /// report "broken pipe" for a refusal the others reported as the alert).
+    #[test]
+    fn a_write_to_a_closed_session_reports_the_alert_sent_before_it() {
+        // An alert record: fatal (2), certificate_required (116).
+        let alert = vec![0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x74];
+        let mut tls = session();
+        let e = tls
+            .flush(&mut Closed(std::io::Cursor::new(alert)))
+            .unwrap_err();
+        match outcome(&e) {
+            NodeOutcome::Tls(why) => assert!(why.contains("CertificateRequired"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let mut tls = session();
+        let e = tls
+            .flush(&mut Closed(std::io::Cursor::new(Vec::new())))
+            .unwrap_err();
+        assert_eq!(outcome(&e), NodeOutcome::Io(io::ErrorKind::BrokenPipe));
+    }
+}
