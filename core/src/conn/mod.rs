@@ -140,9 +140,10 @@ enum Owner<T> {
     /// `CLIENT CACHING YES` before a waiter's read: the reply (an error too, on a server
     /// that refused tracking) says nothing the read does not.
     Caching,
-    /// `SUBSCRIBE` to the client's bell (fair mode), sent once the server agreed to RESP3:
-    /// confirmed by a push (RESP3 sends no reply in the FIFO for it), refused by an error in
-    /// its place.
+    /// `SUBSCRIBE` to the client's bell (fair mode), sent once the server agreed to RESP3, or
+    /// ahead of that reply right before the first command that stands in a line
+    /// ([`Conn::subscribe_before_line`]): confirmed by a push (RESP3 sends no reply in the FIFO
+    /// for it), refused by an error in its place.
     Subscribe,
     /// `CONFIG GET maxmemory-policy`, sent by a fenced client's connections to the node:
     /// whether the server may evict the fencing counter ([`Eviction`]).
@@ -242,7 +243,7 @@ pub struct Conn<T> {
     /// command that stands in a line.
     subscribe_pending: bool,
     /// A server at this address said it has no `HELLO 3` (an unknown command, no RESP3, or
-    /// no permission) while the bell's `SUBSCRIBE` was pipelined behind it: later connections
+    /// no permission) while the bell's `SUBSCRIBE` went out ahead of its reply: later connections
     /// subscribe only once `HELLO 3` is answered, until one is.
     hello3_refused: bool,
     /// How long a command may wait for its reply before it is overdue (the node timeout): a
@@ -560,7 +561,7 @@ impl<T> Conn<T> {
                         self.hello3_refused = hello_unsupported(msg);
                         return Err(ConnError::Handshake(format!(
                             "the server refused HELLO 3 ({}); connecting again without the \
-                             bell's SUBSCRIBE pipelined behind it",
+                             bell's SUBSCRIBE ahead of its reply",
                             String::from_utf8_lossy(msg)
                         )));
                     }
