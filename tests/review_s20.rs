@@ -58,21 +58,6 @@ fn fair(nodes: &[String], id: &str, lease: Duration, asy: bool) -> Client {
     either_client(options(nodes, true, id, lease, 10_000), asy)
 }
 
-/// [`testkit::measured_slack`] for a client behind `dyn`: twenty times the slowest of three
-/// uncontended lock + unlock pairs, never less than `floor`.
-fn slack_of(c: &dyn LockClient, floor: Duration) -> Duration {
-    let mut slowest = Duration::ZERO;
-    for _ in 0..3 {
-        let start = Instant::now();
-        let l = c
-            .try_lock(&resource("s20-slack"), Duration::from_secs(10))
-            .expect("free");
-        c.unlock(&l).expect("released");
-        slowest = slowest.max(start.elapsed());
-    }
-    (slowest * 20).max(floor)
-}
-
 /// `redlock-mux:reserved:<id>`.
 fn reserved(id: &str) -> Vec<u8> {
     format!("{RESERVED_PREFIX}{id}").into_bytes()
@@ -555,7 +540,7 @@ fn users_refused_the_bell_keep_their_connections(asy: bool) {
     let lease = Duration::from_millis(200);
     let h = fair(&nodes, "h", lease, asy);
     let w = fair(&nodes, "w", lease, asy);
-    let slack = slack_of(&*h, Duration::from_secs(1));
+    let slack = testkit::measured_slack(&*h, Duration::from_secs(1));
     let key = resource("s20-acl");
     let held = h.lock(&key, TTL).expect("R free");
     let token = held.token().as_bytes().to_vec();

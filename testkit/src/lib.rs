@@ -364,7 +364,7 @@ pub fn all_empty_serving<C: LockClient>(client: &C, addrs: &[String]) {
 /// slowest of three lock + unlock pairs of `client` (whose nodes must all be healthy), and never
 /// less than `floor`. A loaded machine makes every round slower alike, and so the slack with
 /// it; a bound is then `what the client may wait by design + slack`.
-pub fn measured_slack<C: LockClient>(client: &C, floor: Duration) -> Duration {
+pub fn measured_slack<C: LockClient + ?Sized>(client: &C, floor: Duration) -> Duration {
     let mut slowest = Duration::ZERO;
     for _ in 0..3 {
         let start = Instant::now();

@@ -352,17 +352,33 @@ pub fn auth_and_select<F: Flavor>() {
     .unwrap();
     let key = resource("auth");
     let lock = client.lock(&key, TTL).unwrap();
+    let token = std::str::from_utf8(lock.token().as_bytes())
+        .unwrap()
+        .to_string();
     for p in &ports {
         let addr = format!("127.0.0.1:{p}");
-        let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        use std::io::{Read, Write};
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let cmd = format!("AUTH s3cret\r\nSELECT 2\r\nGET {key}\r\nSELECT 0\r\nEXISTS {key}\r\n");
-        s.write_all(cmd.as_bytes()).unwrap();
-        let want = format!("+OK\r\n+OK\r\n$40\r\n{}\r\n+OK\r\n:0\r\n", lock.token());
-        let mut got = vec![0u8; want.len()];
-        s.read_exact(&mut got).unwrap();
-        assert_eq!(String::from_utf8_lossy(&got), want, "on {addr}");
+        let look = || {
+            let cmds = [
+                vec!["AUTH", "s3cret"],
+                vec!["SELECT", "2"],
+                vec!["GET", key.as_str()],
+                vec!["SELECT", "0"],
+                vec!["EXISTS", key.as_str()],
+            ];
+            crate::redis_pipeline(&addr, &cmds)
+        };
+        // The lock is decided at a quorum: the last node's `SET` may still be on its way.
+        crate::wait_until(
+            Duration::from_secs(10),
+            "the token in db 2 on every node",
+            || matches!(&look()[2], Frame::Bulk(b) if b.as_ref() == token.as_bytes()),
+        );
+        let ok = Frame::Simple("OK".into());
+        let got = look();
+        assert_eq!(got[0], ok, "AUTH on {addr}");
+        assert_eq!(got[1], ok, "SELECT 2 on {addr}");
+        assert_eq!(got[3], ok, "SELECT 0 on {addr}");
+        assert_eq!(got[4], Frame::Integer(0), "the key in db 0 on {addr}");
     }
     client.unlock(&lock).unwrap();
 }
