@@ -225,3 +225,21 @@ fn a_spared_leave_does_not_end_the_clients_place_for_the_judge() {
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(r.fairness.is_empty(), "{:?}", r.fairness);
 }
+
+/// Found in session 20 (`--faults none`, seed 54689, older than the session: it fails at
+/// 858a54f too), a fault of the judge: c2 released a lock while another waiter of c2 stood in
+/// the resource's line, so the engine sent the keeping form of the release (`Unclaim`) and c2
+/// kept its place, but the simulator noted the release as taking c2 out of the line, and
+/// judged c2's next waiter a later arrival served before c0. A release is now noted only on
+/// the lines no other waiter of the client stands in, as a leave is.
+#[test]
+fn a_release_that_keeps_the_clients_place_does_not_end_it_for_the_judge() {
+    let mut p = Params::new(54689);
+    p.faults = Faults::NONE;
+    p.clients = Some(5);
+    p.ops = Some(19);
+    p.episodes = Some(0);
+    let r = run_one(&p);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+}

@@ -291,8 +291,9 @@ impl Client {
         }
         sim.fair.released.push((held.id, sim.now));
         if self.cfg.fair().is_some() {
-            sim.fair
-                .note(sim.now, self.id, &held.res, crate::fairness::What::Released);
+            let what = crate::fairness::What::Released;
+            let res = super::step::leaving(sim, &self.engine, self.spec.fenced, &held.res);
+            sim.fair.note(sim.now, self.id, &res, what);
         }
         let op = op::Release::new(held.lock);
         let bound = self.nt();

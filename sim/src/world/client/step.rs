@@ -83,7 +83,7 @@ impl Client {
                             _ => None,
                         };
                         if let Some(what) = what {
-                            let res = leaving(sim, &self.engine, self.spec.fenced, &run.res, what);
+                            let res = leaving(sim, &self.engine, self.spec.fenced, &run.res);
                             sim.fair.note(sim.now, self.id, &res, what);
                         }
                     }
@@ -362,7 +362,7 @@ impl Client {
                             Expect::Leave => What::Left,
                             _ => What::Released,
                         };
-                        let res = leaving(sim, &self.engine, self.spec.fenced, &run.res, what);
+                        let res = leaving(sim, &self.engine, self.spec.fenced, &run.res);
                         sim.fair.note(sim.now, self.id, &res, what);
                     }
                     self.engine.fire(&cmd, self.local(sim));
@@ -437,19 +437,17 @@ enum Outcome {
     Words(String),
 }
 
-/// Of resources `res`, those whose line `what` takes the client (its `engine`) out of: all of
-/// them for a release; for a leave, those no other waiter of the client stands in (the engine
-/// spares the others: the client's waiters share one place).
-fn leaving<U>(
+/// Of resources `res`, those whose line a leave or a release takes the client (its `engine`)
+/// out of: those no other waiter of the client stands in. The engine spares the
+/// others (the client's waiters share one place): a leave leaves only those lines, and a
+/// release while another waiter of the client stands in one of its lines goes out in the
+/// keeping form (`OpKind::Unclaim`).
+pub(super) fn leaving<U>(
     sim: &Sim,
     engine: &redlock_core::engine::Engine<U>,
     fenced: bool,
     res: &[u32],
-    what: What,
 ) -> Vec<u32> {
-    if what != What::Left {
-        return res.to_vec();
-    }
     res.iter()
         .copied()
         .filter(|&r| !engine.stands_in_line(sim.resource_name(r, fenced).as_bytes()))
