@@ -243,3 +243,18 @@ fn a_release_that_keeps_the_clients_place_does_not_end_it_for_the_judge() {
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(r.fairness.is_empty(), "{:?}", r.fairness);
 }
+
+/// Found in session 20 (`--faults none`, seed 72728): the same fault of the judge on a fenced
+/// resource, which the fix above missed (it looked up a fenced resource's line under the
+/// history's id, `f4` for `f0`, and found no waiter standing there).
+#[test]
+fn a_spared_leave_of_a_fenced_resource_does_not_end_the_clients_place_for_the_judge() {
+    let mut p = Params::new(72728);
+    p.faults = Faults::NONE;
+    p.clients = Some(4);
+    p.ops = Some(19);
+    p.episodes = Some(0);
+    let r = run_one(&p);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+}

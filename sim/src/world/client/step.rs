@@ -448,9 +448,17 @@ pub(super) fn leaving<U>(
     fenced: bool,
     res: &[u32],
 ) -> Vec<u32> {
+    // (`res` holds the history's ids: a fenced resource's comes after every plain one.)
     res.iter()
         .copied()
-        .filter(|&r| !engine.stands_in_line(sim.resource_name(r, fenced).as_bytes()))
+        .filter(|&id| {
+            let r = if fenced {
+                id.saturating_sub(sim.resources)
+            } else {
+                id
+            };
+            !engine.stands_in_line(sim.resource_name(r, fenced).as_bytes())
+        })
         .collect()
 }
 
