@@ -425,3 +425,40 @@ fn a_waiter_served_and_back_in_line_is_rung_again() {
     assert_eq!(get(&addr, &r).unwrap(), format!("{RESERVED_PREFIX}a"));
     assert_eq!(queue(&addr, &r), ["a"]);
 }
+
+/// A lock that runs out (its holder never releases it) leaves the resource free, and the head
+/// of the line claims it at its timer. A first try that comes in between joins the line
+/// behind the head and rings it; it takes the resource at once only where nobody waits
+/// (simulator seed 67080, `--faults none`: a newcomer's `SET NX` took it ahead of the head).
+#[test]
+fn a_first_try_takes_a_free_resource_only_where_nobody_waits() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    let r = resource("fair-enter-free");
+    let mut holder = Client::new(&addr, "h");
+    holder.send(&["SET", &r, TOKEN_H, "NX", "PX", "300"]);
+    assert_eq!(holder.reply(), Frame::Simple("OK".into()));
+    let mut a = Client::new(&addr, "a");
+    assert!(a.wait(&r, 60_000) > 0, "held: a waits");
+    wait_until(Duration::from_secs(10), "the holder's lock runs out", || {
+        get(&addr, &r).is_none()
+    });
+    let mut b = Client::new(&addr, "b");
+    let entered = b.enter(&r, TOKEN_X, 60_000);
+    assert!(
+        matches!(entered, Err((pttl, ticket)) if pttl > 0 && ticket == 2),
+        "b joins behind a and waits for a's reservation: {entered:?}"
+    );
+    assert_eq!(queue(&addr, &r), ["a", "b"]);
+    assert_eq!(get(&addr, &r).unwrap(), format!("{RESERVED_PREFIX}a"));
+    assert_eq!(a.tagged_bells(), vec![("b".to_string(), r.clone())], "b rang a");
+    assert_eq!(a.claim(&r, TOKEN_A), 0);
+    assert_eq!(get(&addr, &r).unwrap(), TOKEN_A);
+
+    // Where nobody waits, the first try takes it in one call.
+    let free = resource("fair-enter-empty");
+    let mut c = Client::new(&addr, "c");
+    assert_eq!(c.enter(&free, TOKEN_X, 60_000), Ok(()));
+    assert_eq!(get(&addr, &free).unwrap(), TOKEN_X);
+    assert!(queue(&addr, &free).is_empty());
+}

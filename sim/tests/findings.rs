@@ -258,3 +258,27 @@ fn a_spared_leave_of_a_fenced_resource_does_not_end_the_clients_place_for_the_ju
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(r.fairness.is_empty(), "{:?}", r.fairness);
 }
+
+/// Replays `seed` without faults, as the simulator's `--faults none` printed it (its clients
+/// and operations; no fault episodes), and asserts that it is safe and fair.
+fn fair_without_faults(seed: u64, clients: u32, ops: u32) {
+    let mut p = Params::new(seed);
+    p.faults = Faults::NONE;
+    p.clients = Some(clients);
+    p.ops = Some(ops);
+    p.episodes = Some(0);
+    let r = run_one(&p);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+}
+
+/// Found in session 20 (`--faults none`, seed 67080, one master, fenced resource `f1`): a lock
+/// of a client that could not release it (`Scripts::Native` on a server without native
+/// commands) ran out while c2 stood in the line; c3's first try came before c2's timer and
+/// its `SET NX` took the free resource ahead of c2. The enter script now takes a free
+/// resource at once only where the line is empty; otherwise the newcomer joins the line and
+/// rings its head (`tests/fair_scripts.rs`, `a_first_try_takes_a_free_resource_only_where_nobody_waits`).
+#[test]
+fn a_first_try_does_not_take_a_lapsed_lock_ahead_of_the_line() {
+    fair_without_faults(67080, 4, 18);
+}

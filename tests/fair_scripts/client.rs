@@ -185,6 +185,25 @@ impl Client {
         }
     }
 
+    /// The enter script (a first try that joins the line if it is refused): `Ok(())` when it
+    /// took the resource, else the wait's `[-3 or the PTTL, the caller's ticket]`.
+    pub fn enter(&mut self, r: &str, token: &str, claim_ms: u64) -> Result<(), (i64, i64)> {
+        let q = format!("{QUEUE_PREFIX}{r}");
+        let id = self.id.clone();
+        match self.eval(
+            script::ENTER,
+            &[r, &q],
+            &[&id, &claim_ms.to_string(), "1", "600000", "30000", token],
+        ) {
+            Frame::Integer(0) => Ok(()),
+            Frame::Array(v) => match v.as_slice() {
+                [Frame::Integer(n), Frame::Integer(ticket)] => Err((*n, *ticket)),
+                other => panic!("enter: {other:?}"),
+            },
+            other => panic!("enter: {other:?}"),
+        }
+    }
+
     pub fn claim(&mut self, r: &str, token: &str) -> i64 {
         self.claim_handed(r, token, "")
     }
