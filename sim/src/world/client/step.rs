@@ -122,12 +122,19 @@ impl Client {
                     Some(Input::Watching)
                 }
                 Step::Await(deadline) => {
-                    if run.in_line && !run.joined && deadline.is_some() {
-                        // Its first wait in line begins: it has joined the line. (An await
-                        // with no deadline only takes a watch back: a won try's early one.)
-                        run.joined = true;
-                        if let Some(a) = sim.fair.acq_mut(run.rec) {
-                            a.joined = Some(sim.now);
+                    if run.in_line && deadline.is_some() {
+                        // A wait in line begins: its read has reached every master, so the
+                        // waiter stands in the line. The first time, it has joined it; later,
+                        // its client's place goes on (the judge merges the notes), or begins
+                        // again where a grant to another waiter of the client ended it (the
+                        // client's turn is spent, and the masters put it back at the end of
+                        // the line at this read). (An await with no deadline only takes a
+                        // watch back: a won try's early one.)
+                        if !run.joined {
+                            run.joined = true;
+                            if let Some(a) = sim.fair.acq_mut(run.rec) {
+                                a.joined = Some(sim.now);
+                            }
                         }
                         sim.fair
                             .note(sim.now, self.id, &run.res, What::Joined(run.rec));
