@@ -282,3 +282,24 @@ fn fair_without_faults(seed: u64, clients: u32, ops: u32) {
 fn a_first_try_does_not_take_a_lapsed_lock_ahead_of_the_line() {
     fair_without_faults(67080, 4, 18);
 }
+
+/// Found in session 20 (`--faults none`, seed 55956): two waiters of c2, their timers due
+/// together, claimed one after the other. The first claim took one master of five and failed;
+/// before its release put c2's place back there, the second waiter's wait reached that master,
+/// found c2 out of the line and joined it again at its end, and every master then moved c2 to
+/// that ticket: c3's next waiter, 23 ms later than c2, was served first. A wait or enter now
+/// goes out only once no claim of its client on its resources is open (`engine/gate.rs`).
+#[test]
+fn a_wait_never_reaches_a_master_between_a_claim_of_its_client_and_its_release() {
+    fair_without_faults(55956, 4, 13);
+}
+
+/// Found in session 21 (`--faults none`, seed 76762), a fault of the judge: c2's place was
+/// served (c2.0's lock) while c2.1 went on waiting; at its next read the masters put c2 back
+/// in the line (before c3 joined), but the simulator noted a place once per acquisition and
+/// saw c2 as a later arrival served before c3. A waiter's every wait in line is noted now: a
+/// place that a grant to another waiter of the client ended begins again there.
+#[test]
+fn a_waiter_whose_client_was_served_stands_in_line_again_from_its_next_read() {
+    fair_without_faults(76762, 5, 7);
+}

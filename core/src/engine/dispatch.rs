@@ -15,6 +15,7 @@ impl<U> Engine<U> {
     pub fn handle_input(&mut self, i: usize, bytes: &[u8], now: Instant) {
         self.route_input(i, bytes, now);
         self.take_notes(i);
+        self.unpark(now);
     }
 
     fn route_input(&mut self, i: usize, bytes: &[u8], now: Instant) {

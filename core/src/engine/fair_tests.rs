@@ -296,7 +296,7 @@ fn a_release_wakes_only_a_waiter_in_the_line() {
 }
 
 /// The commands node `i` has been sent since last asked, each as its arguments.
-fn sent_commands(e: &mut Engine<u32>, i: usize) -> Vec<Vec<Vec<u8>>> {
+pub(super) fn sent_commands(e: &mut Engine<u32>, i: usize) -> Vec<Vec<Vec<u8>>> {
     let out = e.transmit(i).to_vec();
     e.handle_written(i, out.len());
     let mut d = resp::Decoder::default();
@@ -317,7 +317,7 @@ fn sent_commands(e: &mut Engine<u32>, i: usize) -> Vec<Vec<Vec<u8>>> {
 
 /// What a node answers to the commands `sent` (a new connection's `HELLO 3`, script loads,
 /// `CLIENT` and the bell's `SUBSCRIBE`), with `scripted` for each script call.
-fn serve(sent: &[Vec<Vec<u8>>], scripted: &[u8]) -> Vec<u8> {
+pub(super) fn serve(sent: &[Vec<Vec<u8>>], scripted: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     for cmd in sent {
         match cmd[0].as_slice() {
@@ -354,7 +354,7 @@ fn entering(own: Option<u64>, t: Instant) -> Engine<u32> {
 
 /// An engine whose five connections are open (by a read, operation 0, answered with
 /// everything the handshakes asked).
-fn connected(t: Instant) -> Engine<u32> {
+pub(super) fn connected(t: Instant) -> Engine<u32> {
     use crate::command::{Command, OpKind};
     let names: crate::lock::Names = [crate::lock::Name::new("res")].into_iter().collect();
     let mut e = engine();

@@ -209,6 +209,10 @@ pub struct Engine<U> {
     /// operation's slot and generation, and its resources: a waiter in one of them stands in
     /// those lines though its watch is taken back (see `lapse.rs`).
     fair_rounds: Vec<(u32, u32, crate::lock::Names)>,
+    /// Fair mode: this client's claims that may have taken its place out of a line, and the
+    /// waits and enters held back until they are answered (see `gate.rs`).
+    gates: Vec<gate::Gate>,
+    parked: Vec<gate::Parked>,
     /// Keys whose invalidations from some nodes wake nobody (a bit per node): the last tracked
     /// read of the key there found it absent, so no holder's release can delete it there, and
     /// a push from there only reports another waiter's try come and gone (every waiter woken by
@@ -269,6 +273,8 @@ impl<U> Engine<U> {
             handed: Vec::new(),
             lapses: Vec::new(),
             fair_rounds: Vec::new(),
+            gates: Vec::new(),
+            parked: Vec::new(),
             lapse_margin: cfg.fair.as_ref().map_or(Duration::ZERO, |f| {
                 crate::rules::drift(Duration::from_millis(f.claim_ms), cfg.drift_factor)
             }),
@@ -325,7 +331,8 @@ impl<U> Engine<U> {
         });
         self.live += 1;
         let sent = matches!(until, Until::Sent { .. });
-        if !sent {
+        let park = self.must_park(cmd);
+        if !sent && !park {
             self.prune_deadlines();
             self.deadlines.push(Reverse((
                 crate::time::later(t1, self.node_timeout),
@@ -349,11 +356,21 @@ impl<U> Engine<U> {
             self.fair_rounds
                 .push((slot, gen, cmd.resources.iter().cloned().collect()));
         }
+        if self.fair.is_some() && cmd.kind == OpKind::Claim {
+            self.claim_opened(slot, gen, cmd, t1);
+        }
+        if park {
+            // Behind an open claim of this client (see `gate.rs`): its deadline runs once
+            // it goes out.
+            self.park(cmd, tag, until);
+            return OpId { slot, gen };
+        }
         self.queue_everywhere(cmd, tag, until, t1);
         if sent {
             // Over once written (its votes never decide it): complete now.
             self.complete(tag);
         }
+        self.unpark(t1);
         OpId { slot, gen }
     }
 
@@ -412,6 +429,7 @@ impl<U> Engine<U> {
         if i < self.nodes.len() && self.nodes[i].link != Link::Closed {
             self.fail_node(i, &outcome, now, Socket::Gone);
         }
+        self.unpark(now);
     }
 
     /// The next decided round.
@@ -665,7 +683,11 @@ impl<U> Engine<U> {
             self.fair_rounds
                 .retain(|(slot, gen, _)| (*slot, *gen) != (tag.slot, tag.gen));
         }
+        let won = !self.gates.is_empty() && op.round.decision() == Decision::Won;
         op.round.close(|_| NodeOutcome::Undecided);
+        if !self.gates.is_empty() {
+            self.claim_ended(tag, won, &op.round);
+        }
         self.free.push(tag.slot);
         self.live -= 1;
         self.completed.push_back(Completed {
@@ -686,6 +708,9 @@ mod dispatch;
 mod fair_set_tests;
 #[cfg(test)]
 mod fair_tests;
+mod gate;
+#[cfg(test)]
+mod gate_tests;
 mod lapse;
 mod queue;
 #[cfg(test)]

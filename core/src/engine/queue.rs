@@ -18,6 +18,9 @@ impl<U> Engine<U> {
         until: Until,
         now: Instant,
     ) {
+        if !self.gates.is_empty() {
+            self.claim_answered(cmd);
+        }
         if let Some(left) = self.leave_kept(cmd) {
             // Fair mode: a waiter that gives up while another waiter of this client waits for
             // the resource leaves nothing there: the client's place in the line is the
@@ -154,6 +157,7 @@ impl<U> Engine<U> {
         // Best effort: a node that cannot take it has lost the key's connection anyway; the
         // key expires with its ttl.
         self.queue_everywhere(cmd, Tag::of(0, 0, cmd.expect()), Until::AllIn, now);
+        self.unpark(now);
     }
 
     /// Records how many operations one write pass carried (for [`Stats::largest_batch`]).

@@ -14,6 +14,7 @@ impl<U> Engine<U> {
     /// Ends every round whose deadline has passed (nodes still owing time out) and drops
     /// connects that take too long.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.unpark(now);
         if !self.bells.is_empty() {
             self.fire_due_bells(now);
         }
@@ -90,6 +91,9 @@ impl<U> Engine<U> {
         }
         if let Some(lapse) = self.lapses_due() {
             round = Some(round.map_or(lapse, |r| r.min(lapse)));
+        }
+        if let Some(gate) = self.gates_due() {
+            round = Some(round.map_or(gate, |r| r.min(gate)));
         }
         if self.connecting == 0 {
             return round;

@@ -1,0 +1,181 @@
+//! Fair mode's gates (`gate.rs`), without sockets: a waiter's wait or enter never reaches a
+//! master between another waiter's claim of the client and that claim's release.
+
+use std::time::Instant;
+
+use super::fair_tests::{connected, sent_commands};
+use super::*;
+use crate::command::{Command, OpKind};
+use crate::lock::{Name, Names};
+use crate::Token;
+
+fn names(n: &str) -> Names {
+    [Name::new(n)].into_iter().collect()
+}
+
+fn token(seed: u64) -> Token {
+    Token::from_random(&mut crate::random::Seeded::new(seed))
+}
+
+fn command<'a>(kind: OpKind, res: &'a Names, token: Option<&'a Token>, ticket: u64) -> Command<'a> {
+    Command {
+        kind,
+        resources: res,
+        token,
+        ttl_ms: 10_000,
+        counter: None,
+        fence_value: ticket,
+        watch: None,
+    }
+}
+
+/// The script digests of the commands node `i` has been sent since last asked (the second
+/// argument of each `EVALSHA`).
+fn scripts_sent(e: &mut Engine<u32>, i: usize) -> Vec<Vec<u8>> {
+    sent_commands(e, i)
+        .into_iter()
+        .map(|c| c.get(1).cloned().unwrap_or_default())
+        .collect()
+}
+
+const WAIT: &[u8] = crate::script::WAIT_SHA1.as_bytes();
+const CLAIM: &[u8] = crate::script::CLAIM_SHA1.as_bytes();
+const HANDOFF: &[u8] = crate::script::HANDOFF_SHA1.as_bytes();
+
+/// A claim submitted (operation 1), then another waiter's wait of the same resource
+/// (operation 2): the claim goes out, the wait is held back.
+fn claim_then_wait(t: Instant, a: &Token, res: &Names) -> Engine<u32> {
+    let mut e = connected(t);
+    e.submit(
+        &command(OpKind::Claim, res, Some(a), 0),
+        Until::WonOrAllIn,
+        t,
+        1,
+    );
+    e.submit(&command(OpKind::Wait, res, None, 0), Until::AllIn, t, 2);
+    for i in 0..5 {
+        assert_eq!(
+            scripts_sent(&mut e, i),
+            vec![CLAIM.to_vec()],
+            "node {i}: the claim alone"
+        );
+    }
+    e
+}
+
+/// Simulator seed 55956 (`--faults none`): a claim that took two masters of five and failed
+/// puts the client's place back there with its release; a wait of another waiter of the
+/// client that had reached those masters in between joined the line again at its end, and
+/// the client was served after a later arrival. The wait now goes out right behind the
+/// release, on every master.
+#[test]
+fn a_wait_goes_out_behind_the_release_of_a_claim_that_failed() {
+    let t = Instant::now();
+    let (a, res) = (token(1), names("res"));
+    let mut e = claim_then_wait(t, &a, &res);
+    for i in 0..5 {
+        e.handle_input(i, if i < 2 { b":0\r\n" } else { b":-1\r\n" }, t);
+    }
+    let done = e.poll_completed().expect("the claim");
+    assert_eq!((done.user, done.round.decision()), (1, Decision::Lost));
+    for i in 0..5 {
+        assert!(
+            scripts_sent(&mut e, i).is_empty(),
+            "node {i}: still held back"
+        );
+    }
+    e.submit(
+        &command(OpKind::Unclaim, &res, Some(&a), 4),
+        Until::AllIn,
+        t,
+        3,
+    );
+    for i in 0..5 {
+        assert_eq!(
+            scripts_sent(&mut e, i),
+            vec![HANDOFF.to_vec(), WAIT.to_vec()],
+            "node {i}: the release, then the wait"
+        );
+    }
+    // The wait's round runs as any other: answered, it completes.
+    for i in 0..5 {
+        e.handle_input(i, b":-1\r\n*2\r\n:100\r\n:4\r\n", t);
+    }
+    let users: Vec<u32> = std::iter::from_fn(|| e.poll_completed())
+        .map(|d| d.user)
+        .collect();
+    assert_eq!(users, vec![3, 2]);
+}
+
+/// A claim that won (the client's turn is spent) or took nothing anywhere (no release
+/// follows) lets the wait go at once.
+#[test]
+fn a_wait_goes_out_once_the_claim_won_or_took_nothing() {
+    let t = Instant::now();
+    for (reply, decision) in [
+        (&b":0\r\n"[..], Decision::Won),
+        (b":-1\r\n", Decision::Lost),
+    ] {
+        let (a, res) = (token(2), names("res"));
+        let mut e = claim_then_wait(t, &a, &res);
+        for i in 0..5 {
+            e.handle_input(i, reply, t);
+        }
+        let done = e.poll_completed().expect("the claim");
+        assert_eq!(done.round.decision(), decision);
+        for i in 0..5 {
+            assert_eq!(scripts_sent(&mut e, i), vec![WAIT.to_vec()], "node {i}");
+        }
+    }
+}
+
+/// Another resource's wait, and a wait of the claiming waiter's own resource once its
+/// release went out, are never held back.
+#[test]
+fn only_waits_of_the_claimed_resource_are_held_back() {
+    let t = Instant::now();
+    let (a, res, other) = (token(3), names("res"), names("other"));
+    let mut e = claim_then_wait(t, &a, &res);
+    e.submit(&command(OpKind::Wait, &other, None, 0), Until::AllIn, t, 4);
+    for i in 0..5 {
+        assert_eq!(
+            scripts_sent(&mut e, i),
+            vec![WAIT.to_vec()],
+            "node {i}: other's wait"
+        );
+    }
+    // The claim's release goes out before its round ends (an abandoned claim's release).
+    e.fire(&command(OpKind::Release, &res, Some(&a), 0), t);
+    for i in 0..5 {
+        let sent = scripts_sent(&mut e, i);
+        assert_eq!(sent.last(), Some(&WAIT.to_vec()), "node {i}: {sent:?}");
+        assert_eq!(sent.len(), 2, "node {i}: the release, then the wait");
+    }
+}
+
+/// A claim whose release never comes (a driver that dropped it) holds waits back for three
+/// node timeouts from its submission, no longer: the engine's timer says when.
+#[test]
+fn a_claim_whose_release_never_comes_holds_waits_back_three_node_timeouts() {
+    let t = Instant::now();
+    let (a, res) = (token(4), names("res"));
+    let mut e = claim_then_wait(t, &a, &res);
+    let nt = e.node_timeout;
+    e.handle_timeout(t + nt);
+    let done = e.poll_completed().expect("the claim timed out");
+    assert_eq!(done.user, 1);
+    let due = t + nt * 3;
+    assert_eq!(e.poll_timeout(), Some(due));
+    e.handle_timeout(due - std::time::Duration::from_millis(1));
+    for i in 0..5 {
+        assert!(scripts_sent(&mut e, i).is_empty(), "node {i}: held back");
+    }
+    e.handle_timeout(due);
+    for i in 0..5 {
+        // (Behind the stream check a connection sends after a timeout.)
+        let sent = scripts_sent(&mut e, i);
+        assert_eq!(sent.last(), Some(&WAIT.to_vec()), "node {i}: {sent:?}");
+    }
+    // Its deadline runs from then.
+    assert_eq!(e.poll_timeout(), Some(due + nt));
+}
