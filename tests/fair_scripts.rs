@@ -440,9 +440,11 @@ fn a_first_try_takes_a_free_resource_only_where_nobody_waits() {
     assert_eq!(holder.reply(), Frame::Simple("OK".into()));
     let mut a = Client::new(&addr, "a");
     assert!(a.wait(&r, 60_000) > 0, "held: a waits");
-    wait_until(Duration::from_secs(10), "the holder's lock runs out", || {
-        get(&addr, &r).is_none()
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "the holder's lock runs out",
+        || get(&addr, &r).is_none(),
+    );
     let mut b = Client::new(&addr, "b");
     let entered = b.enter(&r, TOKEN_X, 60_000);
     assert!(
@@ -451,7 +453,11 @@ fn a_first_try_takes_a_free_resource_only_where_nobody_waits() {
     );
     assert_eq!(queue(&addr, &r), ["a", "b"]);
     assert_eq!(get(&addr, &r).unwrap(), format!("{RESERVED_PREFIX}a"));
-    assert_eq!(a.tagged_bells(), vec![("b".to_string(), r.clone())], "b rang a");
+    assert_eq!(
+        a.tagged_bells(),
+        vec![("b".to_string(), r.clone())],
+        "b rang a"
+    );
     assert_eq!(a.claim(&r, TOKEN_A), 0);
     assert_eq!(get(&addr, &r).unwrap(), TOKEN_A);
 
