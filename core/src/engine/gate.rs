@@ -136,15 +136,19 @@ impl<U> Engine<U> {
             .min()
     }
 
-    /// At `now`: drops the gates past their lease, and sends every parked round no gate holds
+    /// At `now`: drops the gates past their lease (also with nothing parked: a claim whose
+    /// release never came is not kept for ever), and sends every parked round no gate holds
     /// any longer, in the order they were submitted (each round's deadline runs from now).
     pub(super) fn unpark(&mut self, now: Instant) {
-        if self.parked.is_empty() {
+        if self.gates.is_empty() && self.parked.is_empty() {
             return;
         }
         let lease = self.node_timeout.saturating_mul(GATE_LEASE);
         self.gates
             .retain(|g| crate::time::later(g.opened, lease) > now);
+        if self.parked.is_empty() {
+            return;
+        }
         let parked = std::mem::take(&mut self.parked);
         let mut still = Vec::new();
         for p in parked {

@@ -179,3 +179,26 @@ fn a_claim_whose_release_never_comes_holds_waits_back_three_node_timeouts() {
     // Its deadline runs from then.
     assert_eq!(e.poll_timeout(), Some(due + nt));
 }
+
+/// A claim whose release never comes is forgotten after its lease even when nothing was
+/// held back by it: the gates stay the size of the claims in flight.
+#[test]
+fn forgotten_claims_do_not_pile_up() {
+    let t = Instant::now();
+    let res = names("res");
+    let mut e = connected(t);
+    let nt = e.node_timeout;
+    for n in 0..100u64 {
+        let a = token(100 + n);
+        let at = t + nt * (n as u32);
+        e.submit(
+            &command(OpKind::Claim, &res, Some(&a), 0),
+            Until::WonOrAllIn,
+            at,
+            1,
+        );
+        e.handle_timeout(at + nt);
+        while e.poll_completed().is_some() {}
+    }
+    assert!(e.gates.len() <= 4, "{} gates kept", e.gates.len());
+}
