@@ -20,7 +20,7 @@
 use std::time::Instant;
 
 use super::{Engine, Tag};
-use crate::command::{Command, OpKind};
+use crate::command::{Command, OpKind, OwnedCommand};
 use crate::lock::Names;
 use crate::round::{Round, Until};
 use crate::{error::NodeOutcome, Token};
@@ -45,13 +45,7 @@ pub(super) struct Gate {
 pub(super) struct Parked {
     tag: Tag,
     until: Until,
-    kind: OpKind,
-    names: Names,
-    token: Option<Token>,
-    ttl_ms: u64,
-    counter: Option<Box<[u8]>>,
-    fence_value: u64,
-    watch: Option<u64>,
+    cmd: OwnedCommand,
 }
 
 /// Whether two sets of resources share one.
@@ -85,13 +79,7 @@ impl<U> Engine<U> {
         self.parked.push(Parked {
             tag,
             until,
-            kind: cmd.kind,
-            names: cmd.resources.iter().cloned().collect(),
-            token: cmd.token.copied(),
-            ttl_ms: cmd.ttl_ms,
-            counter: cmd.counter.map(Box::from),
-            fence_value: cmd.fence_value,
-            watch: cmd.watch,
+            cmd: OwnedCommand::new(cmd),
         });
     }
 
@@ -156,19 +144,11 @@ impl<U> Engine<U> {
                 // Ended meanwhile.
                 continue;
             }
-            if self.gates.iter().any(|g| overlap(&g.names, &p.names)) {
+            let cmd = p.cmd.borrow();
+            if self.gates.iter().any(|g| overlap(&g.names, cmd.resources)) {
                 still.push(p);
                 continue;
             }
-            let cmd = Command {
-                kind: p.kind,
-                resources: &p.names,
-                token: p.token.as_ref(),
-                ttl_ms: p.ttl_ms,
-                counter: p.counter.as_deref(),
-                fence_value: p.fence_value,
-                watch: p.watch,
-            };
             self.deadlines.push(std::cmp::Reverse((
                 crate::time::later(now, self.node_timeout),
                 p.tag.slot,
