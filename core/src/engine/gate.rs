@@ -112,6 +112,24 @@ impl<U> Engine<U> {
         }
     }
 
+    /// Ends unsent every round held back by an open claim (see `gate.rs`) whose caller `gone`
+    /// says went away: an async caller that dropped its future, whose leave the driver fired.
+    /// Sent after that leave, such a round would put the client back in the line with nobody
+    /// waiting there. Nothing to do, and nothing done, when no round is held back.
+    pub fn forget_parked(&mut self, gone: impl Fn(&U) -> bool) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let parked = std::mem::take(&mut self.parked);
+        for p in parked {
+            if self.op(p.tag).is_some_and(|op| gone(&op.user)) {
+                self.complete(p.tag);
+            } else {
+                self.parked.push(p);
+            }
+        }
+    }
+
     /// When the oldest open claim stops holding parked rounds back, if any is parked.
     pub(super) fn gates_due(&self) -> Option<Instant> {
         if self.parked.is_empty() {

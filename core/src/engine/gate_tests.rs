@@ -52,6 +52,8 @@ fn claim_then_wait(t: Instant, a: &Token, res: &Names) -> Engine<u32> {
         t,
         1,
     );
+    // (A waiter's wait goes out under its watch of the line.)
+    e.watch(9, super::fair_tests::line(res[0].as_bytes()));
     e.submit(&command(OpKind::Wait, res, None, 0), Until::AllIn, t, 2);
     for i in 0..5 {
         assert_eq!(
@@ -201,4 +203,86 @@ fn forgotten_claims_do_not_pile_up() {
         while e.poll_completed().is_some() {}
     }
     assert!(e.gates.len() <= 4, "{} gates kept", e.gates.len());
+}
+
+/// A claim decided by its deadline (every node awaited, one silent) lets the wait go in the
+/// same pass: nothing else would (`tests/review_s21.rs`: an async `lock_within` parked
+/// until the next event of the client, 4.7 s).
+#[test]
+fn a_claim_decided_by_its_deadline_lets_the_wait_go_at_once() {
+    let t = Instant::now();
+    let (a, res) = (token(5), names("res"));
+    let mut e = connected(t);
+    e.submit(
+        &command(OpKind::Claim, &res, Some(&a), 0),
+        Until::AllIn,
+        t,
+        1,
+    );
+    e.watch(9, super::fair_tests::line(b"res"));
+    e.submit(&command(OpKind::Wait, &res, None, 0), Until::AllIn, t, 2);
+    for i in 0..5 {
+        assert_eq!(scripts_sent(&mut e, i), vec![CLAIM.to_vec()], "node {i}");
+    }
+    for i in 0..4 {
+        e.handle_input(i, if i < 3 { b":0\r\n" } else { b":-1\r\n" }, t);
+    }
+    assert!(e.poll_completed().is_none(), "node 4 is awaited");
+    e.handle_timeout(t + e.node_timeout);
+    let done = e.poll_completed().expect("the claim, at its deadline");
+    assert_eq!((done.user, done.round.decision()), (1, Decision::Won));
+    for i in 0..4 {
+        let sent = scripts_sent(&mut e, i);
+        assert_eq!(sent.last(), Some(&WAIT.to_vec()), "node {i}: {sent:?}");
+    }
+}
+
+/// A waiter that goes away while its wait is held back (an async caller dropping its future:
+/// its watch is taken back, its leave fired, and its driver tells the engine) does not come
+/// back into the line when the claim ahead is answered: its wait ends unsent (`tests/review_s21.rs` suspected it would
+/// follow the leave and leave the client in the line with nobody waiting).
+#[test]
+fn a_held_back_wait_whose_waiter_went_away_ends_unsent() {
+    let t = Instant::now();
+    let (a, res) = (token(6), names("res"));
+    let mut e = connected(t);
+    e.submit(
+        &command(OpKind::Claim, &res, Some(&a), 0),
+        Until::WonOrAllIn,
+        t,
+        1,
+    );
+    e.watch(7, super::fair_tests::line(b"res"));
+    e.submit(
+        &command(OpKind::Wait, &res, None, 0).watched_by(Some(7)),
+        Until::AllIn,
+        t,
+        2,
+    );
+    for i in 0..5 {
+        assert_eq!(scripts_sent(&mut e, i), vec![CLAIM.to_vec()], "node {i}");
+    }
+    // The waiter goes away: its watch, then its leave; its driver says so.
+    e.unwatch(7);
+    e.fire(&Command::leave(&res), t);
+    e.forget_parked(|user| *user == 2);
+    for i in 0..5 {
+        e.handle_input(i, if i < 2 { b":0\r\n" } else { b":-1\r\n" }, t);
+    }
+    let users: Vec<u32> = std::iter::from_fn(|| e.poll_completed())
+        .map(|d| d.user)
+        .collect();
+    assert_eq!(users, vec![2, 1], "the wait, unsent; the claim");
+    e.submit(
+        &command(OpKind::Unclaim, &res, Some(&a), 4),
+        Until::AllIn,
+        t,
+        3,
+    );
+    for i in 0..5 {
+        let sent = scripts_sent(&mut e, i);
+        assert!(!sent.contains(&WAIT.to_vec()), "node {i}: {sent:?}");
+        assert_eq!(sent.last(), Some(&HANDOFF.to_vec()), "node {i}: {sent:?}");
+    }
+    assert!(e.poll_completed().is_none(), "the wait ended before");
 }

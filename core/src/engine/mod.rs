@@ -489,6 +489,7 @@ impl<U> Engine<U> {
                 );
             }
         }
+        self.unpark(now);
     }
 
     /// Counts `event` in its node's statistics and queues it for the driver

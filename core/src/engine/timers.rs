@@ -29,6 +29,13 @@ impl<U> Engine<U> {
         if self.connecting == 0 && !due(self) {
             return;
         }
+        self.time_out_rounds(now);
+        // A claim decided by its deadline above may have let parked rounds go.
+        self.unpark(now);
+    }
+
+    /// Ends every round whose deadline has passed, and drops connects that take too long.
+    fn time_out_rounds(&mut self, now: Instant) {
         while let Some(&Reverse((when, slot, gen))) = self.deadlines.peek() {
             if when > now {
                 break;
