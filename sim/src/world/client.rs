@@ -127,6 +127,9 @@ struct Run {
     /// its tries are claims), and whether its first wait in line has begun.
     in_line: bool,
     joined: bool,
+    /// A release: the lock's id in the history (noted released for the fairness judge once
+    /// the release succeeds; one that fails leaves the lock to run out).
+    releasing: Option<u64>,
 }
 
 /// A lock a task holds.

@@ -289,7 +289,7 @@ impl Client {
             let w = &mut sim.hist.windows[i];
             w.until = w.until.min(sim.now);
         }
-        sim.fair.released.push((held.id, sim.now));
+        let (id, sent) = (held.id, sim.now);
         if self.cfg.fair().is_some() {
             let what = crate::fairness::What::Released;
             let res = super::step::leaving(sim, &self.engine, self.spec.fenced, &held.res);
@@ -307,6 +307,13 @@ impl Client {
             false,
             (0, None),
         );
+        // For the fairness judge the lock ends as its release is sent, if the release
+        // succeeds; one that fails leaves its keys to run out (a release refused everywhere,
+        // say, under `Scripts::Native` against servers without native commands).
+        sim.fair.released.push((id, sent));
+        if let State::Run(run) = &mut self.tasks[k].state {
+            run.releasing = Some(id);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -402,6 +409,7 @@ impl Client {
             acquire_won: false,
             in_line: false,
             joined: false,
+            releasing: None,
         }));
         self.advance(sim, k, Input::Start);
     }

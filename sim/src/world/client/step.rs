@@ -279,7 +279,13 @@ impl Client {
             }
             AnyOp::Release(o) => match o.finish() {
                 Ok(()) => Outcome::Ok,
-                Err(e) => Outcome::Failed(e),
+                Err(e) => {
+                    // The lock was not released: for the fairness judge it runs out.
+                    if let Some(id) = run.releasing {
+                        sim.fair.released.retain(|(lock, _)| *lock != id);
+                    }
+                    Outcome::Failed(e)
+                }
             },
             AnyOp::Inspect(o) => match o.finish() {
                 Ok(_) => Outcome::Ok,
@@ -371,6 +377,11 @@ impl Client {
                         };
                         let res = leaving(sim, &self.engine, self.spec.fenced, &run.res);
                         sim.fair.note(sim.now, self.id, &res, what);
+                    }
+                    // As the async driver does: a round of the operation held back by an
+                    // open claim of the client never goes out after what it fires.
+                    if let Wait::Round(seq) = run.wait {
+                        self.engine.forget_parked(|s| *s == seq);
                     }
                     self.engine.fire(&cmd, self.local(sim));
                     true
