@@ -64,33 +64,33 @@ pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
 /// the scripts' own. The version in the names changes whenever a script does, so that
 /// clients of different versions never call each other's functions.
 pub const LIBRARY: &str = concat!(
-    "#!lua name=redlock_mux_v10\n",
-    "redis.register_function('redlock_mux_v10_acquire', function(KEYS, ARGV)\n",
+    "#!lua name=redlock_mux_v11\n",
+    "redis.register_function('redlock_mux_v11_acquire', function(KEYS, ARGV)\n",
     include_str!("scripts/acquire.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v10_release', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v11_release', function(KEYS, ARGV)\n",
     include_str!("scripts/release.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v10_extend', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v11_extend', function(KEYS, ARGV)\n",
     include_str!("scripts/extend.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v10_fence', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v11_fence', function(KEYS, ARGV)\n",
     include_str!("scripts/fence.lua"),
     "end)\n",
     include_str!("scripts/ring.lua"),
-    "redis.register_function('redlock_mux_v10_wait', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v11_wait', function(KEYS, ARGV)\n",
     include_str!("scripts/wait.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v10_claim', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v11_claim', function(KEYS, ARGV)\n",
     include_str!("scripts/claim.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v10_handoff', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v11_handoff', function(KEYS, ARGV)\n",
     include_str!("scripts/handoff.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v10_leave', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v11_leave', function(KEYS, ARGV)\n",
     include_str!("scripts/leave.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v10_enter', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v11_enter', function(KEYS, ARGV)\n",
     include_str!("scripts/enter.lua"),
     include_str!("scripts/wait.lua"),
     "end)\n",
@@ -99,15 +99,15 @@ pub const LIBRARY: &str = concat!(
 /// The names of [`LIBRARY`]'s functions, in the order of [`ALL`] then [`FAIR`]: acquire,
 /// release, extend, fence; wait, claim, hand-off, leave, enter.
 pub const FUNCTIONS: [&str; 9] = [
-    "redlock_mux_v10_acquire",
-    "redlock_mux_v10_release",
-    "redlock_mux_v10_extend",
-    "redlock_mux_v10_fence",
-    "redlock_mux_v10_wait",
-    "redlock_mux_v10_claim",
-    "redlock_mux_v10_handoff",
-    "redlock_mux_v10_leave",
-    "redlock_mux_v10_enter",
+    "redlock_mux_v11_acquire",
+    "redlock_mux_v11_release",
+    "redlock_mux_v11_extend",
+    "redlock_mux_v11_fence",
+    "redlock_mux_v11_wait",
+    "redlock_mux_v11_claim",
+    "redlock_mux_v11_handoff",
+    "redlock_mux_v11_leave",
+    "redlock_mux_v11_enter",
 ];
 
 /// Every script with its digest.
@@ -198,7 +198,7 @@ pub const ENTER: &str = concat!(
 );
 
 /// SHA-1 of [`ENTER`].
-pub const ENTER_SHA1: &str = "fe4ddb2d1445fab1e56232836d5a0a972cd8b3f0";
+pub const ENTER_SHA1: &str = "30aabc65c85b6e3bd7c4f30f339e70b793c8b2b9";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the

@@ -59,7 +59,7 @@ pub const FAIR: [(&str, Script); 5] = [
     ("7509e71ae5e43840d100fd091d52bfe396a3e56e", Script::Claim),
     ("7affae842d1290a3913401b0a8bd9d6e02057879", Script::Handoff),
     ("32f7b7d2dc6ddce90c922cccb6e989f7e2320950", Script::Leave),
-    ("fe4ddb2d1445fab1e56232836d5a0a972cd8b3f0", Script::Enter),
+    ("30aabc65c85b6e3bd7c4f30f339e70b793c8b2b9", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.

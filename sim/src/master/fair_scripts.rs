@@ -322,18 +322,15 @@ fn settle(
     }
     Ok(kept)
 }
-/// `enter.lua`, then `wait.lua`: where nobody stands in the line (`KEYS[2]`), `SET NX PX` the
-/// resource (`KEYS[1]`) with the token (`ARGV[6]`) for the caller's ttl (`ARGV[5]`), and
-/// `INCR` the counter (`KEYS[3]`) if there is one; refused, or behind a line, the wait.
+/// `enter.lua`, then `wait.lua`: `SET NX PX` the resource (`KEYS[1]`) with the token
+/// (`ARGV[6]`) for the caller's ttl (`ARGV[5]`), and `INCR` the counter (`KEYS[3]`) if there
+/// is one; refused, the wait.
 fn enter(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<Reply, Stop> {
-    let (Some(key), Some(line), token, ttl) =
-        (keys.first(), keys.get(1), arg(argv, 6)?, arg(argv, 5)?)
-    else {
+    let (Some(key), token, ttl) = (keys.first(), arg(argv, 6)?, arg(argv, 5)?) else {
         return Err(Stop::Unsimulated);
     };
-    let empty = call(zset::zcard(m, ex, line), body(1))? == Reply::Int(0);
     let set: [&[u8]; 6] = [b"SET", key, token, b"NX", b"PX", ttl];
-    if empty && call(strings::set(m, ex, &set), body(1))? != Reply::Null {
+    if call(strings::set(m, ex, &set), body(1))? != Reply::Null {
         return match keys.get(2) {
             Some(counter) => call(strings::incr(m, ex, counter), body(2)).map(Reply::Int),
             None => Ok(Reply::Int(0)),
