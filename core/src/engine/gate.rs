@@ -130,6 +130,20 @@ impl<U> Engine<U> {
         }
     }
 
+    /// How many rounds are held back by open claims of this client.
+    pub fn parked(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// Sends every round held back, whatever holds it: for a driver that cannot send the
+    /// claim's release before those rounds end (the blocking client, whose batches run one at
+    /// a time, and whose caller of the claim sends its release in a later batch).
+    pub fn send_parked(&mut self, now: Instant) {
+        let gates = std::mem::take(&mut self.gates);
+        self.unpark(now);
+        self.gates = gates;
+    }
+
     /// When the oldest open claim stops holding parked rounds back, if any is parked.
     pub(super) fn gates_due(&self) -> Option<Instant> {
         if self.parked.is_empty() {

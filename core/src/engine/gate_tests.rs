@@ -286,3 +286,20 @@ fn a_held_back_wait_whose_waiter_went_away_ends_unsent() {
     }
     assert!(e.poll_completed().is_none(), "the wait ended before");
 }
+
+/// A driver that cannot send the claim's release before its held-back rounds end (the
+/// blocking client: one batch at a time) sends them when nothing else is left; the claim
+/// stays open for what comes after.
+#[test]
+fn held_back_rounds_go_when_the_driver_says() {
+    let t = Instant::now();
+    let (a, res) = (token(7), names("res"));
+    let mut e = claim_then_wait(t, &a, &res);
+    assert_eq!(e.parked(), 1);
+    e.send_parked(t);
+    assert_eq!(e.parked(), 0);
+    for i in 0..5 {
+        assert_eq!(scripts_sent(&mut e, i), vec![WAIT.to_vec()], "node {i}");
+    }
+    assert_eq!(e.gates.len(), 1, "the claim is still open");
+}

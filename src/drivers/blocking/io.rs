@@ -102,6 +102,13 @@ impl Driver {
             if left == 0 {
                 return t1;
             }
+            if left == self.engine.parked() {
+                // Fair mode: what is left is held back by a claim of this client whose
+                // release its caller sends only once this batch returns (batches run one at
+                // a time): it goes out now rather than at the claim's lease.
+                self.engine.send_parked(self.now);
+                continue;
+            }
             let wait = self
                 .engine
                 .poll_timeout()
