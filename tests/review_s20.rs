@@ -38,15 +38,13 @@
 //! `SUBSCRIBE` is refused (`resetchannels`, `-subscribe`) keep their connections; a wrong
 //! password fails promptly; a self-reserved head cut off costs the next about 1.5 leases.
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use redlock_mux::resp::{encode_command, Decoder, Frame};
+use redlock_mux::resp::Frame;
 use redlock_mux::script::RESERVED_PREFIX;
 use testkit::proxy::{self, Fault};
-use testkit::review::{client, either_client, holding, in_line, options};
+use testkit::review::{client, either_client, holding, in_line, options, Admin};
 use testkit::{cluster, resource, wait_until, LockClient};
 
 type Client = Box<dyn LockClient + Send + Sync>;
@@ -61,34 +59,6 @@ fn fair(nodes: &[String], id: &str, lease: Duration, asy: bool) -> Client {
 /// `redlock-mux:reserved:<id>`.
 fn reserved(id: &str) -> Vec<u8> {
     format!("{RESERVED_PREFIX}{id}").into_bytes()
-}
-
-/// A connection of the test's own to `addr`, kept open (it counts toward `maxclients`), on
-/// which commands are sent one at a time.
-struct Admin(TcpStream);
-
-impl Admin {
-    fn open(addr: &str) -> Admin {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        Admin(s)
-    }
-    fn cmd(&mut self, args: &[&str]) -> Frame {
-        let mut out = BytesMut::new();
-        let a: Vec<&[u8]> = args.iter().map(|x| x.as_bytes()).collect();
-        encode_command(&mut out, &a);
-        self.0.write_all(&out).unwrap();
-        let (mut dec, mut buf, mut chunk) = (Decoder::default(), BytesMut::new(), [0u8; 4096]);
-        for _ in 0..10_000 {
-            if let Some(f) = dec.decode(&mut buf).expect("valid reply") {
-                return f;
-            }
-            let n = self.0.read(&mut chunk).expect("a reply within 5 s");
-            assert!(n > 0, "closed");
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        panic!("no reply");
-    }
 }
 
 /// What W's connections went through before the race of [`fresh_waiter_rung_during_hello`].

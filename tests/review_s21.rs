@@ -61,18 +61,15 @@
 //!   401), as expected of faults found at 2 in 80,000; `--negative waiter-gives-up` is caught
 //!   (8222 violations in 295 of 300 seeds).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use redlock_mux::redlock_core::config::Options;
-use redlock_mux::resp::{encode_command, Decoder, Frame};
+use redlock_mux::resp::Frame;
 use redlock_mux::script::{BELL_PREFIX, QUEUE_PREFIX};
 use redlock_mux::{AsyncRedlock, Lock, Redlock};
 use testkit::proxy::{self, Fault};
-use testkit::review::{client, in_line, options};
+use testkit::review::{client, in_line, options, Admin};
 use testkit::{cluster, redis, resource, wait_until, LockClient};
 
 const TTL: Duration = Duration::from_secs(60);
@@ -89,34 +86,6 @@ fn async_client(o: Options) -> (tokio::runtime::Runtime, Arc<AsyncRedlock>) {
         .block_on(async { AsyncRedlock::with_config(cfg) })
         .expect("a client");
     (rt, Arc::new(c))
-}
-
-/// A connection of the test's own to `addr`, kept open.
-struct Admin(TcpStream);
-
-impl Admin {
-    fn open(addr: &str) -> Admin {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        Admin(s)
-    }
-    /// Sends `args` and reads one reply.
-    fn cmd(&mut self, args: &[&str]) -> Frame {
-        let mut out = BytesMut::new();
-        let a: Vec<&[u8]> = args.iter().map(|x| x.as_bytes()).collect();
-        encode_command(&mut out, &a);
-        self.0.write_all(&out).unwrap();
-        let (mut dec, mut buf, mut chunk) = (Decoder::default(), BytesMut::new(), [0u8; 4096]);
-        for _ in 0..10_000 {
-            if let Some(f) = dec.decode(&mut buf).expect("valid reply") {
-                return f;
-            }
-            let n = self.0.read(&mut chunk).expect("a reply within 5 s");
-            assert!(n > 0, "closed");
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        panic!("no reply");
-    }
 }
 
 /// The line of `key` on `addr`, head first.

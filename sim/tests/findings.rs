@@ -136,14 +136,7 @@ fn a_waiter_that_gives_up_leaves_its_clients_place_to_the_others() {
 /// violations in 4 seeds under both counts.
 #[test]
 fn a_clients_two_waiters_ahead_of_a_place_may_both_be_served_first() {
-    let mut p = Params::new(16994);
-    p.faults = Faults::NONE;
-    p.clients = Some(3);
-    p.ops = Some(14);
-    p.episodes = Some(0);
-    let r = run_one(&p);
-    assert!(r.violations.is_empty(), "{:?}", r.violations);
-    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+    fair_without_faults(16994, 3, 14);
 }
 
 /// Session 19, `--faults none` seeds 3001 to 23,000 (two seeds judged `passed-over`), seed
@@ -157,14 +150,7 @@ fn a_clients_two_waiters_ahead_of_a_place_may_both_be_served_first() {
 /// documented rule). Fails at 1e58e4d, session 18's head.
 #[test]
 fn a_failed_claims_release_does_not_give_back_a_place_served_meanwhile() {
-    let mut p = Params::new(3938);
-    p.faults = Faults::NONE;
-    p.clients = Some(4);
-    p.ops = Some(13);
-    p.episodes = Some(0);
-    let r = run_one(&p);
-    assert!(r.violations.is_empty(), "{:?}", r.violations);
-    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+    fair_without_faults(3938, 4, 13);
 }
 
 /// Found in session 19 (`--faults none` seeds 3001 to 23,000, one seed judged
@@ -181,14 +167,7 @@ fn a_failed_claims_release_does_not_give_back_a_place_served_meanwhile() {
 /// in session 19) cost the first try a round trip, which the liveness rule caught.
 #[test]
 fn a_waiter_on_a_fresh_connection_is_not_taken_out_before_its_bell_is_subscribed() {
-    let mut p = Params::new(6682);
-    p.faults = Faults::NONE;
-    p.clients = Some(5);
-    p.ops = Some(6);
-    p.episodes = Some(0);
-    let r = run_one(&p);
-    assert!(r.violations.is_empty(), "{:?}", r.violations);
-    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+    fair_without_faults(6682, 5, 6);
 }
 
 /// Found in session 20 (the default faults, seed 461, once the seed-6682 fix moved its
@@ -234,14 +213,7 @@ fn a_spared_leave_does_not_end_the_clients_place_for_the_judge() {
 /// the lines no other waiter of the client stands in, as a leave is.
 #[test]
 fn a_release_that_keeps_the_clients_place_does_not_end_it_for_the_judge() {
-    let mut p = Params::new(54689);
-    p.faults = Faults::NONE;
-    p.clients = Some(5);
-    p.ops = Some(19);
-    p.episodes = Some(0);
-    let r = run_one(&p);
-    assert!(r.violations.is_empty(), "{:?}", r.violations);
-    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+    fair_without_faults(54689, 5, 19);
 }
 
 /// Found in session 20 (`--faults none`, seed 72728): the same fault of the judge on a fenced
@@ -249,14 +221,7 @@ fn a_release_that_keeps_the_clients_place_does_not_end_it_for_the_judge() {
 /// history's id, `f4` for `f0`, and found no waiter standing there).
 #[test]
 fn a_spared_leave_of_a_fenced_resource_does_not_end_the_clients_place_for_the_judge() {
-    let mut p = Params::new(72728);
-    p.faults = Faults::NONE;
-    p.clients = Some(4);
-    p.ops = Some(19);
-    p.episodes = Some(0);
-    let r = run_one(&p);
-    assert!(r.violations.is_empty(), "{:?}", r.violations);
-    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+    fair_without_faults(72728, 4, 19);
 }
 
 /// Replays `seed` without faults, as the simulator's `--faults none` printed it (its clients

@@ -132,3 +132,37 @@ pub fn either_client(o: Options, asy: bool) -> Box<dyn crate::LockClient + Send 
         Box::new(Redlock::with_config(cfg).expect("a client"))
     }
 }
+
+/// A connection of the test's own to a master, kept open (it counts toward `maxclients`, and
+/// what it subscribes to stays subscribed), on which commands are sent one at a time.
+pub struct Admin(std::net::TcpStream);
+
+impl Admin {
+    /// Connects to `addr`, with a 5 s read timeout.
+    pub fn open(addr: &str) -> Admin {
+        let s = std::net::TcpStream::connect(addr).expect("the master accepts");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("a read timeout");
+        Admin(s)
+    }
+
+    /// Sends `args` and reads one reply (a push counts as one).
+    pub fn cmd(&mut self, args: &[&str]) -> Frame {
+        use std::io::{Read, Write};
+        let mut out = bytes::BytesMut::new();
+        let a: Vec<&[u8]> = args.iter().map(|x| x.as_bytes()).collect();
+        redlock_mux::resp::encode_command(&mut out, &a);
+        self.0.write_all(&out).expect("the command is written");
+        let mut dec = redlock_mux::resp::Decoder::default();
+        let (mut buf, mut chunk) = (bytes::BytesMut::new(), [0u8; 4096]);
+        for _ in 0..10_000 {
+            if let Some(f) = dec.decode(&mut buf).expect("a valid reply") {
+                return f;
+            }
+            let n = self.0.read(&mut chunk).expect("a reply within 5 s");
+            assert!(n > 0, "closed");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        panic!("no reply");
+    }
+}

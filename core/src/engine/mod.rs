@@ -50,12 +50,12 @@ use crate::command::{Command, Expect, Extra, Form, OpKind};
 use crate::config::Scripts;
 use crate::config::{Config, NodeAddr};
 use crate::conn::{stale_after, Conn};
-use crate::conn::{How, Native, Note};
+use crate::conn::{How, Native};
 use crate::error::NodeOutcome;
 use crate::event::Event;
 use crate::forms::Sent;
 use crate::round::{Decision, Round, Until};
-use crate::stats::{NodeStats, Stats};
+use crate::stats::NodeStats;
 
 /// Replies one connection may owe before its node counts as stuck and is reconnected: room
 /// for thousands of concurrent operations on a healthy node. (The stream check's sentinel
@@ -171,7 +171,7 @@ pub struct Engine<U> {
     batches: u64,
     batched_ops: u64,
     /// Acquisition rounds started: tries (`SET NX`, the acquire or enter script) and fair
-    /// waiters' claims (see [`Stats::tries`]).
+    /// waiters' claims (see [`Stats::tries`](crate::stats::Stats::tries)).
     tries: u64,
     claims: u64,
     /// The command being queued, encoded once for every node.
@@ -492,86 +492,6 @@ impl<U> Engine<U> {
         self.unpark(now);
     }
 
-    /// Counts `event` in its node's statistics and queues it for the driver
-    /// ([`poll_event`](Engine::poll_event)): the one place where either happens, so that the
-    /// statistics and whatever observes the events never disagree. Beyond
-    /// [`MAX_EVENTS`] not taken, the oldest are dropped (and counted in
-    /// [`Stats::events_dropped`]); the statistics still count them.
-    pub fn record(&mut self, event: Event) {
-        let node = match &event {
-            Event::Connect { node, .. }
-            | Event::ScriptFallback { node }
-            | Event::EvictionUnchecked { node, .. } => self.nodes.get_mut(*node),
-            Event::Waited { .. } => None,
-        };
-        if let Some(stats) = node.map(|n| &mut n.stats) {
-            match &event {
-                Event::Connect { connects, .. } => stats.connects = *connects,
-                Event::ScriptFallback { .. } => stats.noscript_fallbacks += 1,
-                Event::EvictionUnchecked { .. } => stats.eviction_unchecked += 1,
-                Event::Waited { .. } => {}
-            }
-        }
-        if self.events.len() >= MAX_EVENTS {
-            self.events.pop_front();
-            self.events_dropped += 1;
-        }
-        self.events.push_back(event);
-    }
-
-    /// The next event to report, oldest first.
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
-    }
-
-    /// Whether an event waits to be taken (a test cheaper than `poll_event` per pass).
-    pub fn has_events(&self) -> bool {
-        !self.events.is_empty()
-    }
-
-    /// Takes what node `i`'s connection noted while reading, as events.
-    #[inline]
-    pub(crate) fn take_notes(&mut self, i: usize) {
-        if self.nodes.get(i).is_some_and(|n| !n.conn.notes.is_empty()) {
-            self.record_notes(i);
-        }
-    }
-
-    /// [`take_notes`](Engine::take_notes) when there are some (rarely: kept out of line).
-    #[cold]
-    fn record_notes(&mut self, i: usize) {
-        let Some(node) = self.nodes.get_mut(i) else {
-            return;
-        };
-        for note in std::mem::take(&mut node.conn.notes) {
-            self.record(match note {
-                Note::ScriptFallback => Event::ScriptFallback { node: i },
-                Note::EvictionUnchecked(why) => Event::EvictionUnchecked { node: i, why },
-            });
-        }
-    }
-
-    /// A snapshot of the counters.
-    pub fn stats(&self) -> Stats {
-        Stats {
-            nodes: self
-                .nodes
-                .iter()
-                .map(|n| NodeStats {
-                    buffered_bytes: n.conn.buffered_capacity(),
-                    replies: n.conn.replies(),
-                    ..n.stats.clone()
-                })
-                .collect(),
-            largest_batch: self.largest_batch,
-            events_dropped: self.events_dropped,
-            batches: self.batches,
-            batched_ops: self.batched_ops,
-            tries: self.tries,
-            claims: self.claims,
-        }
-    }
-
     /// Drops node `i`'s connection after a failure: every round waiting on it gets `outcome`
     /// as the node's vote. A socket the driver still holds is queued for it to drop.
     fn fail_node(&mut self, i: usize, outcome: &NodeOutcome, now: Instant, socket: Socket) {
@@ -705,6 +625,7 @@ impl<U> Op<U> {
 }
 
 mod dispatch;
+mod events;
 #[cfg(test)]
 mod fair_set_tests;
 #[cfg(test)]

@@ -160,7 +160,7 @@ impl<U> Engine<U> {
         self.unpark(now);
     }
 
-    /// Records how many operations one write pass carried (for [`Stats::largest_batch`]).
+    /// Records how many operations one write pass carried (for [`Stats::largest_batch`](crate::stats::Stats::largest_batch)).
     pub fn note_batch(&mut self, n: usize) {
         self.largest_batch = self.largest_batch.max(n);
         self.batches += 1;
