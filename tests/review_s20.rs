@@ -418,6 +418,11 @@ fn unlock_after_restart(asy: bool, extra: &[&str]) -> (Result<(), redlock_mux::E
     let key = resource("s20-restart");
     let held = h.lock(&key, TTL).expect("R free");
     let token = String::from_utf8(held.token().as_bytes().to_vec()).unwrap();
+    // The lock was decided at a quorum: the last master's SET may still be on its way (its
+    // PTTL read now is -2, and the SET below would be refused).
+    wait_until(Duration::from_secs(10), "H's token on every master", || {
+        holding(&nodes, &key, token.as_bytes()) == 3
+    });
     let mut own = Vec::new();
     for (i, node) in nodes.iter().enumerate() {
         let left = testkit::pttl(node, &key);
