@@ -269,3 +269,14 @@ fn a_wait_never_reaches_a_master_between_a_claim_of_its_client_and_its_release()
 fn a_waiter_whose_client_was_served_stands_in_line_again_from_its_next_read() {
     fair_without_faults(76762, 5, 7);
 }
+
+/// Found in session 21 (`--faults none`, seed 141160): c0's task dropped its `lock_many`
+/// (an async caller going away) while the wait's read, the round that joins the lines of a
+/// set, was on its way. Nothing was fired, so the read joined c0 to the lines with nobody to
+/// claim for it; a release, then a claim of c1 that found the resource free, rang c0's place,
+/// and the reservation kept the free resource from c1 for a claim lease. An acquisition
+/// abandoned with a fair read out now leaves the lines (after the read, on each connection).
+#[test]
+fn a_wait_dropped_while_its_read_is_out_leaves_no_place_behind() {
+    fair_without_faults(141160, 4, 17);
+}

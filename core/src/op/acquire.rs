@@ -415,6 +415,13 @@ impl Operation for Acquire {
             State::Trying(acq) | State::TakingBack(Then::Try(acq)) => Some(acq.abandoned()),
             State::TakingBack(Then::Leave(_)) => Some(self.leave()),
             State::TakingBack(Then::Watch(..)) if self.queued => Some(self.leave()),
+            // A fair wait's read is out: it joins the line on every master it reaches (a
+            // set's first try, and a try that joined no line, join there). Abandoned without
+            // a leave, the client's place stayed in the lines with nobody here to claim it,
+            // and a release or a claim finding the resource free rang it: the reservation
+            // kept the resource from everyone for a claim lease (simulator, seed 141160).
+            // The leave goes out after the read on each connection, so it runs after it.
+            State::Reading(w) if w.is_fair() => Some(self.leave()),
             // Fair mode: out of the line (a bell that still comes finds no waiter: its
             // reservation lapses after the claim lease).
             State::Sleeping

@@ -852,3 +852,41 @@ fn bells_that_keep_waking_a_set_do_not_carry_it_past_its_tries() {
     assert!(claims > 3, "{claims} claims");
     assert!(now - start <= waits, "{:?} against {waits:?}", now - start);
 }
+
+/// A fair set's first try is the plain acquisition, so its wait's read is the round that
+/// joins the lines. Abandoned while that read is out (an async caller dropping its future),
+/// the acquisition leaves the lines: the read reaches the masters anyway, and without the
+/// leave behind it the client's place stayed there with nobody to claim it, so a release
+/// rang it and its reservation kept the resource from everyone for a claim lease
+/// (simulator, seed 141160).
+#[test]
+fn a_fair_wait_abandoned_while_its_read_is_out_leaves_the_lines() {
+    let fair = fair_cfg();
+    let now = Instant::now();
+    let (mut rng, mut events) = (Seeded::new(5), Vec::new());
+    let mut cx = Cx {
+        now,
+        rng: &mut rng,
+        events: &mut events,
+    };
+    let mut op = Acquire::new(names(&["a", "b"]), TTL, Retry::new(&fair));
+    match op.step(Input::Start, &fair, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Acquire),
+        other => panic!("{other:?}"),
+    }
+    let held = || (NodeOutcome::Held, Extra::HeldKey(0));
+    let lost = round(&[held(), held(), held(), held(), held()]);
+    match op.step(Input::Round(Ok((lost, now))), &fair, &mut cx) {
+        Step::Watch(_) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(op.abandon().is_none(), "nothing joined a line yet");
+    match op.step(Input::Watching, &fair, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Wait),
+        other => panic!("{other:?}"),
+    }
+    let leave = op.abandon().expect("the read may have joined the lines");
+    assert_eq!(leave.kind, OpKind::Leave);
+    let left: Vec<&str> = leave.resources.iter().map(Name::as_str).collect();
+    assert_eq!(left, ["a", "b"]);
+}
