@@ -101,7 +101,9 @@ where
 
 /// Masters that know no RESP3 (no `HELLO`, as before Redis 6): connections stay on RESP2, no
 /// push ever arrives, nothing is taken for a reply, and a waiter still gets the lock after the
-/// release, by its timer and retry delay as a polling client would.
+/// release, by its timer and retry delay as a polling client would. (CI, session 22: failed
+/// 3 runs in 24 here, a connection spent by the bell's early `SUBSCRIBE`, which this test
+/// counted as an error; it is the documented cost.)
 pub fn servers_without_resp3_fall_back_to_polling<F: Flavor>()
 where
     F::Client: Sync,
@@ -129,12 +131,26 @@ where
         held_on_a_majority(&waiter, &c.addrs(), &key, lock.token());
     });
     let stats = waiter.stats();
+    let errors: Vec<String> = c
+        .addrs()
+        .iter()
+        .map(|a| match redis(a, &["INFO", "errorstats"]) {
+            Frame::Bulk(b) => String::from_utf8_lossy(&b).replace("\r\n", " "),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    // A fair waiter's first line command may find a connection whose `HELLO 3` refusal is not
+    // read yet (the try before it was decided by a quorum without that master; an async
+    // current-thread client reads it only once the next call runs the runtime): the bell's
+    // `SUBSCRIBE` goes out ahead of it, and the refusal spends that connection, one failed
+    // vote on that master (docs/redlock.md, "a fair client's first try on a fresh
+    // connection"). Once per master at most; any other server error is a failure.
     assert!(
-        stats
-            .nodes
-            .iter()
-            .all(|n| n.invalidations == 0 && n.protocol_errors == 0 && n.server_errors == 0),
-        "{stats:?}"
+        stats.nodes.iter().all(|n| n.invalidations == 0
+            && n.protocol_errors == 0
+            && n.server_errors <= 1
+            && n.server_errors + 1 == n.connects),
+        "{stats:?}\nthe servers' error counts: {errors:?}"
     );
     for a in c.addrs() {
         match redis(&a, &["CLIENT", "LIST"]) {
