@@ -9,7 +9,7 @@
 //! `r` alone or of a set that holds `r`: a set stands in the line of each of its resources)
 //! begins its first wait, after its wait script's round (and the move of its ticket)
 //! completed, while `X` has no place on `r`; it ends at the first of: a lock on `r` granted to
-//! `X` (the place is *served*), a release of `r` by `X` (the hand-off takes `X` out of the
+//! `X` (the place is *served*, at the moment the winning try took `r` on the masters), a release of `r` by `X` (the hand-off takes `X` out of the
 //! line first: a release proper, a failed first try's release, an abandoned try's), a leave
 //! by `X` (a waiter of `X` that gave up, or was abandoned; of the lines no other waiter of `X`
 //! stands in, which are all the engine's leave sends: `Engine::stands_in_line`). `try_lock` never waits in line;
@@ -59,6 +59,10 @@ pub struct FairLog {
     pub events: Vec<Event>,
     /// Locks whose release was sent, and when.
     pub released: Vec<(u64, u64)>,
+    /// Locks granted, and when the try that won them took their resources on the masters
+    /// (its acquire or claim round decided; a fenced lock's write-back of its token comes
+    /// after, and the lock is granted only then). The line is served at that moment.
+    pub taken: Vec<(u64, u64)>,
 }
 
 /// An acquisition, as fairness sees it.
@@ -159,15 +163,20 @@ fn ms(t: u64) -> f64 {
     t as f64 / 1e6
 }
 
-/// Locks granted on `r`, in order.
-fn grants(h: &History, r: u32) -> Vec<Grant> {
+/// Locks granted on `r`, in order of the moment their try took `r` on the masters (see
+/// [`FairLog::taken`]; a fenced lock's grant comes a round later: seed 177536 of `--faults
+/// none`, where a fenced claim of c2 took the resource from c2's place, another waiter of c2
+/// joined the line at the end while the claim wrote its token back, and the judge, counting
+/// the grant from its end, took it for that new place served before an older one).
+fn grants(log: &FairLog, h: &History, r: u32) -> Vec<Grant> {
     let mut out: Vec<Grant> = Vec::new();
     for w in h.windows.iter().filter(|w| w.resources.contains(&r)) {
         if !out.iter().any(|g| g.lock == w.lock) {
+            let taken = log.taken.iter().find(|(l, _)| *l == w.lock);
             out.push(Grant {
                 lock: w.lock,
                 client: w.holder.client,
-                at: w.from,
+                at: taken.map_or(w.from, |(_, t)| (*t).min(w.from)),
             });
         }
     }
@@ -183,7 +192,7 @@ fn places(log: &FairLog, h: &History, r: u32) -> Vec<Place> {
         .filter(|e| e.resource == r)
         .map(|e| (e.at, e.client, Some(e.what)))
         .collect();
-    evs.extend(grants(h, r).iter().map(|g| (g.at, g.client, None)));
+    evs.extend(grants(log, h, r).iter().map(|g| (g.at, g.client, None)));
     evs.sort_by_key(|e| e.0);
     let mut open: Vec<Place> = Vec::new();
     let mut out = Vec::new();
@@ -228,7 +237,7 @@ fn clean(log: &FairLog, h: &History, r: u32, client: u32, from: u64, to: u64) ->
             return false;
         }
     }
-    for g in grants(h, r) {
+    for g in grants(log, h, r) {
         let wins = h.windows.iter().filter(|w| w.lock == g.lock);
         let valid = wins.map(|w| w.valid).max().unwrap_or(0);
         let released = log
@@ -299,7 +308,7 @@ pub fn check(log: &FairLog, h: &History) -> Judged {
             }
             out.places += 1;
             let ahead = running_at(log, h, r, p.client, p.begun);
-            let overtook: Vec<Grant> = grants(h, r)
+            let overtook: Vec<Grant> = grants(log, h, r)
                 .into_iter()
                 .filter(|g| g.client != p.client && g.at > p.begun && g.at < end)
                 .collect();

@@ -280,3 +280,14 @@ fn a_waiter_whose_client_was_served_stands_in_line_again_from_its_next_read() {
 fn a_wait_dropped_while_its_read_is_out_leaves_no_place_behind() {
     fair_without_faults(141160, 4, 17);
 }
+
+/// Found in session 22 (`--faults none`, seed 177536), a fault of the judge: a fenced claim
+/// of c2 took the resource from c2's place (ahead of c0's) at 199.8 ms; while it wrote its
+/// token back, another waiter of c2 gave up (its leave took c2 out of the line) and a third
+/// read the line again, joining it at the end at 200.2 ms, when the lock was granted. The
+/// judge counted the grant from its end and took it for that new place, served before c0's.
+/// A grant now serves the line at the moment its try took the resource (`FairLog::taken`).
+#[test]
+fn a_fenced_grant_serves_the_place_its_claim_took_the_resource_from() {
+    fair_without_faults(177536, 4, 16);
+}

@@ -123,6 +123,8 @@ struct Run {
     /// Whether the last round was a try's acquire round and won it (a fenced try's write-back
     /// comes next; otherwise a script round of an acquisition is its release).
     acquire_won: bool,
+    /// When a try's acquire round was last won (the fairness judge's moment of the grant).
+    won_at: u64,
     /// Fair mode: a wait script's round went out (the waiter is in line from its wait on, and
     /// its tries are claims), and whether its first wait in line has begun.
     in_line: bool,
@@ -412,6 +414,9 @@ impl Client {
                 r.first_round = false;
                 r.acquire_won =
                     r.acquire_round && round.decision() == redlock_core::round::Decision::Won;
+                if r.acquire_won {
+                    r.won_at = sim.now;
+                }
                 (r.t1, first)
             }
             _ => return,

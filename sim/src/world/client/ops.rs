@@ -407,6 +407,7 @@ impl Client {
             acquire_round: false,
             alone_at_try: false,
             acquire_won: false,
+            won_at: 0,
             in_line: false,
             joined: false,
             releasing: None,

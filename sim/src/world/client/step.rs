@@ -217,6 +217,9 @@ impl Client {
                         token: lock.fencing_token(),
                     });
                     let wins = vec![sim.hist.windows.len() - 1];
+                    if run.won_at > 0 {
+                        sim.fair.taken.push((id, run.won_at));
+                    }
                     sim.trace.ev(sim.now, 2, id, until, || {
                         format!(
                             "c{}.{k} holds lock {id} on {:?} until {:.3} ms, token {:?}, granted by {:?}",
