@@ -93,8 +93,9 @@ pub use redlock_core::script;
 pub use redlock_core::{
     loss_margin, AgreedLine, Config, ConfigError, Endpoint, Error, Event, FencingFault, Holder,
     Inspection, KeepAlive, Line, Loss, NodeAddr, NodeOutcome, NodeReport, NodeReports, NodeState,
-    NodeStats, Options, Scripts, Stats, Token, Waiter, DEFAULT_FENCING_KEY, DEFAULT_MAX_HOLD,
-    DEFAULT_PORT, MAX_FENCING_TOKEN, MAX_OPTION_DURATION, MAX_RESOURCES, MAX_TTL,
+    NodeStats, Options, Scripts, Semaphore, Stats, Token, Waiter, DEFAULT_FENCING_KEY,
+    DEFAULT_MAX_HOLD, DEFAULT_PORT, MAX_FENCING_TOKEN, MAX_OPTION_DURATION, MAX_PERMITS,
+    MAX_RESOURCES, MAX_TTL,
 };
 
 /// Re-exported: the deterministic core these clients drive.

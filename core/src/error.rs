@@ -248,6 +248,17 @@ pub enum ConfigError {
         /// The most one lock may cover.
         max: usize,
     },
+    /// A semaphore with no permits, more than [`MAX_PERMITS`](crate::MAX_PERMITS), or an
+    /// empty name.
+    #[error("a semaphore has a name and 1 ..= {max} permits, not {permits} (name {name:?})")]
+    Permits {
+        /// The name given.
+        name: String,
+        /// How many permits were given.
+        permits: usize,
+        /// The most a semaphore may have.
+        max: usize,
+    },
     /// The same resource given twice to one lock.
     #[error("resource {0:?} is given twice")]
     DuplicateResource(String),

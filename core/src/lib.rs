@@ -50,6 +50,7 @@ pub mod random;
 pub mod round;
 pub mod rules;
 pub mod script;
+pub mod semaphore;
 pub mod stats;
 pub mod time;
 pub mod token;
@@ -63,6 +64,7 @@ pub use crate::event::Event;
 pub use crate::inspect::{AgreedLine, Holder, Inspection, Line, NodeState, Waiter};
 pub use crate::keepalive::{loss_margin, KeepAlive, Loss, DEFAULT_MAX_HOLD};
 pub use crate::lock::{Lock, MAX_RESOURCES};
+pub use crate::semaphore::{Semaphore, MAX_PERMITS};
 pub use crate::stats::{NodeStats, Stats};
 pub use crate::token::Token;
 

@@ -78,6 +78,11 @@ pub struct Round {
     /// Replies an inspection keeps whole (see [`Expect::keeps`](crate::command::Expect::keeps)):
     /// empty, and unallocated, for every other round.
     kept: Vec<(u32, resp::Frame)>,
+    /// A permit's round: the yes votes per slot they named ([`Extra::Slot`]), and the most
+    /// any slot has. Such a round is won by a quorum naming one slot: a yes for another slot
+    /// counts as a no for it. Empty, and unallocated, for every other round.
+    slots: Vec<(u32, u32)>,
+    best: u32,
 }
 
 /// A node's entry in [`Round::codes`].
@@ -123,6 +128,8 @@ impl Round {
             held_key: None,
             read: Vec::new(),
             kept: Vec::new(),
+            slots: Vec::new(),
+            best: 0,
         }
     }
 
@@ -152,6 +159,20 @@ impl Round {
             (NodeOutcome::Held, e @ Extra::Waited { .. }) => {
                 self.held_key = Some(0);
                 self.read.push((u32::try_from(node).unwrap_or(u32::MAX), e));
+            }
+            (NodeOutcome::Ok, e @ Extra::Slot(s)) => {
+                self.read.push((u32::try_from(node).unwrap_or(u32::MAX), e));
+                let count = match self.slots.iter_mut().find(|(slot, _)| *slot == s) {
+                    Some((_, n)) => {
+                        *n += 1;
+                        *n
+                    }
+                    None => {
+                        self.slots.push((s, 1));
+                        1
+                    }
+                };
+                self.best = self.best.max(count);
             }
             (
                 NodeOutcome::Ok,
@@ -197,6 +218,15 @@ impl Round {
             .map(|(_, f)| f)
     }
 
+    /// A permit's round: the slot named by the most yes votes (the one a won round won), if
+    /// any node named one.
+    pub fn best_slot(&self) -> Option<usize> {
+        self.slots
+            .iter()
+            .find(|(_, n)| *n == self.best)
+            .map(|(s, _)| *s as usize)
+    }
+
     /// The highest fencing counter any yes vote carried (0 if none did): the token of a fenced
     /// acquisition, once the round is won.
     pub fn counter(&self) -> u64 {
@@ -233,7 +263,13 @@ impl Round {
     #[inline]
     pub fn decision(&self) -> Decision {
         let n = self.codes.len();
-        let (yes, no, quorum) = (self.yes as usize, self.no as usize, self.quorum as usize);
+        let (mut yes, mut no, quorum) = (self.yes as usize, self.no as usize, self.quorum as usize);
+        if !self.slots.is_empty() {
+            // A permit's round: the slot named most is the one that may win; the yes votes
+            // for the others cannot help it.
+            no += yes - self.best as usize;
+            yes = self.best as usize;
+        }
         let all_in = yes + no == n;
         let early = self.until == Until::Decided;
         if matches!(self.until, Until::Sent { .. }) {

@@ -56,66 +56,81 @@ pub const FENCE: &str = include_str!("scripts/fence.lua");
 /// SHA-1 of [`FENCE`], in lowercase hex, as `EVALSHA` takes it.
 pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
 
+/// A permit of a semaphore ([`Semaphore`](crate::Semaphore)): `SET` the first of `KEYS` (the
+/// semaphore's slots, in the caller's order) that is free to `ARGV[1]` with `NX PX ARGV[2]`,
+/// and return its index in `KEYS` (from 1); `0` when every slot is held. One slot at most per
+/// call, so that a master's yes names the one slot it gave the caller; masters in the same
+/// state give the same slot, as the caller's order is the same on each of them.
+pub const PERMIT: &str = include_str!("scripts/permit.lua");
+
+/// SHA-1 of [`PERMIT`], in lowercase hex, as `EVALSHA` takes it.
+pub const PERMIT_SHA1: &str = "62a68ac92e5bdac6e42c927f9ed24ebcd46a4cbf";
+
 /// The scripts as a function library (`FUNCTION LOAD`, Redis 7+ and Valkey), for
 /// `Scripts::Function` and for a connection under `Scripts::Auto` whose user's ACL denies
-/// `EVAL`/`EVALSHA`: acquire, release, extend and fence, then fair mode's hand-off
+/// `EVAL`/`EVALSHA`: acquire, release, extend, fence and permit, then fair mode's hand-off
 /// ([`RING`], a local function of the library that the fair functions share) and its five
 /// scripts. Each function's parameters are named `KEYS` and `ARGV`, so that the bodies are
 /// the scripts' own. The version in the names changes whenever a script does, so that
 /// clients of different versions never call each other's functions.
 pub const LIBRARY: &str = concat!(
-    "#!lua name=redlock_mux_v11\n",
-    "redis.register_function('redlock_mux_v11_acquire', function(KEYS, ARGV)\n",
+    "#!lua name=redlock_mux_v12\n",
+    "redis.register_function('redlock_mux_v12_acquire', function(KEYS, ARGV)\n",
     include_str!("scripts/acquire.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v11_release', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v12_release', function(KEYS, ARGV)\n",
     include_str!("scripts/release.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v11_extend', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v12_extend', function(KEYS, ARGV)\n",
     include_str!("scripts/extend.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v11_fence', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v12_fence', function(KEYS, ARGV)\n",
     include_str!("scripts/fence.lua"),
     "end)\n",
+    "redis.register_function('redlock_mux_v12_permit', function(KEYS, ARGV)\n",
+    include_str!("scripts/permit.lua"),
+    "end)\n",
     include_str!("scripts/ring.lua"),
-    "redis.register_function('redlock_mux_v11_wait', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v12_wait', function(KEYS, ARGV)\n",
     include_str!("scripts/wait.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v11_claim', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v12_claim', function(KEYS, ARGV)\n",
     include_str!("scripts/claim.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v11_handoff', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v12_handoff', function(KEYS, ARGV)\n",
     include_str!("scripts/handoff.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v11_leave', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v12_leave', function(KEYS, ARGV)\n",
     include_str!("scripts/leave.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v11_enter', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v12_enter', function(KEYS, ARGV)\n",
     include_str!("scripts/enter.lua"),
     include_str!("scripts/wait.lua"),
     "end)\n",
 );
 
 /// The names of [`LIBRARY`]'s functions, in the order of [`ALL`] then [`FAIR`]: acquire,
-/// release, extend, fence; wait, claim, hand-off, leave, enter.
-pub const FUNCTIONS: [&str; 9] = [
-    "redlock_mux_v11_acquire",
-    "redlock_mux_v11_release",
-    "redlock_mux_v11_extend",
-    "redlock_mux_v11_fence",
-    "redlock_mux_v11_wait",
-    "redlock_mux_v11_claim",
-    "redlock_mux_v11_handoff",
-    "redlock_mux_v11_leave",
-    "redlock_mux_v11_enter",
+/// release, extend, fence, permit; wait, claim, hand-off, leave, enter.
+pub const FUNCTIONS: [&str; 10] = [
+    "redlock_mux_v12_acquire",
+    "redlock_mux_v12_release",
+    "redlock_mux_v12_extend",
+    "redlock_mux_v12_fence",
+    "redlock_mux_v12_permit",
+    "redlock_mux_v12_wait",
+    "redlock_mux_v12_claim",
+    "redlock_mux_v12_handoff",
+    "redlock_mux_v12_leave",
+    "redlock_mux_v12_enter",
 ];
 
 /// Every script with its digest.
-pub const ALL: [(&str, &str); 4] = [
+pub const ALL: [(&str, &str); 5] = [
     (ACQUIRE_SHA1, ACQUIRE),
     (RELEASE_SHA1, RELEASE),
     (EXTEND_SHA1, EXTEND),
     (FENCE_SHA1, FENCE),
+    (PERMIT_SHA1, PERMIT),
 ];
 
 /// The name of the [`LIBRARY`] function that runs the script a digest names, if it is one of

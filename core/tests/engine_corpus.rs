@@ -496,8 +496,9 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, Claim)> {
         (
             "late-reply-not-taken-for-the-next-round",
             // Node 2's OK to the first SET arrives once that round is won, while the second
-            // round still waits for node 2: it must be dropped, not counted there.
-            (0..6)
+            // round still waits for node 2: it must be dropped, not counted there. (The
+            // handshake's replies first: `HELLO`, `CONFIG GET`, a `SCRIPT LOAD` per script.)
+            (0..2 + redlock_core::script::ALL.len())
                 .fold(
                     Script::new(&plain)
                         .acquire(0, 6, 0)

@@ -7,6 +7,7 @@
 //! | fence (a fenced acquisition's second phase) | `EVALSHA <fence> n+1 keys.. counter token t` | `:1` | `:0` held, `:-1` gone |
 //! | release   | `EVALSHA <release> n keys.. token`                   | `:1`     | `:0` held, `:-1` gone |
 //! | extend    | `EVALSHA <extend> n keys.. token ttl`                | `:1`     | `:0` held, `:-1` gone |
+//! | permit    | `EVALSHA <permit> k slots.. token ttl`               | `:i`: slot `i` (from 1) | `:0`: every slot held |
 //!
 //! The engine encodes with [`Command::encode`] and judges replies with
 //! `Command::judge_kind`; nothing here knows about sockets.
@@ -70,6 +71,10 @@ pub enum OpKind {
     /// out, it goes back at its ticket, `fence_value`) and hands what it took to the line's
     /// head, which is the client itself where it still heads it.
     Unclaim,
+    /// A permit of a semaphore ([`script::PERMIT`]): the first free slot of the command's
+    /// resources (the semaphore's slots, in the caller's order), `SET NX PX` with the token.
+    /// A yes names its slot ([`Extra::Slot`]); the round is won by a quorum naming one slot.
+    Permit,
     /// Fair mode: move the client's place in each resource's line to the ticket
     /// `fence_value` where it is lower (`ZADD <line> XX GT <ticket> <id>`): the largest of the
     /// tickets the masters gave it, so that every master orders the line alike (equal
@@ -190,6 +195,9 @@ pub enum Expect {
     EnteredFenced,
     /// The leave script: how many reservations it passed on.
     Leave,
+    /// The permit script: the slot it set (`1 ..=` [`MAX_PERMITS`](crate::MAX_PERMITS)), or
+    /// `0` when every slot is held.
+    Permit,
 }
 
 impl Expect {
@@ -232,6 +240,7 @@ impl Expect {
             (Expect::Entered, Frame::Integer(n)) => *n == 0,
             (Expect::EnteredFenced, Frame::Integer(n)) => *n >= 1,
             (Expect::Leave, Frame::Integer(n)) => *n >= 0,
+            (Expect::Permit, Frame::Integer(n)) => (0..=crate::MAX_PERMITS as i64).contains(n),
             (Expect::Line, Frame::Array(_)) => true,
             (Expect::NativeRelease, Frame::Integer(n)) => (0..=1).contains(n),
             (Expect::NativeExtend, Frame::Simple(s)) => s.as_ref() == b"OK",
@@ -257,6 +266,8 @@ pub enum Extra {
     Foreign,
     /// `PTTL`: the reply.
     Number(i64),
+    /// A permit's yes: the slot the node set (its index among the command's resources).
+    Slot(u32),
     /// Fair mode's wait: `-3` (reserved for the caller) or the `PTTL` its timer reads, and the
     /// caller's ticket in the line there (0: not in it).
     Waited {
@@ -309,7 +320,7 @@ impl Command<'_> {
         }
         let mut ttl_buf = IntBuf::new();
         let ttl = match self.kind {
-            OpKind::Acquire | OpKind::Extend => {
+            OpKind::Acquire | OpKind::Extend | OpKind::Permit => {
                 ttl_buf.format(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX))
             }
             _ => &b""[..],
@@ -327,6 +338,7 @@ impl Command<'_> {
             OpKind::Release => (script::RELEASE, script::RELEASE_SHA1),
             OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1),
             OpKind::Fence => (script::FENCE, script::FENCE_SHA1),
+            OpKind::Permit => (script::PERMIT, script::PERMIT_SHA1),
             OpKind::Line => {
                 let key = self.resources.first().map_or(&b""[..], Name::as_bytes);
                 let mut last = IntBuf::new();
@@ -393,7 +405,7 @@ impl Command<'_> {
         parts.push(token);
         match self.kind {
             OpKind::Acquire => parts.extend_from_slice(&[ttl, n]),
-            OpKind::Extend => parts.push(ttl),
+            OpKind::Extend | OpKind::Permit => parts.push(ttl),
             OpKind::Fence => parts.push(value),
             _ => {}
         }
@@ -466,6 +478,7 @@ impl Command<'_> {
             OpKind::Enter => Expect::Entered,
             OpKind::Wait => Expect::Wait,
             OpKind::Leave | OpKind::Retick => Expect::Leave,
+            OpKind::Permit => Expect::Permit,
         }
     }
 
@@ -534,6 +547,11 @@ impl Command<'_> {
                 }
             }
             (Expect::Leave, Frame::Integer(_)) => plain(NodeOutcome::Ok),
+            (Expect::Permit, Frame::Integer(0)) => plain(NodeOutcome::Held),
+            (Expect::Permit, Frame::Integer(n)) if (1..=crate::MAX_PERMITS as i64).contains(n) => (
+                NodeOutcome::Ok,
+                Extra::Slot(u32::try_from(*n - 1).unwrap_or(u32::MAX)),
+            ),
             (Expect::Line, Frame::Array(_)) => plain(NodeOutcome::Ok),
             (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(server_error(msg)),
             (_, other) => plain(NodeOutcome::Server(format!(

@@ -341,7 +341,7 @@ impl<U> Engine<U> {
             )));
         }
         match cmd.kind {
-            OpKind::Acquire | OpKind::Enter => self.tries += 1,
+            OpKind::Acquire | OpKind::Enter | OpKind::Permit => self.tries += 1,
             OpKind::Claim => self.claims += 1,
             _ => {}
         }

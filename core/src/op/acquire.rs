@@ -39,6 +39,9 @@ pub struct Acquire {
     /// claim costs no try, and the wait after it ends there still (so that `lock`'s tries
     /// still bound its time).
     carried: Option<Instant>,
+    /// A permit of a semaphore: the names are its slots, each try asks for the first free
+    /// one in an order drawn for it (see [`Acquire::permit`]).
+    permit: bool,
 }
 
 /// What follows once the early watch is taken back ([`State::TakingBack`]).
@@ -94,14 +97,43 @@ impl Acquire {
             watching: None,
             rung: false,
             carried: None,
+            permit: false,
         }
+    }
+
+    /// The acquisition of a permit of `semaphore` for `ttl`: a lock on one of its slots,
+    /// retried as `retry` says, sleeping the retry delay between tries (no wake-ups, no line:
+    /// a release of any slot would have to wake every waiter). Each try draws a new order of
+    /// the slots, so that callers trying at once seldom race for the same one.
+    pub fn permit(semaphore: &crate::Semaphore, ttl: Duration, retry: Retry) -> Acquire {
+        let mut op = Acquire::new(
+            semaphore.slots().iter().cloned().collect(),
+            ttl,
+            retry.polling(),
+        );
+        op.permit = true;
+        op
     }
 
     /// Starts a try: its first round, or the end if its arguments are refused.
     fn try_once<'a>(&'a mut self, cfg: &'a Config, cx: &mut Cx<'_>) -> Step<'a> {
         // The try holds the names while it runs (and gives them back if it fails).
-        let names = std::mem::take(&mut self.names);
+        let mut names = std::mem::take(&mut self.names);
+        if self.permit {
+            // A permit's slots, in a new random order (Fisher-Yates).
+            for i in (1..names.len()).rev() {
+                let j = usize::try_from(cx.rng.up_to(i as u64)).unwrap_or(i);
+                names.swap(i, j.min(i));
+            }
+        }
         match Acquisition::new(cfg, names, self.ttl, &mut *cx.rng) {
+            Ok(mut acq) if self.permit => {
+                acq.permit = true;
+                // (No line: its releases are releases proper.)
+                acq.fair = false;
+                self.state = State::Trying(acq);
+                self.next_round(cfg, cx)
+            }
             Ok(mut acq) => {
                 acq.claim = self.queued;
                 acq.enter = !self.queued && cfg.fair.is_some() && self.retry.lines(&acq.names);

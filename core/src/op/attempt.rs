@@ -37,7 +37,7 @@ pub struct Acquisition {
     /// claim took it out of if the claim fails overall.
     pub(super) ticket: u64,
     /// Fair mode (the client's): its releases keep the client's place in the lines.
-    fair: bool,
+    pub(super) fair: bool,
     /// Fair mode: the first try of an acquisition that may wait, by the enter script (which
     /// joins the line where the resource is held, in the same call).
     pub(super) enter: bool,
@@ -51,6 +51,15 @@ pub struct Acquisition {
     /// to answer with a leave (`Engine::late_enter`): an uncontended lock, whose slower
     /// masters say yes after the decision, sends no leave.
     leave_except: Option<u64>,
+    /// A permit of a semaphore: the names are its slots, in the order of this try, and the
+    /// acquire round asks each master for the first free one ([`OpKind::Permit`]).
+    pub(super) permit: bool,
+    /// A permit won: every slot (the names keep the one won), for the release of an
+    /// acquisition abandoned before the spare ones' release went out.
+    slots: Names,
+    /// A permit won: the other slots, which masters that did not name the one won may have
+    /// given the caller; released at once, not awaited, before the lock is handed over.
+    spare: Names,
 }
 
 #[derive(Debug)]
@@ -70,6 +79,9 @@ enum Phase {
     /// holder left standing in a line would be rung for the resource later, and cost the
     /// waiters behind it a claim lease, once its lock is gone without a release proper).
     Leave((Instant, Option<u64>, u64)),
+    /// A permit granted (as in `Done`): the release of the spare slots on the masters of the
+    /// mask (those that did not name the slot won) goes out first.
+    Spare((Instant, Option<u64>, u64), u64),
     /// Granted: valid until then, with this fencing token, by the nodes of the mask (the lock
     /// is built by `finish`, which moves the names into it).
     Done(Result<(Instant, Option<u64>, u64), Error>),
@@ -117,6 +129,9 @@ impl Acquisition {
             enter: false,
             joined: None,
             leave_except: None,
+            permit: false,
+            slots: Names::new(),
+            spare: Names::new(),
         })
     }
 
@@ -148,7 +163,11 @@ impl Acquisition {
     pub fn abandoned(&self) -> Command<'_> {
         Command {
             kind: OpKind::Release,
-            resources: &self.names,
+            resources: if self.slots.is_empty() {
+                &self.names
+            } else {
+                &self.slots
+            },
             token: Some(&self.token),
             ttl_ms: 0,
             counter: None,
@@ -172,6 +191,7 @@ impl Acquisition {
         match self.phase {
             Phase::Acquire if self.claim => Some((cmd(OpKind::Claim, 0), self.try_until(cfg))),
             Phase::Acquire if self.enter => Some((cmd(OpKind::Enter, 0), self.try_until(cfg))),
+            Phase::Acquire if self.permit => Some((cmd(OpKind::Permit, 0), cfg.until())),
             Phase::Acquire => Some((cmd(OpKind::Acquire, 0), self.try_until(cfg))),
             Phase::Fence { fence, .. } => Some((cmd(OpKind::Fence, fence), cfg.until())),
             Phase::Release(_) => Some((self.release(), Until::AllIn)),
@@ -182,6 +202,19 @@ impl Acquisition {
                 Until::Sent {
                     except: self.leave_except.unwrap_or(0),
                 },
+            )),
+            // (As the leave: over once written, before any later command of the permit.)
+            Phase::Spare(_, to) => Some((
+                Command {
+                    kind: OpKind::Release,
+                    resources: &self.spare,
+                    token: Some(&self.token),
+                    ttl_ms: 0,
+                    counter: None,
+                    fence_value: 0,
+                    watch: None,
+                },
+                Until::Sent { except: !to },
             )),
             Phase::Done(_) => None,
         }
@@ -205,7 +238,7 @@ impl Acquisition {
         self.phase = match (phase, round) {
             (Phase::Release(err), _) => Phase::Done(Err(err)),
             (Phase::Done(r), _) => Phase::Done(r),
-            (Phase::Leave(granted), _) => Phase::Done(Ok(granted)),
+            (Phase::Leave(granted) | Phase::Spare(granted, _), _) => Phase::Done(Ok(granted)),
             (_, Err(err)) => Phase::Release(err),
             (Phase::Acquire, Ok((round, t1))) => {
                 self.leave_except = if self.enter {
@@ -235,6 +268,9 @@ impl Acquisition {
 
     /// What a won or lost acquire round (started at `t1`, read at `now`) leads to.
     fn acquire_outcome(&mut self, cfg: &Config, round: Round, t1: Instant, now: Instant) -> Phase {
+        if self.permit {
+            return self.permit_outcome(cfg, &round, t1, now);
+        }
         match acquired(cfg, &round, t1, now, self.ttl) {
             Err(Error::Conflict { nodes, .. }) => {
                 let err = Error::Conflict {
@@ -266,6 +302,43 @@ impl Acquisition {
                 let until = crate::time::later(now, validity);
                 self.granted((until, fence, granted_mask(&round)))
             }
+        }
+    }
+
+    /// What a permit's round leads to: the slot a quorum named, its validity counted as a
+    /// lock's, and the spare slots released where a master may have given one; or, lost, the
+    /// release of every slot (unless every master refused: nothing was set).
+    fn permit_outcome(&mut self, cfg: &Config, round: &Round, t1: Instant, now: Instant) -> Phase {
+        let validity = match acquired(cfg, round, t1, now, self.ttl) {
+            Ok(validity) => validity,
+            Err(err) if refused_everywhere(round) => return Phase::Done(Err(err)),
+            Err(err) => return Phase::Release(err),
+        };
+        let Some(won) = round.best_slot().filter(|&s| s < self.names.len()) else {
+            // (A quorum named a slot the call did not have: no master of ours answers so.)
+            return Phase::Release(Error::NoQuorum {
+                nodes: round.reports_for(cfg),
+            });
+        };
+        let named = (0..round.node_count().min(64))
+            .filter(|&i| round.read(i) == Some(Extra::Slot(won as u32)))
+            .fold(0u64, |mask, i| mask | 1 << i);
+        self.slots = std::mem::take(&mut self.names);
+        self.names = smallvec::smallvec![self.slots[won].clone()];
+        self.spare = (0..self.slots.len())
+            .filter(|&i| i != won)
+            .map(|i| self.slots[i].clone())
+            .collect();
+        let until = crate::time::later(now, validity);
+        let all = if round.node_count() >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << round.node_count()) - 1
+        };
+        if self.spare.is_empty() || named == all {
+            Phase::Done(Ok((until, None, named)))
+        } else {
+            Phase::Spare((until, None, named), all & !named)
         }
     }
 

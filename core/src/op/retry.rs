@@ -315,6 +315,16 @@ impl Retry {
         }
     }
 
+    /// The same policy with no watch and no line: the retry delay between tries (a
+    /// semaphore's permits).
+    pub fn polling(self) -> Retry {
+        Retry {
+            wakeups: false,
+            fair: false,
+            ..self
+        }
+    }
+
     /// A single try (`try_lock`): no retry, whatever the error.
     pub fn once() -> Retry {
         Retry {

@@ -890,3 +890,131 @@ fn a_fair_wait_abandoned_while_its_read_is_out_leaves_the_lines() {
     let left: Vec<&str> = leave.resources.iter().map(Name::as_str).collect();
     assert_eq!(left, ["a", "b"]);
 }
+
+/// A permit's try asks each master for the first free slot in an order drawn for the try, and
+/// wins when a quorum named one slot: the lock is on that slot, and the spare slots go out as
+/// a release (not awaited) to the masters that named another (or did not answer).
+#[test]
+fn a_permit_is_won_by_a_quorum_naming_one_slot_and_the_spares_are_released() {
+    let cfg = cfg(false);
+    let sem = crate::Semaphore::new("pool", 3).unwrap();
+    let now = Instant::now();
+    let (mut rng, mut events) = (Seeded::new(11), Vec::new());
+    let mut cx = Cx {
+        now,
+        rng: &mut rng,
+        events: &mut events,
+    };
+    let mut op = Acquire::permit(&sem, TTL, Retry::new(&cfg));
+    let order: Vec<String> = match op.step(Input::Start, &cfg, &mut cx) {
+        Step::Round(cmd, until) => {
+            assert_eq!(cmd.kind, OpKind::Permit);
+            assert_eq!(until, cfg.until());
+            cmd.resources
+                .iter()
+                .map(|n| n.as_str().to_string())
+                .collect()
+        }
+        other => panic!("{other:?}"),
+    };
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["pool:permit:0", "pool:permit:1", "pool:permit:2"]);
+    // Three masters name slot 1 of the order, one names slot 0, one did not answer.
+    let slot = |s| (NodeOutcome::Ok, Extra::Slot(s));
+    let mut r = Round::new(5, 3, Until::Decided);
+    for (i, v) in [slot(1), slot(0), slot(1), slot(1)].into_iter().enumerate() {
+        r.record_with(i, v.0, v.1);
+    }
+    assert_eq!(r.decision(), Decision::Won);
+    r.close(|_| NodeOutcome::Undecided);
+    match op.step(Input::Round(Ok((r, now))), &cfg, &mut cx) {
+        Step::Round(cmd, until) => {
+            assert_eq!(cmd.kind, OpKind::Release);
+            let spare: Vec<&str> = cmd.resources.iter().map(Name::as_str).collect();
+            assert_eq!(spare, [order[0].as_str(), order[2].as_str()]);
+            // Not to the masters that named the slot won (0, 2 and 3).
+            assert_eq!(until, Until::Sent { except: !0b10010 });
+        }
+        other => panic!("{other:?}"),
+    }
+    let sent = Round::new(5, 3, Until::Sent { except: 0 });
+    assert!(matches!(
+        op.step(Input::Round(Ok((sent, now))), &cfg, &mut cx),
+        Step::Done
+    ));
+    let lock = op.finish().unwrap();
+    assert_eq!(lock.resource(), order[1]);
+    assert_eq!(
+        sem.slot_of(lock.resource()),
+        sorted.iter().position(|s| *s == order[1])
+    );
+    assert_eq!(lock.fencing_token(), None);
+}
+
+/// Yes votes for different slots do not add up: with two and two on five masters the round is
+/// lost once the fifth cannot give either slot a quorum, and every slot is released (a master
+/// set one); refused by every master, nothing is released and the retry delay follows.
+#[test]
+fn votes_for_different_slots_never_make_a_quorum() {
+    let cfg = cfg(false);
+    let sem = crate::Semaphore::new("pool", 2).unwrap();
+    let now = Instant::now();
+    let (mut rng, mut events) = (Seeded::new(12), Vec::new());
+    let mut cx = Cx {
+        now,
+        rng: &mut rng,
+        events: &mut events,
+    };
+    let mut op = Acquire::permit(&sem, TTL, Retry::new(&cfg));
+    let _ = op.step(Input::Start, &cfg, &mut cx);
+    let mut r = Round::new(5, 3, Until::Decided);
+    for (i, s) in [0, 1, 0, 1].into_iter().enumerate() {
+        r.record_with(i, NodeOutcome::Ok, Extra::Slot(s));
+    }
+    assert_eq!(
+        r.decision(),
+        Decision::Open,
+        "the fifth may still make slot 0 or 1 win"
+    );
+    r.record_with(4, NodeOutcome::Held, Extra::None);
+    assert_eq!(r.decision(), Decision::Lost);
+    match op.step(Input::Round(Ok((r, now))), &cfg, &mut cx) {
+        Step::Round(cmd, until) => {
+            assert_eq!(
+                (cmd.kind, cmd.resources.len(), until),
+                (OpKind::Release, 2, Until::AllIn)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let released = round(&[
+        (NodeOutcome::Ok, Extra::None),
+        (NodeOutcome::Ok, Extra::None),
+        (NodeOutcome::Ok, Extra::None),
+    ]);
+    assert!(matches!(
+        op.step(Input::Round(Ok((released, now))), &cfg, &mut cx),
+        Step::Sleep(_)
+    ));
+    // Refused everywhere: the next try ends in the retry's sleep with no release.
+    let _ = op.step(Input::Slept, &cfg, &mut cx);
+    let held = || (NodeOutcome::Held, Extra::None);
+    let refused = round(&[held(), held(), held(), held(), held()]);
+    match op.step(Input::Round(Ok((refused, now))), &cfg, &mut cx) {
+        Step::Sleep(_) | Step::Done => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_semaphore_has_a_name_and_one_to_max_permits() {
+    assert!(crate::Semaphore::new("s", 0).is_err());
+    assert!(crate::Semaphore::new("", 1).is_err());
+    assert!(crate::Semaphore::new("s", crate::MAX_PERMITS + 1).is_err());
+    let s = crate::Semaphore::new("s", crate::MAX_PERMITS).unwrap();
+    assert_eq!(s.permits(), crate::MAX_PERMITS);
+    assert_eq!(s.slot_key(0), Some("s:permit:0"));
+    assert_eq!(s.slot_of("s:permit:7"), Some(7));
+    assert_eq!(s.slot_of("s"), None);
+}
