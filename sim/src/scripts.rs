@@ -20,6 +20,8 @@ pub enum Script {
     Extend,
     /// `fence.lua`: raise the counter to a value, if every key holds the token.
     Fence,
+    /// `permit.lua`: `SET NX PX` the first free key, and say which.
+    Permit,
     /// Fair mode's `ring.lua` + `wait.lua`: join the lines, read the `PTTL`s.
     Wait,
     /// Fair mode's `ring.lua` + `claim.lua`: a waiter's try.
@@ -38,18 +40,19 @@ impl Script {
     pub fn is_fair(self) -> bool {
         !matches!(
             self,
-            Script::Acquire | Script::Release | Script::Extend | Script::Fence
+            Script::Acquire | Script::Release | Script::Extend | Script::Fence | Script::Permit
         )
     }
 }
 
 /// The digests of the scripts the simulation runs, as the core's `script::ALL` lists them:
-/// acquire, release, extend, fence.
-pub const KNOWN: [(&str, Script); 4] = [
+/// acquire, release, extend, fence, permit.
+pub const KNOWN: [(&str, Script); 5] = [
     ("fc1f70ab657ed9339b8f3a9f2484c8bf19d328ae", Script::Acquire),
     ("9afc0a0e3f1f16136e172c91da3b84502c5208a7", Script::Release),
     ("7c334e30b023b8d2a166458679b30d5b4dd4adae", Script::Extend),
     ("b224db508a658782c6d808645f06e07be871c097", Script::Fence),
+    ("62a68ac92e5bdac6e42c927f9ed24ebcd46a4cbf", Script::Permit),
 ];
 
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
@@ -91,6 +94,7 @@ pub fn digest_of(text: &[u8]) -> std::borrow::Cow<'static, str> {
         (core::RELEASE, core::RELEASE_SHA1),
         (core::EXTEND, core::EXTEND_SHA1),
         (core::FENCE, core::FENCE_SHA1),
+        (core::PERMIT, core::PERMIT_SHA1),
         (core::WAIT, core::WAIT_SHA1),
         (core::CLAIM, core::CLAIM_SHA1),
         (core::HANDOFF, core::HANDOFF_SHA1),

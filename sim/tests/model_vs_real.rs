@@ -292,11 +292,11 @@ fn label(step: &Step, reply: &Frame) -> String {
                 .iter()
                 .zip(script::FUNCTIONS)
                 .position(|((sha, body), f)| text == *sha || text == *body || text == f)
-                .map(|i| ["acquire", "release", "extend", "fence"][i])
+                .map(|i| ["acquire", "release", "extend", "fence", "permit"][i])
                 .or_else(|| {
                     let fair = script::FAIR
                         .iter()
-                        .zip(&script::FUNCTIONS[4..])
+                        .zip(&script::FUNCTIONS[script::ALL.len()..])
                         .position(|((sha, body), f)| text == *sha || text == *body || text == *f);
                     fair.map(|i| ["wait", "claim", "handoff", "leave", "enter"][i])
                 })
@@ -479,6 +479,7 @@ fn the_sims_digests_are_the_cores_scripts() {
         Script::Release,
         Script::Extend,
         Script::Fence,
+        Script::Permit,
     ];
     for (i, (sha, text)) in script::ALL.iter().enumerate() {
         assert_eq!(

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! redlock-sim --seeds N [--seed S] [--negative NAME] [--faults LIST] [--clients K]
-//!             [--ops N] [--episodes E] [--json] [--trace] [--no-shrink]
+//!             [--ops N] [--episodes E] [--no-semaphores] [--json] [--trace] [--no-shrink]
 //! ```
 //! Seeds S, S+1, ..., S+N-1 are run (S is 1 unless given). The first failing seed is shrunk to
 //! fewer clients, operations, fault episodes and fault kinds while it still fails the same
@@ -15,7 +15,7 @@ use redlock_sim::world::{Faults, Negative, Params};
 fn usage() -> ! {
     eprintln!(
         "usage: redlock-sim --seeds N [--seed S] [--negative NAME] \
-         [--faults LIST] [--clients K] [--ops N] [--episodes E] [--json] [--trace] [--no-shrink]"
+         [--faults LIST] [--clients K] [--ops N] [--episodes E] [--no-semaphores] [--json] [--trace] [--no-shrink]"
     );
     let names: Vec<&str> = Negative::ALL.iter().map(|n| n.name()).collect();
     eprintln!("negative controls: {}", names.join(", "));
@@ -46,6 +46,7 @@ fn main() {
             "--clients" => p.clients = Some(number(args.next(), "--clients")),
             "--ops" => p.ops = Some(number(args.next(), "--ops")),
             "--episodes" => p.episodes = Some(number(args.next(), "--episodes")),
+            "--no-semaphores" => p.semaphores = false,
             "--negative" => match Negative::parse(&args.next().unwrap_or_default()) {
                 Ok(n) => p.negative = Some(n),
                 Err(e) => {

@@ -235,6 +235,7 @@ fn run<'a>(
         Some(Script::Release) => release(m, ex, keys, argv).map(int),
         Some(Script::Extend) => extend(m, ex, keys, argv).map(int),
         Some(Script::Fence) => fence(m, ex, keys, argv).map(int),
+        Some(Script::Permit) => permit(m, ex, keys, argv).map(int),
         Some(fair) => super::fair_scripts::run(m, ex, fair, keys, argv),
         None => Err(Stop::Unsimulated),
     };
@@ -304,6 +305,23 @@ fn acquire(m: &mut Master, ex: &mut Ex, keys: &[&[u8]], argv: &[&[u8]]) -> Resul
         Some(counter) => strings::incr(m, ex, counter).map_err(|msg| Stop::Call(msg, 8)),
         None => Ok(0),
     }
+}
+
+/// `permit.lua`: the first key that a `SET NX PX` takes, by its index from 1; `0` when
+/// every key is held.
+fn permit(m: &mut Master, ex: &mut Ex, keys: &[&[u8]], argv: &[&[u8]]) -> Result<i64, Stop> {
+    let [token, ttl, ..] = argv else {
+        return Err(Stop::Unsimulated);
+    };
+    for (i, key) in keys.iter().enumerate() {
+        let set: [&[u8]; 6] = [b"SET", key, token, b"NX", b"PX", ttl];
+        match strings::set(m, ex, &set) {
+            Ok(Reply::Null) => {}
+            Ok(_) => return Ok(i64::try_from(i).unwrap_or(i64::MAX) + 1),
+            Err(msg) => return Err(Stop::Call(msg, 2)),
+        }
+    }
+    Ok(0)
 }
 
 /// `release.lua`.

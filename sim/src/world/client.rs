@@ -221,6 +221,8 @@ pub(crate) struct Client {
     gbeh: Rng,
     /// A guarded acquisition's guard, handed to the operation being started.
     pending_guard: Option<guard::Spec>,
+    /// The acquisition being started is a permit of the world's semaphore.
+    pending_permit: bool,
     /// Per node, the replies its connection owed after the last pump.
     owed: Vec<usize>,
     /// Whether a round was submitted since the last look at the owed replies (the engine's
@@ -294,6 +296,7 @@ impl Client {
             guards,
             gbeh,
             pending_guard: None,
+            pending_permit: false,
             owed: vec![0; n],
             submitted: false,
             stale,
@@ -471,9 +474,38 @@ impl Client {
                 );
             }
         }
+        let round = if sim.negative == Some(crate::world::Negative::PermitSum) {
+            summed(round, self.cfg.quorum())
+        } else {
+            round
+        };
         let t1 = self.clock.local_at(sim, t1);
         self.advance(sim, k, Input::Round(Ok((round, t1))));
     }
+}
+
+/// The negative control `permit-sum`: a permit's round tallied as if every yes were for the
+/// same slot (the first one named), as a semaphore that counts its holders' yes votes
+/// whatever slot each master gave would: a quorum of yeses for different slots then grants
+/// a slot that only some masters gave.
+fn summed(round: redlock_core::round::Round, quorum: usize) -> redlock_core::round::Round {
+    use redlock_core::command::Extra;
+    let n = round.node_count();
+    let Some(first) = (0..n).find_map(|i| match round.read(i) {
+        Some(Extra::Slot(s)) => Some(s),
+        _ => None,
+    }) else {
+        return round;
+    };
+    let mut out = redlock_core::round::Round::new(n, quorum, redlock_core::round::Until::AllIn);
+    for (i, o) in round.reports_iter().enumerate() {
+        let extra = match round.read(i) {
+            Some(Extra::Slot(_)) => Extra::Slot(first),
+            _ => Extra::None,
+        };
+        out.record_with(i, o.clone(), extra);
+    }
+    out
 }
 
 fn short(o: &NodeOutcome) -> String {

@@ -150,6 +150,9 @@ pub(crate) struct Sim {
     pub trace: Trace,
     pub faults: Faults,
     pub resources: u32,
+    /// The world's semaphore, if it has one: its slots are resources of the history too,
+    /// after the locks' (`2 * resources + i` for slot `i`).
+    pub semaphore: Option<redlock_core::Semaphore>,
     /// The resources' keys by their history's index (see
     /// [`resource_name`](Sim::resource_name)), written once.
     names: Vec<String>,
@@ -280,6 +283,7 @@ impl Sim {
             trace: Trace::new(trace),
             faults,
             resources: 1,
+            semaphore: None,
             names: Vec::new(),
             db: 0,
             net_rng: Rng::new(seed, 2),

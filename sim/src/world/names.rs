@@ -22,6 +22,16 @@ impl Sim {
                 format!("{}{r}", if fenced { 'f' } else { 'r' })
             })
             .collect();
+        if let Some(sem) = &self.semaphore {
+            self.names
+                .extend((0..sem.permits()).filter_map(|i| sem.slot_key(i).map(str::to_string)));
+        }
+    }
+
+    /// The history's indexes of the semaphore's slots, in order (none without one).
+    pub(crate) fn slot_ids(&self) -> Vec<u32> {
+        let n = self.semaphore.as_ref().map_or(0, |s| s.permits()) as u32;
+        (0..n).map(|i| 2 * self.resources + i).collect()
     }
 
     /// The history's index of resource `r`.
@@ -35,6 +45,9 @@ impl Sim {
 
     /// The history's index of the resource named `name`.
     pub(crate) fn resource_id_of(&self, name: &str) -> u32 {
+        if let Some(slot) = self.semaphore.as_ref().and_then(|s| s.slot_of(name)) {
+            return 2 * self.resources + slot as u32;
+        }
         let r: u32 = name[1..].parse().unwrap_or(0);
         self.resource_id(r, name.starts_with('f'))
     }
@@ -66,6 +79,10 @@ impl Sim {
     }
 
     pub(super) fn key_of(&self, id: u32) -> std::borrow::Cow<'_, str> {
+        if id >= 2 * self.resources {
+            let name = self.names.get(id as usize).map_or("", String::as_str);
+            return std::borrow::Cow::Borrowed(name);
+        }
         if id >= self.resources {
             self.resource_name(id - self.resources, true)
         } else {

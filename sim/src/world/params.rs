@@ -189,11 +189,14 @@ pub enum Negative {
     /// on some servers once did): a waiter's own keys from its failed tries stay until their
     /// ttl, and its try after the holder's keys expired still loses (`liveness-expiry`).
     NoRelease,
+    /// A permit's round is tallied as if every master's yes named the same slot: yes votes
+    /// for different slots add up to a quorum (`overlap`: two holders of one slot).
+    PermitSum,
 }
 
 impl Negative {
     /// Every negative control.
-    pub const ALL: [Negative; 9] = [
+    pub const ALL: [Negative; 10] = [
         Negative::RestartWithoutDelay,
         Negative::ClockJump,
         Negative::WaiterGivesUp,
@@ -203,6 +206,7 @@ impl Negative {
         Negative::StaleTime,
         Negative::ClientClockSlow,
         Negative::NoRelease,
+        Negative::PermitSum,
     ];
 
     /// The name used on the command line.
@@ -217,6 +221,7 @@ impl Negative {
             Negative::StaleTime => "stale-time",
             Negative::ClientClockSlow => "client-clock-slow",
             Negative::NoRelease => "no-release",
+            Negative::PermitSum => "permit-sum",
         }
     }
 
@@ -258,6 +263,10 @@ pub struct Params {
     pub episodes: Option<u32>,
     /// Whether the trace keeps its lines.
     pub trace: bool,
+    /// Whether worlds may have a semaphore whose permits the clients take (half of them, drawn
+    /// from a stream of its own: off, every world runs as before semaphores existed, so that
+    /// the seeds found before them replay what they found).
+    pub semaphores: bool,
 }
 
 impl Params {
@@ -271,6 +280,7 @@ impl Params {
             ops: None,
             episodes: None,
             trace: false,
+            semaphores: true,
         }
     }
 
@@ -292,6 +302,9 @@ impl Params {
         }
         if let Some(e) = self.episodes {
             s.push_str(&format!(" --episodes {e}"));
+        }
+        if !self.semaphores {
+            s.push_str(" --no-semaphores");
         }
         s.push_str(" --trace");
         s

@@ -205,8 +205,16 @@ impl World {
             cl.push(Client::new(id, cfg, seed, perm, spec));
         }
         sim.cut = vec![0; cl.len()];
-        sim.store = vec![0; 2 * sim.resources as usize];
-        sim.res = vec![ResState::default(); 2 * sim.resources as usize];
+        // Half the worlds have a semaphore of 1 to 4 permits (drawn from a stream of its own:
+        // see `Params::semaphores`).
+        let mut sems = Rng::new(seed, 7);
+        if params.semaphores && sems.chance(500) {
+            let permits = sems.range(1, 4) as usize;
+            sim.semaphore = redlock_core::Semaphore::new("s0", permits).ok();
+        }
+        let slots = sim.semaphore.as_ref().map_or(0, |s| s.permits());
+        sim.store = vec![0; 2 * sim.resources as usize + slots];
+        sim.res = vec![ResState::default(); 2 * sim.resources as usize + slots];
         sim.name_resources();
         // The fault episodes, over about the time the operations take.
         let horizon = u64::from(ops) * ttl_max / 2 + 10_000_000;

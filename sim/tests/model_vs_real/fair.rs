@@ -141,7 +141,10 @@ impl Gen {
         let evalsha = self.loaded && self.rng.chance(70) || self.rng.chance(10);
         let numkeys = keys.len().to_string().into_bytes();
         let mut args: Vec<&[u8]> = if fcall {
-            vec![b"FCALL", script::FUNCTIONS[4 + which].as_bytes()]
+            vec![
+                b"FCALL",
+                script::FUNCTIONS[script::ALL.len() + which].as_bytes(),
+            ]
         } else if evalsha {
             vec![b"EVALSHA", sha.as_bytes()]
         } else {

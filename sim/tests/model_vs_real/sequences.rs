@@ -206,6 +206,7 @@ impl Gen<'_> {
             Script::Release,
             Script::Extend,
             Script::Fence,
+            Script::Permit,
         ]);
         let n = self.rng.range(1, 3) as usize;
         let mut keys: Vec<Vec<u8>> = (0..n).map(|_| self.key()).collect();
@@ -229,7 +230,7 @@ impl Gen<'_> {
                 }
             }
             Script::Release => {}
-            Script::Extend => {
+            Script::Extend | Script::Permit => {
                 let (ttl, s) = self.ttl();
                 short = s;
                 argv.push(ttl);

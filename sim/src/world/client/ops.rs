@@ -119,6 +119,10 @@ impl Client {
     }
 
     pub(super) fn random_acquire(&mut self, sim: &mut Sim, k: usize) {
+        // (Drawn only in a world with a semaphore, so that the others run as before.)
+        if sim.semaphore.is_some() && self.beh.chance(250) {
+            return self.random_permit(sim, k);
+        }
         let count = if self.beh.chance(200) && sim.resources > 1 {
             self.beh.range(2, u64::from(sim.resources.min(3))) as u32
         } else {
@@ -155,6 +159,34 @@ impl Client {
             _ => (self.retry(sim, Retry::new(&self.cfg)), tries),
         };
         self.start_acquire(sim, k, names, ids, ttl, retry, tries);
+    }
+
+    /// A permit of the world's semaphore: taken with `lock`'s, `try_lock`'s or
+    /// `lock_within`'s policy, sometimes kept alive by a guard, as a lock is.
+    fn random_permit(&mut self, sim: &mut Sim, k: usize) {
+        let ids = sim.slot_ids();
+        let ttl = Duration::from_nanos(self.beh.range(self.spec.ttl_min, self.spec.ttl_max));
+        let mut ttl = Duration::from_millis(ttl.as_millis() as u64);
+        let kind = self.beh.pick(&[(50, 'l'), (25, 't'), (25, 'w')]);
+        if kind == 'l' {
+            self.pending_guard = self.draw_guard(&mut ttl);
+        }
+        self.pending_permit = true;
+        let names = redlock_core::lock::Names::new();
+        match kind {
+            't' => self.start_acquire(sim, k, names, ids, ttl, Retry::once(), 1),
+            'w' => {
+                let max_wait = Duration::from_nanos(self.beh.range(0, self.spec.ttl_max * 2));
+                let now = self.local(sim);
+                let retry = self.retry(sim, Retry::within(&self.cfg, max_wait, now));
+                self.start_acquire_within(sim, k, names, ids, ttl, retry, max_wait);
+            }
+            _ => {
+                let retry = self.retry(sim, Retry::new(&self.cfg));
+                let tries = self.cfg.tries();
+                self.start_acquire(sim, k, names, ids, ttl, retry, tries);
+            }
+        }
     }
 
     /// The retry policy the driver runs a waiter with: the caller's, or (the negative control
@@ -228,7 +260,10 @@ impl Client {
         let live =
             self.spec.live && sim.is_free(&ids) && sim.connects_within(self.cfg().node_timeout());
         let ttl_ns = ttl.as_nanos() as u64;
-        let op = op::Acquire::new(names, ttl, retry);
+        let op = match (std::mem::take(&mut self.pending_permit), &sim.semaphore) {
+            (true, Some(sem)) => op::Acquire::permit(sem, ttl, retry),
+            _ => op::Acquire::new(names, ttl, retry),
+        };
         self.start(
             sim,
             k,

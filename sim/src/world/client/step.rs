@@ -40,6 +40,7 @@ impl Client {
                             | Expect::Fenced
                             | Expect::Entered
                             | Expect::EnteredFenced
+                            | Expect::Permit
                     );
                     if acquiring {
                         if run.tries > 0 && sim.now > run.try_at + self.gap {
