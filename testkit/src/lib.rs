@@ -53,6 +53,14 @@ pub trait LockClient {
     fn lock_within(&self, resource: &str, ttl: Duration, max_wait: Duration)
         -> Result<Lock, Error>;
     fn stats(&self) -> redlock_mux::Stats;
+    fn acquire_permit(&self, s: &redlock_mux::Semaphore, ttl: Duration) -> Result<Lock, Error>;
+    fn try_acquire_permit(&self, s: &redlock_mux::Semaphore, ttl: Duration) -> Result<Lock, Error>;
+    fn acquire_permit_within(
+        &self,
+        s: &redlock_mux::Semaphore,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock, Error>;
     /// Lets the client serve what it still owes (late replies, a late `NOSCRIPT`'s `EVAL`)
     /// for about `d`, as an idle program would.
     fn idle(&self, d: Duration);
@@ -88,6 +96,20 @@ impl LockClient for redlock_mux::Redlock {
     }
     fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         redlock_mux::Redlock::extend(self, lock, ttl)
+    }
+    fn acquire_permit(&self, s: &redlock_mux::Semaphore, ttl: Duration) -> Result<Lock, Error> {
+        redlock_mux::Redlock::acquire_permit(self, s, ttl)
+    }
+    fn try_acquire_permit(&self, s: &redlock_mux::Semaphore, ttl: Duration) -> Result<Lock, Error> {
+        redlock_mux::Redlock::try_acquire_permit(self, s, ttl)
+    }
+    fn acquire_permit_within(
+        &self,
+        s: &redlock_mux::Semaphore,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock, Error> {
+        redlock_mux::Redlock::acquire_permit_within(self, s, ttl, max_wait)
     }
     fn lock_within(&self, r: &str, ttl: Duration, max_wait: Duration) -> Result<Lock, Error> {
         redlock_mux::Redlock::lock_within(self, r, ttl, max_wait)
@@ -438,6 +460,21 @@ impl LockClient for AsyncClient {
     }
     fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         self.rt.block_on(self.client.extend(lock, ttl))
+    }
+    fn acquire_permit(&self, s: &redlock_mux::Semaphore, ttl: Duration) -> Result<Lock, Error> {
+        self.rt.block_on(self.client.acquire_permit(s, ttl))
+    }
+    fn try_acquire_permit(&self, s: &redlock_mux::Semaphore, ttl: Duration) -> Result<Lock, Error> {
+        self.rt.block_on(self.client.try_acquire_permit(s, ttl))
+    }
+    fn acquire_permit_within(
+        &self,
+        s: &redlock_mux::Semaphore,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock, Error> {
+        self.rt
+            .block_on(self.client.acquire_permit_within(s, ttl, max_wait))
     }
     fn lock_within(&self, r: &str, ttl: Duration, max_wait: Duration) -> Result<Lock, Error> {
         self.rt.block_on(self.client.lock_within(r, ttl, max_wait))

@@ -50,6 +50,10 @@ macro_rules! for_each_case {
             inspect_line_shows_each_masters_line_in_order,
             fair_waiters_line_up_through_functions,
             a_fair_client_whose_user_may_run_no_script_locks_as_without_fair_mode,
+            permits_admit_at_most_their_number,
+            a_permit_needs_a_quorum_on_one_slot,
+            permits_with_masters_down,
+            permits_under_contention_never_exceed_their_number,
         );
     };
 }
@@ -125,6 +129,7 @@ mod fair;
 mod faults;
 mod fencing;
 mod many;
+mod permits;
 mod scripts;
 mod wakeups;
 
@@ -133,5 +138,6 @@ pub use fair::*;
 pub use faults::*;
 pub use fencing::*;
 pub use many::*;
+pub use permits::*;
 pub use scripts::*;
 pub use wakeups::*;
