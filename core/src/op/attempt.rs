@@ -55,11 +55,10 @@ pub struct Acquisition {
     /// acquire round asks each master for the first free one ([`OpKind::Permit`]).
     pub(super) permit: bool,
     /// A permit won: every slot (the names keep the one won), for the release of an
-    /// acquisition abandoned before the spare ones' release went out.
-    slots: Names,
-    /// A permit won: the other slots, which masters that did not name the one won may have
-    /// given the caller; released at once, not awaited, before the lock is handed over.
-    spare: Names,
+    /// acquisition abandoned before the spare ones' release went out; and the other slots,
+    /// which masters that did not name the one won may have given the caller, released at
+    /// once, not awaited, before the lock is handed over. (Boxed: a lock's tries carry none.)
+    won: Option<Box<(Names, Names)>>,
 }
 
 #[derive(Debug)]
@@ -130,8 +129,7 @@ impl Acquisition {
             joined: None,
             leave_except: None,
             permit: false,
-            slots: Names::new(),
-            spare: Names::new(),
+            won: None,
         })
     }
 
@@ -163,10 +161,9 @@ impl Acquisition {
     pub fn abandoned(&self) -> Command<'_> {
         Command {
             kind: OpKind::Release,
-            resources: if self.slots.is_empty() {
-                &self.names
-            } else {
-                &self.slots
+            resources: match &self.won {
+                Some(won) => &won.0,
+                None => &self.names,
             },
             token: Some(&self.token),
             ttl_ms: 0,
@@ -207,7 +204,7 @@ impl Acquisition {
             Phase::Spare(_, to) => Some((
                 Command {
                     kind: OpKind::Release,
-                    resources: &self.spare,
+                    resources: self.won.as_ref().map_or(&[][..], |w| &w.1[..]),
                     token: Some(&self.token),
                     ttl_ms: 0,
                     counter: None,
@@ -323,19 +320,21 @@ impl Acquisition {
         let named = (0..round.node_count().min(64))
             .filter(|&i| round.read(i) == Some(Extra::Slot(won as u32)))
             .fold(0u64, |mask, i| mask | 1 << i);
-        self.slots = std::mem::take(&mut self.names);
-        self.names = smallvec::smallvec![self.slots[won].clone()];
-        self.spare = (0..self.slots.len())
+        let slots = std::mem::take(&mut self.names);
+        self.names = smallvec::smallvec![slots[won].clone()];
+        let spare: Names = (0..slots.len())
             .filter(|&i| i != won)
-            .map(|i| self.slots[i].clone())
+            .map(|i| slots[i].clone())
             .collect();
+        let no_spare = spare.is_empty();
+        self.won = Some(Box::new((slots, spare)));
         let until = crate::time::later(now, validity);
         let all = if round.node_count() >= 64 {
             u64::MAX
         } else {
             (1u64 << round.node_count()) - 1
         };
-        if self.spare.is_empty() || named == all {
+        if no_spare || named == all {
             Phase::Done(Ok((until, None, named)))
         } else {
             Phase::Spare((until, None, named), all & !named)
