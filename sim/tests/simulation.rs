@@ -286,3 +286,17 @@ fn a_waiter_whose_failed_tries_are_not_released_is_caught() {
     let (seed, v) = caught(&p, "liveness-expiry", 40);
     println!("no-release: seed {seed}: {}", v.detail);
 }
+
+/// Semaphores: a permit's round tallied as if every master's yes named the same slot (yes
+/// votes for different slots added up, as a semaphore that counts its holders would) grants
+/// slots that only a minority gave: the checker finds a grant whose masters do not hold the
+/// token (`misattributed`) and two holders of one slot (`overlap`).
+#[test]
+fn a_permit_won_by_votes_for_different_slots_is_caught() {
+    let mut p = Params::new(1);
+    p.negative = Some(Negative::PermitSum);
+    let (seed, v) = caught(&p, "misattributed", 200);
+    println!("permit-sum: seed {seed}: {}", v.detail);
+    let (seed, v) = caught(&p, "overlap", 2000);
+    println!("permit-sum: seed {seed}: {}", v.detail);
+}
