@@ -10,7 +10,7 @@
 //! average). Printed: acquire p50 and p99, pairs/s, and each variant's p50 over the lock's.
 //!
 //! Run: `cargo run --release --manifest-path benches/Cargo.toml --bin permits -- [--seconds 2]
-//! [--turns 3]`.
+//! [--turns 3] [--no-fail-fast]` (without fail-fast every round waits for every master).
 
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,7 @@ fn main() {
             .nodes(&nodes)
             .node_timeout(Duration::from_millis(500))
             .fair(false)
+            .fail_fast(!common::flag("--no-fail-fast"))
             .retry(1, Duration::ZERO)
             .build()
             .unwrap()
