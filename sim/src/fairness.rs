@@ -59,6 +59,9 @@ pub struct FairLog {
     pub events: Vec<Event>,
     /// Locks whose release was sent, and when.
     pub released: Vec<(u64, u64)>,
+    /// Locks whose release succeeded, and when its round ended: by then it has reached the
+    /// masters that decided it.
+    pub landed: Vec<(u64, u64)>,
     /// Locks granted, and when the try that won them took their resources on the masters
     /// (its acquire or claim round decided; a fenced lock's write-back of its token comes
     /// after, and the lock is granted only then). The line is served at that moment.
@@ -247,7 +250,12 @@ fn clean(log: &FairLog, h: &History, r: u32, client: u32, from: u64, to: u64) ->
             .map(|(_, t)| *t);
         // A lock that ran out lets its keys live a little past its validity (the drift, the
         // expiry's precision, its round): the line is not judged until they are surely gone.
+        // A lock of a client without fair mode holds its keys until its release lands: sent
+        // before a waiter joined, it may still be refusing it (seed 229933 of `--faults
+        // none`: a waiter joined the line behind such a lock, whose release then rang nobody).
+        let landed = log.landed.iter().find(|(l, _)| *l == g.lock).map(|(_, t)| *t);
         let end = match released {
+            Some(t) if t <= valid && !log.is_fair(g.client) => landed.unwrap_or(t).max(t),
             Some(t) if t <= valid => t,
             _ => valid + EXPIRY_MARGIN + (valid.saturating_sub(g.at)) / 10,
         };

@@ -299,3 +299,21 @@ fn a_wait_dropped_while_its_read_is_out_leaves_no_place_behind() {
 fn a_fenced_grant_serves_the_place_its_claim_took_the_resource_from() {
     fair_without_faults(177536, 4, 16);
 }
+
+/// Found in session 22 (`--faults none`, seed 229933, a world with a semaphore), a fault of
+/// the judge: c2, without fair mode, sent its release of `r1` just before c4's first try
+/// joined the line behind c2's lock; the release landed after it, rang nobody (c2 is not
+/// fair), and c0's first try took the free resource before c4. The judge ended c2's lock
+/// when its release was sent, so the line looked clean. A lock of a client without fair mode
+/// now holds its resource for the judge until its release's round ended.
+#[test]
+fn a_release_without_fair_mode_holds_the_line_until_it_lands() {
+    let mut p = Params::new(229933);
+    p.faults = Faults::NONE;
+    p.clients = Some(5);
+    p.ops = Some(11);
+    p.episodes = Some(0);
+    let r = run_one(&p);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+}

@@ -282,7 +282,12 @@ impl Client {
                 }
             }
             AnyOp::Release(o) => match o.finish() {
-                Ok(()) => Outcome::Ok,
+                Ok(()) => {
+                    if let Some(id) = run.releasing {
+                        sim.fair.landed.push((id, sim.now));
+                    }
+                    Outcome::Ok
+                }
                 Err(e) => {
                     // The lock was not released: for the fairness judge it runs out.
                     if let Some(id) = run.releasing {
