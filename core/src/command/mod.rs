@@ -75,6 +75,9 @@ pub enum OpKind {
     /// resources (the semaphore's slots, in the caller's order), `SET NX PX` with the token.
     /// A yes names its slot ([`Extra::Slot`]); the round is won by a quorum naming one slot.
     Permit,
+    /// `MGET` of a semaphore's slots (the command's resources): which are free on each
+    /// master, read when a permit's votes split over slots (the reply is kept whole).
+    Slots,
     /// Fair mode: move the client's place in each resource's line to the ticket
     /// `fence_value` where it is lower (`ZADD <line> XX GT <ticket> <id>`): the largest of the
     /// tickets the masters gave it, so that every master orders the line alike (equal
@@ -195,6 +198,8 @@ pub enum Expect {
     EnteredFenced,
     /// The leave script: how many reservations it passed on.
     Leave,
+    /// `MGET`: an array of the values (null: free).
+    Slots,
     /// The permit script: the slot it set (`1 ..=` [`MAX_PERMITS`](crate::MAX_PERMITS)), or
     /// `0` when every slot is held.
     Permit,
@@ -206,7 +211,7 @@ impl Expect {
     /// names the waiter it is for). No other reply is kept.
     pub fn keeps(self, extra: &Extra) -> bool {
         match self {
-            Expect::Line => true,
+            Expect::Line | Expect::Slots => true,
             Expect::Get => *extra == Extra::Foreign,
             _ => false,
         }
@@ -241,7 +246,7 @@ impl Expect {
             (Expect::EnteredFenced, Frame::Integer(n)) => *n >= 1,
             (Expect::Leave, Frame::Integer(n)) => *n >= 0,
             (Expect::Permit, Frame::Integer(n)) => (0..=crate::MAX_PERMITS as i64).contains(n),
-            (Expect::Line, Frame::Array(_)) => true,
+            (Expect::Line | Expect::Slots, Frame::Array(_)) => true,
             (Expect::NativeRelease, Frame::Integer(n)) => (0..=1).contains(n),
             (Expect::NativeExtend, Frame::Simple(s)) => s.as_ref() == b"OK",
             // A sentinel's answer (see `Conn`) is never a value a lock command reads.
@@ -339,6 +344,13 @@ impl Command<'_> {
             OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1),
             OpKind::Fence => (script::FENCE, script::FENCE_SHA1),
             OpKind::Permit => (script::PERMIT, script::PERMIT_SHA1),
+            OpKind::Slots => {
+                let mut parts: smallvec::SmallVec<[&[u8]; MAX_PARTS]> = smallvec::SmallVec::new();
+                parts.push(b"MGET");
+                parts.extend(self.resources.iter().map(Name::as_bytes));
+                resp::encode_command(dst, &parts);
+                return;
+            }
             OpKind::Line => {
                 let key = self.resources.first().map_or(&b""[..], Name::as_bytes);
                 let mut last = IntBuf::new();
@@ -418,7 +430,12 @@ impl Command<'_> {
     pub fn is_script(&self) -> bool {
         match self.kind {
             OpKind::Acquire => !(self.counter.is_none() && self.resources.len() == 1),
-            OpKind::Get | OpKind::Pttl | OpKind::Line | OpKind::Watch | OpKind::Retick => false,
+            OpKind::Get
+            | OpKind::Pttl
+            | OpKind::Line
+            | OpKind::Watch
+            | OpKind::Retick
+            | OpKind::Slots => false,
             _ => true,
         }
     }
@@ -479,6 +496,7 @@ impl Command<'_> {
             OpKind::Wait => Expect::Wait,
             OpKind::Leave | OpKind::Retick => Expect::Leave,
             OpKind::Permit => Expect::Permit,
+            OpKind::Slots => Expect::Slots,
         }
     }
 
@@ -552,7 +570,7 @@ impl Command<'_> {
                 NodeOutcome::Ok,
                 Extra::Slot(u32::try_from(*n - 1).unwrap_or(u32::MAX)),
             ),
-            (Expect::Line, Frame::Array(_)) => plain(NodeOutcome::Ok),
+            (Expect::Line | Expect::Slots, Frame::Array(_)) => plain(NodeOutcome::Ok),
             (_, Frame::Error(msg) | Frame::BulkError(msg)) => plain(server_error(msg)),
             (_, other) => plain(NodeOutcome::Server(format!(
                 "unexpected reply {}",

@@ -37,6 +37,7 @@ enum Cmd {
     Function,
     Client,
     Config,
+    Mget,
 }
 
 /// One command: its name, arity (Redis' convention: `n` exactly, `-n` at least), its
@@ -120,6 +121,7 @@ const TABLE: &[Spec] = &[
         subs: &[("get", -3)],
         ..cmd(Cmd::Config, "config", -2)
     },
+    cmd(Cmd::Mget, "mget", -2),
 ];
 
 /// The table's entry for the command named `name` (in any case): a `match` on the name in
@@ -157,6 +159,7 @@ fn spec_of(name: &[u8]) -> Option<&'static Spec> {
         b"function" => 23,
         b"client" => 24,
         b"config" => 25,
+        b"mget" => 26,
         _ => return None,
     };
     TABLE.get(i)
@@ -226,6 +229,7 @@ fn run<'a>(
     let done = |r: Result<Reply, String>| r.unwrap_or_else(Reply::Error);
     match (spec.id, sub) {
         (Cmd::Get, _) => strings::get(m, ex, args[1]),
+        (Cmd::Mget, _) => strings::mget(m, ex, &args[1..]),
         (Cmd::Set, _) => done(strings::set(m, ex, args)),
         (Cmd::Pttl, _) => strings::pttl(m, ex, args[1]),
         (Cmd::Del, _) => strings::del(m, ex, &args[1..]),

@@ -51,6 +51,18 @@ pub(crate) fn get(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Reply {
     }
 }
 
+/// `MGET`: each key's string value, null for no key or a key of another type.
+pub(crate) fn mget(m: &mut Master, ex: &mut Ex, keys: &[&[u8]]) -> Reply {
+    Reply::Array(
+        keys.iter()
+            .map(|k| match get(m, ex, k) {
+                Reply::Bulk(b) => Reply::Bulk(b),
+                _ => Reply::Null,
+            })
+            .collect(),
+    )
+}
+
 pub(crate) fn pttl(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Reply {
     let now = ex.now;
     Reply::Int(m.read_with(ex, key, |e| e.map_or(-2, |e| pttl_of(e, now))))

@@ -186,6 +186,11 @@ impl Gen<'_> {
             self.push(Kind::Exact, &[b"CLIENT", b"CACHING", b"YES"]);
         }
         let k = self.key();
+        if self.rng.chance(20) {
+            // A permit's read of the slots after a split.
+            let (k2, k3) = (self.key(), self.key());
+            return self.push(Kind::Exact, &[b"MGET", &k, &k2, &k3]);
+        }
         match self.rng.chance(50) {
             true => self.push(Kind::Exact, &[b"GET", &k]),
             false => self.push(Kind::Pttl, &[b"PTTL", &k]),
