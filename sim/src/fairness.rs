@@ -253,7 +253,11 @@ fn clean(log: &FairLog, h: &History, r: u32, client: u32, from: u64, to: u64) ->
         // A lock of a client without fair mode holds its keys until its release lands: sent
         // before a waiter joined, it may still be refusing it (seed 229933 of `--faults
         // none`: a waiter joined the line behind such a lock, whose release then rang nobody).
-        let landed = log.landed.iter().find(|(l, _)| *l == g.lock).map(|(_, t)| *t);
+        let landed = log
+            .landed
+            .iter()
+            .find(|(l, _)| *l == g.lock)
+            .map(|(_, t)| *t);
         let end = match released {
             Some(t) if t <= valid && !log.is_fair(g.client) => landed.unwrap_or(t).max(t),
             Some(t) if t <= valid => t,

@@ -392,7 +392,9 @@ impl Acquisition {
         let k = self.names.len();
         let mut free = vec![0usize; k];
         for i in 0..round.node_count() {
-            if let Some(resp::Frame::Array(values)) = round.reply(i).map(resp::Frame::without_attributes) {
+            if let Some(resp::Frame::Array(values)) =
+                round.reply(i).map(resp::Frame::without_attributes)
+            {
                 if values.len() != k {
                     continue;
                 }

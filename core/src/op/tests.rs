@@ -1018,3 +1018,96 @@ fn a_semaphore_has_a_name_and_one_to_max_permits() {
     assert_eq!(s.slot_of("s:permit:7"), Some(7));
     assert_eq!(s.slot_of("s"), None);
 }
+
+/// A permit's votes split over slots with every master answering yes (a slot still held on a
+/// majority but free on a minority takes those masters' votes): the try releases, reads the
+/// slots (`MGET`), and asks again with the slot free on the most masters first; the loss, if
+/// no slot is free on a quorum, is a conflict, not a lack of masters.
+#[test]
+fn a_permit_whose_votes_split_reads_the_slots_and_asks_for_the_freest_first() {
+    let cfg = cfg(false);
+    let sem = crate::Semaphore::new("pool", 2).unwrap();
+    let now = Instant::now();
+    let (mut rng, mut events) = (Seeded::new(13), Vec::new());
+    let mut cx = Cx {
+        now,
+        rng: &mut rng,
+        events: &mut events,
+    };
+    let mut op = Acquire::permit(&sem, TTL, Retry::once());
+    let order: Vec<String> = match op.step(Input::Start, &cfg, &mut cx) {
+        Step::Round(cmd, _) => cmd
+            .resources
+            .iter()
+            .map(|n| n.as_str().to_string())
+            .collect(),
+        other => panic!("{other:?}"),
+    };
+    // Three yes votes for one slot win, whatever the others named.
+    let mut r = Round::new(5, 3, Until::AllIn);
+    for (i, s) in [0, 0, 1, 1].into_iter().enumerate() {
+        r.record_with(i, NodeOutcome::Ok, Extra::Slot(s));
+    }
+    r.record_with(4, NodeOutcome::Ok, Extra::Slot(1));
+    assert_eq!(r.decision(), Decision::Won, "three for slot 1 of the order");
+    // Two yes votes for each slot and a refusal: lost, though four masters said yes.
+    let mut r = Round::new(5, 3, Until::AllIn);
+    for (i, s) in [0, 0, 1, 1].into_iter().enumerate() {
+        r.record_with(i, NodeOutcome::Ok, Extra::Slot(s));
+    }
+    r.record_with(4, NodeOutcome::Held, Extra::None);
+    assert_eq!(r.decision(), Decision::Lost);
+    match op.step(Input::Round(Ok((r, now))), &cfg, &mut cx) {
+        Step::Round(cmd, until) => assert_eq!((cmd.kind, until), (OpKind::Release, Until::AllIn)),
+        other => panic!("{other:?}"),
+    }
+    let yes = || (NodeOutcome::Ok, Extra::None);
+    let released = round(&[yes(), yes(), yes(), yes(), yes()]);
+    match op.step(Input::Round(Ok((released, now))), &cfg, &mut cx) {
+        Step::Round(cmd, _) => {
+            assert_eq!(cmd.kind, OpKind::Slots);
+            let read: Vec<&str> = cmd.resources.iter().map(Name::as_str).collect();
+            assert_eq!(read, order);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The read: the order's second slot is free on all five masters, its first on two.
+    let mut read = Round::new(5, 3, Until::AllIn);
+    for i in 0..5 {
+        let first = if i < 2 {
+            resp::Frame::Null
+        } else {
+            resp::Frame::Bulk(bytes::Bytes::from_static(b"theirs"))
+        };
+        let values = resp::Frame::Array(vec![first, resp::Frame::Null]);
+        read.record_reply(i, NodeOutcome::Ok, Extra::None, Some(values));
+    }
+    match op.step(Input::Round(Ok((read, now))), &cfg, &mut cx) {
+        Step::Round(cmd, _) => {
+            assert_eq!(cmd.kind, OpKind::Permit);
+            let asked: Vec<&str> = cmd.resources.iter().map(Name::as_str).collect();
+            assert_eq!(
+                asked,
+                [order[1].as_str(), order[0].as_str()],
+                "the freest first"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // That round splits again: no second read; the release, then a conflict.
+    let mut r = Round::new(5, 3, Until::AllIn);
+    for (i, s) in [0, 0, 1, 1].into_iter().enumerate() {
+        r.record_with(i, NodeOutcome::Ok, Extra::Slot(s));
+    }
+    r.record_with(4, NodeOutcome::Held, Extra::None);
+    match op.step(Input::Round(Ok((r, now))), &cfg, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Release),
+        other => panic!("{other:?}"),
+    }
+    let released = round(&[yes(), yes(), yes(), yes(), yes()]);
+    assert!(matches!(
+        op.step(Input::Round(Ok((released, now))), &cfg, &mut cx),
+        Step::Done
+    ));
+    assert!(matches!(op.finish(), Err(Error::Conflict { .. })));
+}
