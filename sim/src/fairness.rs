@@ -250,16 +250,20 @@ fn clean(log: &FairLog, h: &History, r: u32, client: u32, from: u64, to: u64) ->
             .map(|(_, t)| *t);
         // A lock that ran out lets its keys live a little past its validity (the drift, the
         // expiry's precision, its round): the line is not judged until they are surely gone.
-        // A lock of a client without fair mode holds its keys until its release lands: sent
-        // before a waiter joined, it may still be refusing it (seed 229933 of `--faults
-        // none`: a waiter joined the line behind such a lock, whose release then rang nobody).
+        // A lock of a client without fair mode holds its keys until its release has landed
+        // on every master: sent before a waiter joined, it may still be refusing it, and its
+        // release rings nobody (seed 229933 of `--faults none`). Its round ends with a
+        // quorum; the masters it did not wait for get it a delivery later (seed 232485): the
+        // same margin as a lock that ran out.
         let landed = log
             .landed
             .iter()
             .find(|(l, _)| *l == g.lock)
             .map(|(_, t)| *t);
         let end = match released {
-            Some(t) if t <= valid && !log.is_fair(g.client) => landed.unwrap_or(t).max(t),
+            Some(t) if t <= valid && !log.is_fair(g.client) => {
+                landed.unwrap_or(t).max(t) + EXPIRY_MARGIN
+            }
             Some(t) if t <= valid => t,
             _ => valid + EXPIRY_MARGIN + (valid.saturating_sub(g.at)) / 10,
         };

@@ -317,3 +317,21 @@ fn a_release_without_fair_mode_holds_the_line_until_it_lands() {
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(r.fairness.is_empty(), "{:?}", r.fairness);
 }
+
+/// Found in session 22 (`--faults none`, seed 232485), a fault of the judge like 229933's: c2,
+/// without fair mode, released `r0` with a round decided by three masters of five; c3's wait
+/// read the line just after, while the release was still on its way to the other two, saw the
+/// resource held and waited for its timer; nobody rang it, and c0's first try took the free
+/// resource before it. Such a lock now holds the line for the judge a margin past its
+/// release's round.
+#[test]
+fn a_release_without_fair_mode_holds_the_line_until_every_master_has_it() {
+    let mut p = Params::new(232485);
+    p.faults = Faults::NONE;
+    p.clients = Some(4);
+    p.ops = Some(16);
+    p.episodes = Some(0);
+    let r = run_one(&p);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert!(r.fairness.is_empty(), "{:?}", r.fairness);
+}
