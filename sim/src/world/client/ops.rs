@@ -220,7 +220,11 @@ impl Client {
             Some(f) => (4 * nt + super::fair_wait(f).max(delay) + jitter, nt),
             None => (nt + delay + jitter, 0),
         };
-        let bound = u64::from(tries) * 3 * nt + u64::from(tries.saturating_sub(1)) * gap + leave;
+        // A try's rounds: acquire, write-back or release; a permit's whose votes split, its
+        // release, its read of the slots, its second round and that one's release.
+        let per_try = if self.pending_permit { 5 } else { 3 };
+        let bound =
+            u64::from(tries) * per_try * nt + u64::from(tries.saturating_sub(1)) * gap + leave;
         let waiter = (tries > 1).then_some(Waiter::Tries(tries));
         self.begin_acquire(sim, k, names, ids, ttl, retry, bound, waiter);
     }
@@ -239,6 +243,8 @@ impl Client {
         // Fair mode: the ticket's move after the last wait, a lapse's second read of the line
         // and its ticket's move, and the leave script's round.
         let rounds = if self.cfg.fair().is_some() { 8 } else { 4 };
+        // (A permit's last try may read the slots and ask again: three rounds more.)
+        let rounds = rounds + if self.pending_permit { 3 } else { 0 };
         let bound =
             max_wait.as_nanos() as u64 + rounds * self.nt() + op::WAKE_JITTER.as_nanos() as u64;
         let waiter = Waiter::Until(self.after(sim, max_wait.as_nanos() as u64));
