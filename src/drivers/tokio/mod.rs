@@ -8,6 +8,7 @@
 
 mod driver;
 mod guard;
+mod permits;
 mod stream;
 mod wake;
 
@@ -231,53 +232,6 @@ impl AsyncRedlock {
     pub async fn try_lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, Error> {
         self.acquire(crate::lock::names(resources)?, ttl, Retry::once())
             .await
-    }
-
-    /// Acquires a permit of `semaphore` for `ttl`, with retries. As
-    /// [`Redlock::acquire_permit`](crate::Redlock::acquire_permit).
-    pub async fn acquire_permit(
-        &self,
-        semaphore: &crate::Semaphore,
-        ttl: Duration,
-    ) -> Result<Lock, Error> {
-        let retry = Retry::new(&self.inner.config);
-        self.permit(semaphore, ttl, retry).await
-    }
-
-    /// [`acquire_permit`](Self::acquire_permit), trying for up to `max_wait` as
-    /// [`lock_within`](Self::lock_within) does.
-    pub async fn acquire_permit_within(
-        &self,
-        semaphore: &crate::Semaphore,
-        ttl: Duration,
-        max_wait: Duration,
-    ) -> Result<Lock, Error> {
-        let retry = Retry::within(&self.inner.config, max_wait, Instant::now());
-        self.permit(semaphore, ttl, retry).await
-    }
-
-    /// One try of [`acquire_permit`](Self::acquire_permit), no retries.
-    pub async fn try_acquire_permit(
-        &self,
-        semaphore: &crate::Semaphore,
-        ttl: Duration,
-    ) -> Result<Lock, Error> {
-        self.permit(semaphore, ttl, Retry::once()).await
-    }
-
-    async fn permit(
-        &self,
-        semaphore: &crate::Semaphore,
-        ttl: Duration,
-        retry: Retry,
-    ) -> Result<Lock, Error> {
-        let span = OpSpan::new("acquire", semaphore.name());
-        let result = self
-            .run(op::Acquire::permit(semaphore, ttl, retry))
-            .await
-            .map(Lock);
-        span.finish_acquire(&result);
-        result
     }
 
     async fn acquire(&self, names: Names, ttl: Duration, retry: Retry) -> Result<Lock, Error> {
