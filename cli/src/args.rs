@@ -196,6 +196,11 @@ pub struct RunArgs {
     /// Keep trying to acquire for this long (instead of --retries rounds).
     #[arg(long, value_parser = duration)]
     pub wait: Option<Duration>,
+    /// Take a permit of the semaphore named by --resource (given once) that admits this many
+    /// holders at once, rather than its lock: at most N commands run at once. Every run of
+    /// the semaphore must give the same N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=redlock_mux::MAX_PERMITS as i64))]
+    pub permits: Option<u32>,
     /// The signal sent to CMD when the lock is lost (a name like TERM or a number).
     #[arg(long, default_value = "TERM", value_parser = signal)]
     pub loss_signal: i32,

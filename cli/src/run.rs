@@ -46,6 +46,15 @@ pub fn run(global: &Global, a: &RunArgs) -> Result<u8, Failure> {
     let nodes = global.node_list();
     // Refuse bad options before starting anything.
     global.builder(&nodes)?;
+    if let (Some(n), false) = (a.permits, a.resources.len() == 1) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--permits {n} takes a permit of one semaphore: give --resource once, not {} times",
+                a.resources.len()
+            ),
+        ));
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -57,7 +66,7 @@ pub fn run(global: &Global, a: &RunArgs) -> Result<u8, Failure> {
         let redlock = global.async_client(&nodes)?;
         let resources = names(&a.resources);
         let acquired = tokio::select! {
-            r = acquire(&redlock, &resources, global.ttl, a.wait) => r,
+            r = acquire(&redlock, &resources, global.ttl, a.wait, a.permits) => r,
             sig = signals.recv() => {
                 // Dropping the acquisition queued a release of whatever it had taken; the
                 // driver writes in order, so once one more round on the same nodes has been
@@ -87,8 +96,27 @@ async fn acquire(
     resources: &[&str],
     ttl: Duration,
     wait: Option<Duration>,
+    permits: Option<u32>,
 ) -> Result<LockGuard, Error> {
     let policy = KeepAlive::default().unlimited();
+    if let Some(n) = permits {
+        // A permit of the semaphore named by the one resource: a lock on one of its slots.
+        // (`run` checked that it names one.)
+        let name = resources.first().copied().unwrap_or_default();
+        let semaphore = redlock_mux::Semaphore::new(name, n as usize)?;
+        return match wait {
+            None => {
+                redlock
+                    .acquire_permit_guarded_with(&semaphore, ttl, policy)
+                    .await
+            }
+            Some(wait) => {
+                redlock
+                    .acquire_permit_guarded_within(&semaphore, ttl, wait, policy)
+                    .await
+            }
+        };
+    }
     // Both refuse, before acquiring anything, a ttl too short to be kept alive.
     match wait {
         None => redlock.lock_many_guarded_with(resources, ttl, policy).await,

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::AsyncRedlock;
+use super::{AsyncRedlock, LockGuard};
+use crate::core::keepalive::{self, KeepAlive};
 use crate::core::op::{self, Retry};
 use crate::error::Error;
 use crate::lock::Lock;
@@ -55,5 +56,33 @@ impl AsyncRedlock {
             .map(Lock);
         span.finish_acquire(&result);
         result
+    }
+
+    /// [`acquire_permit`](Self::acquire_permit), the permit then kept alive in the background
+    /// by `keep_alive` (as [`lock_many_guarded_with`](Self::lock_many_guarded_with)); a ttl
+    /// too short to be kept alive is refused before anything is acquired.
+    pub async fn acquire_permit_guarded_with(
+        &self,
+        semaphore: &crate::Semaphore,
+        ttl: Duration,
+        keep_alive: KeepAlive,
+    ) -> Result<LockGuard, Error> {
+        keepalive::check_ttl(&self.inner.config, ttl)?;
+        let lock = self.acquire_permit(semaphore, ttl).await?;
+        Ok(self.keep_alive(lock, keep_alive))
+    }
+
+    /// [`acquire_permit_within`](Self::acquire_permit_within), the permit then kept alive as
+    /// [`acquire_permit_guarded_with`](Self::acquire_permit_guarded_with) keeps it.
+    pub async fn acquire_permit_guarded_within(
+        &self,
+        semaphore: &crate::Semaphore,
+        ttl: Duration,
+        max_wait: Duration,
+        keep_alive: KeepAlive,
+    ) -> Result<LockGuard, Error> {
+        keepalive::check_ttl(&self.inner.config, ttl)?;
+        let lock = self.acquire_permit_within(semaphore, ttl, max_wait).await?;
+        Ok(self.keep_alive(lock, keep_alive))
     }
 }
