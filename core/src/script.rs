@@ -39,7 +39,7 @@ pub const ACQUIRE_SHA1: &str = "fc1f70ab657ed9339b8f3a9f2484c8bf19d328ae";
 pub const RELEASE: &str = include_str!("scripts/release.lua");
 
 /// SHA-1 of [`RELEASE`], in lowercase hex, as `EVALSHA` takes it.
-pub const RELEASE_SHA1: &str = "9afc0a0e3f1f16136e172c91da3b84502c5208a7";
+pub const RELEASE_SHA1: &str = "2685a2a012ded70395ffcfd030cef0910dd01b3d";
 
 /// Compare-and-pexpire: if every key holds `ARGV[1]`, set each one's ttl to `ARGV[2]`
 /// milliseconds; otherwise change nothing.
@@ -66,9 +66,17 @@ pub const PERMIT: &str = include_str!("scripts/permit.lua");
 /// SHA-1 of [`PERMIT`], in lowercase hex, as `EVALSHA` takes it.
 pub const PERMIT_SHA1: &str = "62a68ac92e5bdac6e42c927f9ed24ebcd46a4cbf";
 
+/// A semaphore's slots read after a permit's votes split: `EXISTS` of each of `KEYS`, as an
+/// array of `0` (free) and `1` (taken). (`MGET` reads a key of another type as null, which
+/// the permit script's `SET NX` finds taken: a hostile review's finding, session 22.)
+pub const SLOTS: &str = include_str!("scripts/slots.lua");
+
+/// SHA-1 of [`SLOTS`], in lowercase hex, as `EVALSHA` takes it.
+pub const SLOTS_SHA1: &str = "a0f7c91681e37b3be6cb08afb20a616932f5957b";
+
 /// The scripts as a function library (`FUNCTION LOAD`, Redis 7+ and Valkey), for
 /// `Scripts::Function` and for a connection under `Scripts::Auto` whose user's ACL denies
-/// `EVAL`/`EVALSHA`: acquire, release, extend, fence and permit, then fair mode's hand-off
+/// `EVAL`/`EVALSHA`: acquire, release, extend, fence, permit and slots, then fair mode's hand-off
 /// ([`RING`], a local function of the library that the fair functions share) and its five
 /// scripts. Each function's parameters are named `KEYS` and `ARGV`, so that the bodies are
 /// the scripts' own. The version in the names changes whenever a script does, so that
@@ -90,6 +98,9 @@ pub const LIBRARY: &str = concat!(
     "redis.register_function('redlock_mux_v12_permit', function(KEYS, ARGV)\n",
     include_str!("scripts/permit.lua"),
     "end)\n",
+    "redis.register_function('redlock_mux_v12_slots', function(KEYS, ARGV)\n",
+    include_str!("scripts/slots.lua"),
+    "end)\n",
     include_str!("scripts/ring.lua"),
     "redis.register_function('redlock_mux_v12_wait', function(KEYS, ARGV)\n",
     include_str!("scripts/wait.lua"),
@@ -110,13 +121,14 @@ pub const LIBRARY: &str = concat!(
 );
 
 /// The names of [`LIBRARY`]'s functions, in the order of [`ALL`] then [`FAIR`]: acquire,
-/// release, extend, fence, permit; wait, claim, hand-off, leave, enter.
-pub const FUNCTIONS: [&str; 10] = [
+/// release, extend, fence, permit, slots; wait, claim, hand-off, leave, enter.
+pub const FUNCTIONS: [&str; 11] = [
     "redlock_mux_v12_acquire",
     "redlock_mux_v12_release",
     "redlock_mux_v12_extend",
     "redlock_mux_v12_fence",
     "redlock_mux_v12_permit",
+    "redlock_mux_v12_slots",
     "redlock_mux_v12_wait",
     "redlock_mux_v12_claim",
     "redlock_mux_v12_handoff",
@@ -125,12 +137,13 @@ pub const FUNCTIONS: [&str; 10] = [
 ];
 
 /// Every script with its digest.
-pub const ALL: [(&str, &str); 5] = [
+pub const ALL: [(&str, &str); 6] = [
     (ACQUIRE_SHA1, ACQUIRE),
     (RELEASE_SHA1, RELEASE),
     (EXTEND_SHA1, EXTEND),
     (FENCE_SHA1, FENCE),
     (PERMIT_SHA1, PERMIT),
+    (SLOTS_SHA1, SLOTS),
 ];
 
 /// The name of the [`LIBRARY`] function that runs the script a digest names, if it is one of
@@ -249,7 +262,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "7affae842d1290a3913401b0a8bd9d6e02057879";
+pub const HANDOFF_SHA1: &str = "54f3191e236f7ef6ac63b7cfedabc100ddb8b8a1";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. A client that

@@ -22,6 +22,8 @@ pub enum Script {
     Fence,
     /// `permit.lua`: `SET NX PX` the first free key, and say which.
     Permit,
+    /// `slots.lua`: `EXISTS` of each key.
+    Slots,
     /// Fair mode's `ring.lua` + `wait.lua`: join the lines, read the `PTTL`s.
     Wait,
     /// Fair mode's `ring.lua` + `claim.lua`: a waiter's try.
@@ -40,19 +42,25 @@ impl Script {
     pub fn is_fair(self) -> bool {
         !matches!(
             self,
-            Script::Acquire | Script::Release | Script::Extend | Script::Fence | Script::Permit
+            Script::Acquire
+                | Script::Release
+                | Script::Extend
+                | Script::Fence
+                | Script::Permit
+                | Script::Slots
         )
     }
 }
 
 /// The digests of the scripts the simulation runs, as the core's `script::ALL` lists them:
-/// acquire, release, extend, fence, permit.
-pub const KNOWN: [(&str, Script); 5] = [
+/// acquire, release, extend, fence, permit, slots.
+pub const KNOWN: [(&str, Script); 6] = [
     ("fc1f70ab657ed9339b8f3a9f2484c8bf19d328ae", Script::Acquire),
-    ("9afc0a0e3f1f16136e172c91da3b84502c5208a7", Script::Release),
+    ("2685a2a012ded70395ffcfd030cef0910dd01b3d", Script::Release),
     ("7c334e30b023b8d2a166458679b30d5b4dd4adae", Script::Extend),
     ("b224db508a658782c6d808645f06e07be871c097", Script::Fence),
     ("62a68ac92e5bdac6e42c927f9ed24ebcd46a4cbf", Script::Permit),
+    ("a0f7c91681e37b3be6cb08afb20a616932f5957b", Script::Slots),
 ];
 
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
@@ -60,7 +68,7 @@ pub const KNOWN: [(&str, Script); 5] = [
 pub const FAIR: [(&str, Script); 5] = [
     ("b3ca311deef955f343c79d608bd5d42a276709cb", Script::Wait),
     ("7509e71ae5e43840d100fd091d52bfe396a3e56e", Script::Claim),
-    ("7affae842d1290a3913401b0a8bd9d6e02057879", Script::Handoff),
+    ("54f3191e236f7ef6ac63b7cfedabc100ddb8b8a1", Script::Handoff),
     ("32f7b7d2dc6ddce90c922cccb6e989f7e2320950", Script::Leave),
     ("30aabc65c85b6e3bd7c4f30f339e70b793c8b2b9", Script::Enter),
 ];
@@ -95,6 +103,7 @@ pub fn digest_of(text: &[u8]) -> std::borrow::Cow<'static, str> {
         (core::EXTEND, core::EXTEND_SHA1),
         (core::FENCE, core::FENCE_SHA1),
         (core::PERMIT, core::PERMIT_SHA1),
+        (core::SLOTS, core::SLOTS_SHA1),
         (core::WAIT, core::WAIT_SHA1),
         (core::CLAIM, core::CLAIM_SHA1),
         (core::HANDOFF, core::HANDOFF_SHA1),

@@ -292,7 +292,7 @@ fn label(step: &Step, reply: &Frame) -> String {
                 .iter()
                 .zip(script::FUNCTIONS)
                 .position(|((sha, body), f)| text == *sha || text == *body || text == f)
-                .map(|i| ["acquire", "release", "extend", "fence", "permit"][i])
+                .map(|i| ["acquire", "release", "extend", "fence", "permit", "slots"][i])
                 .or_else(|| {
                     let fair = script::FAIR
                         .iter()
@@ -480,6 +480,7 @@ fn the_sims_digests_are_the_cores_scripts() {
         Script::Extend,
         Script::Fence,
         Script::Permit,
+        Script::Slots,
     ];
     for (i, (sha, text)) in script::ALL.iter().enumerate() {
         assert_eq!(

@@ -75,8 +75,9 @@ pub enum OpKind {
     /// resources (the semaphore's slots, in the caller's order), `SET NX PX` with the token.
     /// A yes names its slot ([`Extra::Slot`]); the round is won by a quorum naming one slot.
     Permit,
-    /// `MGET` of a semaphore's slots (the command's resources): which are free on each
-    /// master, read when a permit's votes split over slots (the reply is kept whole).
+    /// The slots script ([`script::SLOTS`]) over a semaphore's slots (the command's
+    /// resources): which are free on each master, read when a permit's votes split over
+    /// slots (the reply is kept whole).
     Slots,
     /// Fair mode: move the client's place in each resource's line to the ticket
     /// `fence_value` where it is lower (`ZADD <line> XX GT <ticket> <id>`): the largest of the
@@ -198,7 +199,7 @@ pub enum Expect {
     EnteredFenced,
     /// The leave script: how many reservations it passed on.
     Leave,
-    /// `MGET`: an array of the values (null: free).
+    /// The slots script: an array of `0` (free) and `1` (taken), one per slot.
     Slots,
     /// The permit script: the slot it set (`1 ..=` [`MAX_PERMITS`](crate::MAX_PERMITS)), or
     /// `0` when every slot is held.
@@ -344,13 +345,7 @@ impl Command<'_> {
             OpKind::Extend => (script::EXTEND, script::EXTEND_SHA1),
             OpKind::Fence => (script::FENCE, script::FENCE_SHA1),
             OpKind::Permit => (script::PERMIT, script::PERMIT_SHA1),
-            OpKind::Slots => {
-                let mut parts: smallvec::SmallVec<[&[u8]; MAX_PARTS]> = smallvec::SmallVec::new();
-                parts.push(b"MGET");
-                parts.extend(self.resources.iter().map(Name::as_bytes));
-                resp::encode_command(dst, &parts);
-                return;
-            }
+            OpKind::Slots => (script::SLOTS, script::SLOTS_SHA1),
             OpKind::Line => {
                 let key = self.resources.first().map_or(&b""[..], Name::as_bytes);
                 let mut last = IntBuf::new();
@@ -430,12 +425,7 @@ impl Command<'_> {
     pub fn is_script(&self) -> bool {
         match self.kind {
             OpKind::Acquire => !(self.counter.is_none() && self.resources.len() == 1),
-            OpKind::Get
-            | OpKind::Pttl
-            | OpKind::Line
-            | OpKind::Watch
-            | OpKind::Retick
-            | OpKind::Slots => false,
+            OpKind::Get | OpKind::Pttl | OpKind::Line | OpKind::Watch | OpKind::Retick => false,
             _ => true,
         }
     }

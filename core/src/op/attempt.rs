@@ -78,7 +78,7 @@ enum Phase {
     /// A permit's round lost with its yes votes split over slots: the release, then the read
     /// of the slots (`Read`), failing with this error if that finds no slot free on a quorum.
     ReleaseThenRead(Error),
-    /// A permit: `MGET` of the slots on every master after a split, so that the try's second
+    /// A permit: the slots read on every master after a split (the slots script), so that the try's second
     /// round asks first for the slot free on the most masters. A master gives the first free
     /// slot in the caller's order, and a slot still held on a majority but free on a
     /// minority (its holder's `SET` never reached them, or they lost it) takes the votes of
@@ -215,7 +215,9 @@ impl Acquisition {
                     fence_value: 0,
                     watch: None,
                 },
-                cfg.until(),
+                // Every master's answer (or its timeout): a read decided by the first quorum
+                // misses a slot free on exactly a quorum whenever one of those is slower.
+                Until::AllIn,
             )),
             // (Its outcome changes nothing: over once written. The connections' order puts it
             // after the enter on each node, and before any later command of the lock.)
@@ -347,8 +349,11 @@ impl Acquisition {
                     }
                     err => err,
                 };
+                // Worth a read when the masters that said yes, with those a round decided
+                // early did not wait for, could make a quorum on one slot.
                 let yes = round.count(&NodeOutcome::Ok);
-                return if yes >= cfg.quorum && !self.reread && self.names.len() > 1 {
+                let open = yes + round.count(&NodeOutcome::Undecided);
+                return if yes > 0 && open >= cfg.quorum && !self.reread && self.names.len() > 1 {
                     Phase::ReleaseThenRead(err)
                 } else {
                     Phase::Release(err)
@@ -399,7 +404,7 @@ impl Acquisition {
                     continue;
                 }
                 for (slot, v) in values.iter().enumerate() {
-                    if v.is_null() {
+                    if matches!(v, resp::Frame::Integer(0)) {
                         free[slot] += 1;
                     }
                 }

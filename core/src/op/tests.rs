@@ -993,8 +993,19 @@ fn votes_for_different_slots_never_make_a_quorum() {
         (NodeOutcome::Ok, Extra::None),
         (NodeOutcome::Ok, Extra::None),
     ]);
+    // Four yes votes could have made a quorum: the slots are read; both are taken on every
+    // master, so the try ends there, and the retry's sleep follows.
+    match op.step(Input::Round(Ok((released, now))), &cfg, &mut cx) {
+        Step::Round(cmd, _) => assert_eq!(cmd.kind, OpKind::Slots),
+        other => panic!("{other:?}"),
+    }
+    let mut read = Round::new(5, 3, Until::AllIn);
+    for i in 0..5 {
+        let taken = resp::Frame::Array(vec![resp::Frame::Integer(1), resp::Frame::Integer(1)]);
+        read.record_reply(i, NodeOutcome::Ok, Extra::None, Some(taken));
+    }
     assert!(matches!(
-        op.step(Input::Round(Ok((released, now))), &cfg, &mut cx),
+        op.step(Input::Round(Ok((read, now))), &cfg, &mut cx),
         Step::Sleep(_)
     ));
     // Refused everywhere: the next try ends in the retry's sleep with no release.
@@ -1021,7 +1032,8 @@ fn a_semaphore_has_a_name_and_one_to_max_permits() {
 
 /// A permit's votes split over slots with every master answering yes (a slot still held on a
 /// majority but free on a minority takes those masters' votes): the try releases, reads the
-/// slots (`MGET`), and asks again with the slot free on the most masters first; the loss, if
+/// slots (the slots script, every master's answer), and asks again with the slot free on the
+/// most masters first; the loss, if
 /// no slot is free on a quorum, is a conflict, not a lack of masters.
 #[test]
 fn a_permit_whose_votes_split_reads_the_slots_and_asks_for_the_freest_first() {
@@ -1064,8 +1076,8 @@ fn a_permit_whose_votes_split_reads_the_slots_and_asks_for_the_freest_first() {
     let yes = || (NodeOutcome::Ok, Extra::None);
     let released = round(&[yes(), yes(), yes(), yes(), yes()]);
     match op.step(Input::Round(Ok((released, now))), &cfg, &mut cx) {
-        Step::Round(cmd, _) => {
-            assert_eq!(cmd.kind, OpKind::Slots);
+        Step::Round(cmd, until) => {
+            assert_eq!((cmd.kind, until), (OpKind::Slots, Until::AllIn));
             let read: Vec<&str> = cmd.resources.iter().map(Name::as_str).collect();
             assert_eq!(read, order);
         }
@@ -1074,12 +1086,8 @@ fn a_permit_whose_votes_split_reads_the_slots_and_asks_for_the_freest_first() {
     // The read: the order's second slot is free on all five masters, its first on two.
     let mut read = Round::new(5, 3, Until::AllIn);
     for i in 0..5 {
-        let first = if i < 2 {
-            resp::Frame::Null
-        } else {
-            resp::Frame::Bulk(bytes::Bytes::from_static(b"theirs"))
-        };
-        let values = resp::Frame::Array(vec![first, resp::Frame::Null]);
+        let first = resp::Frame::Integer(if i < 2 { 0 } else { 1 });
+        let values = resp::Frame::Array(vec![first, resp::Frame::Integer(0)]);
         read.record_reply(i, NodeOutcome::Ok, Extra::None, Some(values));
     }
     match op.step(Input::Round(Ok((read, now))), &cfg, &mut cx) {
@@ -1110,4 +1118,37 @@ fn a_permit_whose_votes_split_reads_the_slots_and_asks_for_the_freest_first() {
         Step::Done
     ));
     assert!(matches!(op.finish(), Err(Error::Conflict { .. })));
+}
+
+/// A permit's round that fail-fast decided lost before every master answered (two masters
+/// down, two yes votes for different slots, one still owed) reads the slots too: the masters
+/// owed might have made a quorum on one slot (a second hostile review's finding: no read was
+/// made, and 18 of 20 tries failed on a slot free on every master still up).
+#[test]
+fn a_split_decided_early_reads_the_slots() {
+    let cfg = cfg(false);
+    let sem = crate::Semaphore::new("pool", 3).unwrap();
+    let now = Instant::now();
+    let (mut rng, mut events) = (Seeded::new(14), Vec::new());
+    let mut cx = Cx {
+        now,
+        rng: &mut rng,
+        events: &mut events,
+    };
+    let mut op = Acquire::permit(&sem, TTL, Retry::once());
+    let _ = op.step(Input::Start, &cfg, &mut cx);
+    let mut r = Round::new(5, 3, Until::Decided);
+    r.record(3, NodeOutcome::Down);
+    r.record(4, NodeOutcome::Down);
+    r.record_with(0, NodeOutcome::Ok, Extra::Slot(0));
+    r.record_with(1, NodeOutcome::Ok, Extra::Slot(1));
+    assert_eq!(r.decision(), Decision::Lost);
+    r.close(|_| NodeOutcome::Undecided);
+    let _ = op.step(Input::Round(Ok((r, now))), &cfg, &mut cx);
+    let yes = || (NodeOutcome::Ok, Extra::None);
+    let released = round(&[yes(), yes(), yes(), yes(), yes()]);
+    match op.step(Input::Round(Ok((released, now))), &cfg, &mut cx) {
+        Step::Round(cmd, until) => assert_eq!((cmd.kind, until), (OpKind::Slots, Until::AllIn)),
+        other => panic!("{other:?}"),
+    }
 }

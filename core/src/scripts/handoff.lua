@@ -5,7 +5,7 @@ local me = false
 if keep then me = ARGV[3] end
 local held, gone = false, false
 for i = 1, n do
-  local v = redis.call("GET", KEYS[i])
+  local v = redis.pcall("GET", KEYS[i]) if type(v) == "table" then v = "" end
   if not keep then
     redis.call("ZREM", KEYS[n + i], ARGV[3])
   elseif not (v and v ~= ARGV[1] and string.sub(v, 1, 21) ~= "redlock-mux:reserved:") and tonumber(ARGV[5]) > 0 then

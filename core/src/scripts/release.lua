@@ -1,6 +1,6 @@
 local held, gone = false, false
 for i = 1, #KEYS do
-  local v = redis.call("GET", KEYS[i])
+  local v = redis.pcall("GET", KEYS[i]) if type(v) == "table" then v = "" end
   if v == ARGV[1] then redis.call("DEL", KEYS[i])
   elseif v == false then gone = true
   else held = true end

@@ -143,6 +143,16 @@ fn call<T>(r: Result<T, String>, line: u32) -> Result<T, Stop> {
 }
 
 /// `redis.call("GET", key)`: the string or `false` (`None`).
+/// `redis.pcall("GET", key)`, an error read as `""` (`handoff.lua`: a key of another type is
+/// held by another, and the release goes on to the next key).
+fn pget(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Option<Bytes> {
+    match m.read(ex, key).map(|e| e.value) {
+        None => None,
+        Some(Value::Str(b)) => Some(b),
+        Some(Value::Zset(_)) => Some(Bytes::new()),
+    }
+}
+
 fn get(m: &mut Master, ex: &mut Ex, key: &[u8], line: u32) -> Result<Option<Bytes>, Stop> {
     match m.read(ex, key).map(|e| e.value) {
         None => Ok(None),
@@ -486,7 +496,7 @@ fn handoff(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Resul
     let (mut held, mut gone) = (false, false);
     for i in 0..n {
         let (key, q) = (keys[i], keys[n + i]);
-        let v = get(m, ex, key, body(8))?;
+        let v = pget(m, ex, key);
         let released = v.as_deref() == Some(token);
         if !keep {
             zrem(m, ex, q, id, body(10))?;

@@ -236,6 +236,7 @@ fn run<'a>(
         Some(Script::Extend) => extend(m, ex, keys, argv).map(int),
         Some(Script::Fence) => fence(m, ex, keys, argv).map(int),
         Some(Script::Permit) => permit(m, ex, keys, argv).map(int),
+        Some(Script::Slots) => Ok(slots(m, ex, keys)),
         Some(fair) => super::fair_scripts::run(m, ex, fair, keys, argv),
         None => Err(Stop::Unsimulated),
     };
@@ -271,10 +272,10 @@ enum Got {
 /// `GET` from a script, the value compared with `want` (without a copy of it; no `want`: no
 /// value is the same).
 fn script_get(m: &mut Master, ex: &mut Ex, key: &[u8], want: Option<&[u8]>) -> Got {
-    // (The lock scripts read locks' keys, which never hold a sorted set.)
-    m.read_with(ex, key, |e| match e.and_then(|e| e.value.as_str()) {
+    // A key of another type is another's (`release.lua` reads it with `pcall`).
+    m.read_with(ex, key, |e| match e.map(|e| e.value.as_str()) {
         None => Got::Nothing,
-        Some(v) if Some(&v[..]) == want => Got::Same,
+        Some(Some(v)) if Some(&v[..]) == want => Got::Same,
         Some(_) => Got::Other,
     })
 }
@@ -322,6 +323,15 @@ fn permit(m: &mut Master, ex: &mut Ex, keys: &[&[u8]], argv: &[&[u8]]) -> Result
         }
     }
     Ok(0)
+}
+
+/// `slots.lua`: `EXISTS` of each key, `0` or `1`.
+fn slots(m: &mut Master, ex: &mut Ex, keys: &[&[u8]]) -> Reply {
+    Reply::Array(
+        keys.iter()
+            .map(|k| Reply::Int(i64::from(m.read(ex, k).is_some())))
+            .collect(),
+    )
 }
 
 /// `release.lua`.

@@ -186,8 +186,8 @@ impl Gen<'_> {
             self.push(Kind::Exact, &[b"CLIENT", b"CACHING", b"YES"]);
         }
         let k = self.key();
-        if self.rng.chance(20) {
-            // A permit's read of the slots after a split.
+        if self.rng.chance(5) {
+            // A multi-key read (`MGET`, which the simulated master serves too).
             let (k2, k3) = (self.key(), self.key());
             return self.push(Kind::Exact, &[b"MGET", &k, &k2, &k3]);
         }
@@ -206,13 +206,18 @@ impl Gen<'_> {
 
     /// A call of one of the scripts, by `EVALSHA`, `EVAL` or `FCALL`.
     fn script_call(&mut self) {
-        let which = *self.rng.pick(&[
-            Script::Acquire,
-            Script::Release,
-            Script::Extend,
-            Script::Fence,
-            Script::Permit,
-        ]);
+        // (A semaphore's two scripts one call in ten, so that the lock scripts' paths are
+        // reached as often as before them.)
+        let which = if self.rng.chance(10) {
+            *self.rng.pick(&[Script::Permit, Script::Slots])
+        } else {
+            *self.rng.pick(&[
+                Script::Acquire,
+                Script::Release,
+                Script::Extend,
+                Script::Fence,
+            ])
+        };
         let n = self.rng.range(1, 3) as usize;
         let mut keys: Vec<Vec<u8>> = (0..n).map(|_| self.key()).collect();
         let token = self.token();
@@ -235,6 +240,7 @@ impl Gen<'_> {
                 }
             }
             Script::Release => {}
+            Script::Slots => argv.clear(),
             Script::Extend | Script::Permit => {
                 let (ttl, s) = self.ttl();
                 short = s;
