@@ -283,6 +283,10 @@ fn a_waiter_whose_failed_tries_are_not_released_is_caught() {
     let mut p = Params::new(1);
     p.faults = Faults::NONE;
     p.negative = Some(Negative::NoRelease);
+    // (In the worlds as drawn before semaphores: with them, the first seeds that break this
+    // way moved past the forty searched, and other invariants break first, at seed 43 an
+    // acquisition left waiting by the driver that never sent its release.)
+    p.semaphores = false;
     let (seed, v) = caught(&p, "liveness-expiry", 40);
     println!("no-release: seed {seed}: {}", v.detail);
 }
