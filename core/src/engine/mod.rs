@@ -448,7 +448,8 @@ impl<U> Engine<U> {
     /// Whether a driver's pass at `now` would find anything to do: a socket to open or drop,
     /// bytes to write (or a write pass to end) on an open connection, a decided round, a
     /// watch that fired, an event to take, or a timer due by `now` (a round's deadline, a
-    /// connect's timeout, a fair waiter's bells, a lapse the second in a line looks at). A driver that has just made a pass and
+    /// connect's timeout, a fair waiter's bells, a lapse the second in a line looks at, a claim's
+    /// gate past its lease with a round held back). A driver that has just made a pass and
     /// changed something may stop when this is false, instead of making one more pass only to
     /// find nothing. It errs towards `true` (a deadline of a round that ended, any bell
     /// pending): one pass too many, never one too few.
@@ -459,6 +460,7 @@ impl<U> Engine<U> {
             || !self.events.is_empty()
             || !self.bells.is_empty()
             || self.lapses_due().is_some_and(|due| due <= now)
+            || self.gates_due().is_some_and(|due| due <= now)
             || self
                 .deadlines
                 .peek()
