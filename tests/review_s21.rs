@@ -35,7 +35,7 @@
 //!
 //! Suspected by the reviewer and handled: a dropped async future whose round was held back
 //! would have sent it after its leave (back in the line with nobody waiting): the async
-//! driver and the simulator now tell the engine (`Engine::forget_parked`;
+//! driver and the simulator now tell the engine (`Engine::forget_gone`;
 //! `engine::gate_tests::a_held_back_wait_whose_waiter_went_away_ends_unsent`).
 //!
 //! Held (tests pass; each asserts an order, a count or a bound that a regression would break):

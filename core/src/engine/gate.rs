@@ -20,7 +20,7 @@
 use std::time::Instant;
 
 use super::{Engine, Tag};
-use crate::command::{Command, OpKind, OwnedCommand};
+use crate::command::{Command, Expect, OpKind, OwnedCommand};
 use crate::lock::Names;
 use crate::round::{Round, Until};
 use crate::{error::NodeOutcome, Token};
@@ -112,11 +112,23 @@ impl<U> Engine<U> {
         }
     }
 
-    /// Ends unsent every round held back by an open claim (see `gate.rs`) whose caller `gone`
-    /// says went away: an async caller that dropped its future, whose leave the driver fired.
-    /// Sent after that leave, such a round would put the client back in the line with nobody
-    /// waiting there. Nothing to do, and nothing done, when no round is held back.
-    pub fn forget_parked(&mut self, gone: impl Fn(&U) -> bool) {
+    /// Forgets what the operations whose caller `gone` says went away (an async caller that
+    /// dropped its future, whose leave or release the driver fires next) still hold in the
+    /// engine, before that command is fired:
+    /// - every round of theirs held back by an open claim (see `gate.rs`) ends unsent: sent
+    ///   after the leave, it would put the client back in the line with nobody waiting there;
+    /// - their rounds in flight stop counting as a waiter of this client in the line (an
+    ///   abandoned wait's read would otherwise keep its own leave; see `Engine::waits_for`).
+    ///   The rounds themselves run on, so that the connections stay in step.
+    pub fn forget_gone(&mut self, gone: impl Fn(&U) -> bool) {
+        if !self.fair_rounds.is_empty() {
+            let mut rounds = std::mem::take(&mut self.fair_rounds);
+            rounds.retain(|(slot, gen, _)| {
+                let tag = Tag::of(*slot, *gen, Expect::Script);
+                !self.op(tag).is_some_and(|op| gone(&op.user))
+            });
+            self.fair_rounds = rounds;
+        }
         if self.parked.is_empty() {
             return;
         }

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::fair_tests::{connected, sent_commands};
+use super::fair_tests::{connected, sent_commands, woken};
 use super::*;
 use crate::command::{Command, OpKind};
 use crate::lock::{Name, Names};
@@ -278,7 +278,7 @@ fn a_held_back_wait_whose_waiter_went_away_ends_unsent() {
     // The waiter goes away: its watch, then its leave; its driver says so.
     e.unwatch(7);
     e.fire(&Command::leave(&res), t);
-    e.forget_parked(|user| *user == 2);
+    e.forget_gone(|user| *user == 2);
     for i in 0..5 {
         e.handle_input(i, if i < 2 { b":0\r\n" } else { b":-1\r\n" }, t);
     }
@@ -315,4 +315,61 @@ fn held_back_rounds_go_when_the_driver_says() {
         assert_eq!(scripts_sent(&mut e, i), vec![WAIT.to_vec()], "node {i}");
     }
     assert_eq!(e.gates.len(), 1, "the claim is still open");
+}
+
+const LEAVE: &[u8] = crate::script::LEAVE_SHA1.as_bytes();
+
+/// A waiter of the client between two watches (its read of the line in flight, no watch
+/// registered) is a waiter in the line all the same: another waiter's leave keeps the
+/// client's place (nothing is sent), and a release keeps it too and wakes it at its next
+/// watch (CI at c8f1f76: `review_s15b`'s kept leave of a split enter took the place of a
+/// waiter whose round was out, and that waiter passed another client).
+#[test]
+fn a_waiter_with_a_round_out_keeps_the_place_from_a_leave_and_a_release() {
+    let t = Instant::now();
+    let (a, res) = (token(7), names("res"));
+    let mut e = connected(t);
+    e.submit(&command(OpKind::Wait, &res, None, 0), Until::AllIn, t, 1);
+    for i in 0..5 {
+        assert_eq!(scripts_sent(&mut e, i), vec![WAIT.to_vec()], "node {i}");
+    }
+    e.submit(&Command::leave(&res), Until::AllIn, t, 2);
+    for i in 0..5 {
+        assert!(scripts_sent(&mut e, i).is_empty(), "node {i}: kept");
+    }
+    let users: Vec<u32> = std::iter::from_fn(|| e.poll_completed())
+        .map(|d| d.user)
+        .collect();
+    assert_eq!(users, vec![2], "the kept leave is answered at once");
+    let release = command(OpKind::Release, &res, Some(&a), 0);
+    assert!(e.own_waiter(&release), "a release keeps the place");
+    e.submit(&release, Until::AllIn, t, 3);
+    assert!(woken(&mut e).is_empty(), "nobody watches yet");
+    // The read's answers come; its waiter watches the line again: woken at once.
+    for i in 0..5 {
+        e.handle_input(i, b"*2\r\n:5000\r\n:1\r\n", t);
+    }
+    e.watch(9, super::fair_tests::line(b"res"));
+    assert_eq!(woken(&mut e), vec![9], "the held wake");
+    e.watch(10, super::fair_tests::line(b"res"));
+    assert!(woken(&mut e).is_empty(), "held once");
+}
+
+/// An async caller gone with its read of the line out (its future dropped): once the driver
+/// says so (`forget_gone`), that read is no waiter of the client, and the leave it fires goes
+/// out (simulator seed 141160).
+#[test]
+fn the_round_of_a_caller_gone_keeps_no_place_for_its_own_leave() {
+    let t = Instant::now();
+    let res = names("res");
+    let mut e = connected(t);
+    e.submit(&command(OpKind::Wait, &res, None, 0), Until::AllIn, t, 1);
+    for i in 0..5 {
+        assert_eq!(scripts_sent(&mut e, i), vec![WAIT.to_vec()], "node {i}");
+    }
+    e.forget_gone(|user| *user == 1);
+    e.fire(&Command::leave(&res), t);
+    for i in 0..5 {
+        assert_eq!(scripts_sent(&mut e, i), vec![LEAVE.to_vec()], "node {i}");
+    }
 }

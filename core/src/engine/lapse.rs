@@ -84,7 +84,7 @@ impl<U> Engine<U> {
 
     /// Whether a waiter of this client has a round in flight on `resource` (a claim, a read of
     /// its line, an enter): it stands in the line, its watch taken back for that round.
-    fn in_round(&self, resource: &[u8]) -> bool {
+    pub(super) fn in_round(&self, resource: &[u8]) -> bool {
         self.fair_rounds
             .iter()
             .any(|(_, _, names)| names.iter().any(|n| n.as_bytes() == resource))

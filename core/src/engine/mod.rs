@@ -209,6 +209,9 @@ pub struct Engine<U> {
     /// operation's slot and generation, and its resources: a waiter in one of them stands in
     /// those lines though its watch is taken back (see `lapse.rs`).
     fair_rounds: Vec<(u32, u32, crate::lock::Names)>,
+    /// Fair mode: resources a release kept the client's place in while a waiter of them was
+    /// between two watches: that waiter's next watch fires at once (see `watch.rs`).
+    held_wakes: Vec<Box<[u8]>>,
     /// Fair mode: this client's claims that may have taken its place out of a line, and the
     /// waits and enters held back until they are answered (see `gate.rs`).
     gates: Vec<gate::Gate>,
@@ -273,6 +276,7 @@ impl<U> Engine<U> {
             handed: Vec::new(),
             lapses: Vec::new(),
             fair_rounds: Vec::new(),
+            held_wakes: Vec::new(),
             gates: Vec::new(),
             parked: Vec::new(),
             lapse_margin: cfg.fair.as_ref().map_or(Duration::ZERO, |f| {

@@ -130,6 +130,14 @@ impl<U> Engine<U> {
                 |k| resources.iter().any(|r| watch::is_line_of(k, r.as_bytes())),
                 watch::Wake::Pushed,
             );
+            // A waiter of the client between two watches (a round of it in flight, ahead of
+            // this release on every connection) has no watch to fire: the wake waits for its
+            // next watch of the line.
+            for r in resources {
+                if self.in_round(r.as_bytes()) {
+                    self.hold_wake(r.as_bytes());
+                }
+            }
         }
     }
 

@@ -83,6 +83,9 @@ pub(super) struct Enter {
     owed: u64,
 }
 
+/// The most wakes held for waiters between two watches (see `Engine::hold_wake`).
+pub(super) const MAX_HELD_WAKES: usize = 64;
+
 /// The most won enter rounds followed at once beyond those in flight (a bound on what a flood
 /// of tries can hold; past it, the oldest is answered at once: see `Engine::entering`).
 pub(super) const MAX_ENTERS: usize = 4096;
@@ -196,12 +199,14 @@ impl<U> Engine<U> {
 
     /// A won enter of `name` (its operation's own watch `own`) may have joined the caller to
     /// the lines of the nodes in `nodes`: a leave to those nodes only, unless a waiter of the
-    /// client other than that operation stands in the resource's line.
+    /// client other than that operation stands in the resource's line, or has a round in
+    /// flight there (the enter's own round is decided by now: not among them).
     fn leave_owed(&mut self, name: crate::lock::Name, own: Option<u64>, nodes: u64, now: Instant) {
         let other_waiter = self
             .watches
             .iter()
-            .any(|(id, key)| Some(*id) != own && is_line_of(key, name.as_bytes()));
+            .any(|(id, key)| Some(*id) != own && is_line_of(key, name.as_bytes()))
+            || self.in_round(name.as_bytes());
         if other_waiter || nodes == 0 {
             return;
         }
@@ -385,7 +390,7 @@ impl<U> Engine<U> {
     pub(super) fn own_waiter(&self, cmd: &crate::command::Command<'_>) -> bool {
         self.fair.is_some()
             && cmd.kind == crate::command::OpKind::Release
-            && cmd.resources.iter().any(|n| self.in_line(n.as_bytes()))
+            && cmd.resources.iter().any(|n| self.waits_for(n.as_bytes()))
     }
 
     /// Fair mode: for a leave, which of its resources it may leave: those no other waiter of
@@ -399,13 +404,13 @@ impl<U> Engine<U> {
         if self.fair.is_none() || cmd.kind != crate::command::OpKind::Leave {
             return None;
         }
-        if !cmd.resources.iter().any(|n| self.in_line(n.as_bytes())) {
+        if !cmd.resources.iter().any(|n| self.waits_for(n.as_bytes())) {
             return None;
         }
         Some(
             cmd.resources
                 .iter()
-                .filter(|n| !self.in_line(n.as_bytes()))
+                .filter(|n| !self.waits_for(n.as_bytes()))
                 .cloned()
                 .collect(),
         )
@@ -414,7 +419,31 @@ impl<U> Engine<U> {
     /// Fair mode: whether a waiter of this client stands in `resource`'s line, so that a leave
     /// sent now spares that line (the client's waiters share one place: see `leave_kept`).
     pub fn stands_in_line(&self, resource: &[u8]) -> bool {
-        self.fair.is_some() && self.in_line(resource)
+        self.fair.is_some() && self.waits_for(resource)
+    }
+
+    /// Fair mode: a release of `resource` kept the client's place for a waiter of it that has
+    /// a round in flight there, and no watch to wake: the next watch of the line fires at
+    /// once. (Kept until then, the oldest forgotten past [`MAX_HELD_WAKES`]: a wake that
+    /// finds nobody costs its waiter one claim.)
+    pub(super) fn hold_wake(&mut self, resource: &[u8]) {
+        if self.held_wakes.iter().any(|r| r.as_ref() == resource) {
+            return;
+        }
+        if self.held_wakes.len() >= MAX_HELD_WAKES {
+            self.held_wakes.remove(0);
+        }
+        self.held_wakes.push(resource.into());
+    }
+
+    /// Fair mode: whether a waiter of this client waits for `resource`: its watch stands in
+    /// the line, or it has a round in flight there (an enter, a read of the line, a claim: its
+    /// watch taken back for that round). A waiter between two watches is no less in the line
+    /// (CI at c8f1f76: a second waiter's enter still unanswered when the first waiter's
+    /// kept leave went out; the leave took the client's place out of the line the second
+    /// waiter had just entered, and the second waiter then passed another client).
+    fn waits_for(&self, resource: &[u8]) -> bool {
+        self.in_line(resource) || self.in_round(resource)
     }
 
     /// Fair mode: whether a waiter of this client stands in `resource`'s line (its watch is
@@ -484,6 +513,14 @@ impl<U> Engine<U> {
             .map(|b| b.key.clone());
         if !self.lapses.is_empty() {
             self.waiting_for_lapse(&key);
+        }
+        let held = self.held_wakes.iter().position(|r| is_line_of(&key, r));
+        if let Some(k) = held {
+            // A release that kept the client's place woke the waiters of the line while
+            // this one was between two watches (see `hold_wake`).
+            self.held_wakes.swap_remove(k);
+            self.woken.push_back((id, Wake::Pushed));
+            return;
         }
         self.watches.push((id, key));
         if let Some(resource) = pending {

@@ -238,8 +238,8 @@ impl Driver {
                     any = true;
                     // A caller that went away fires what its operation leaves behind: a
                     // round of its held back by an open claim of the client must not go out
-                    // after that (fair mode, see `Engine::forget_parked`).
-                    self.engine.forget_parked(oneshot::Sender::is_closed);
+                    // after that (fair mode, see `Engine::forget_gone`).
+                    self.engine.forget_gone(oneshot::Sender::is_closed);
                     self.engine.fire(&cmd.borrow(), now);
                 }
                 Poll::Ready(Some(Msg::Stats { reply })) => {

@@ -378,6 +378,13 @@ impl Client {
         let fired = match &run.op {
             AnyOp::Acquire(o) => match o.abandon() {
                 Some(cmd) => {
+                    // As the async driver does: a round of the operation held back by an
+                    // open claim of the client never goes out after what it fires, and its
+                    // round in flight is no waiter of the client (first: the judge asks the
+                    // engine below where the client still stands).
+                    if let Wait::Round(seq) = run.wait {
+                        self.engine.forget_gone(|s| *s == seq);
+                    }
                     if self.cfg.fair().is_some() {
                         // A try's release takes the client out of the lines; a waiter's leave too.
                         let what = match cmd.expect() {
@@ -386,11 +393,6 @@ impl Client {
                         };
                         let res = leaving(sim, &self.engine, self.spec.fenced, &run.res);
                         sim.fair.note(sim.now, self.id, &res, what);
-                    }
-                    // As the async driver does: a round of the operation held back by an
-                    // open claim of the client never goes out after what it fires.
-                    if let Wait::Round(seq) = run.wait {
-                        self.engine.forget_parked(|s| *s == seq);
                     }
                     self.engine.fire(&cmd, self.local(sim));
                     true
