@@ -2161,11 +2161,11 @@ fn reply_for(cmd: &Cmd, v: u8, kind: u8, resp3: &mut bool, out: &mut Vec<u8>) {
             _ => bulk(out, digest.unwrap_or("0").as_bytes()),
         },
         Shape::FunctionLoad => match what {
-            NO => error(out, "ERR Library 'redlock_mux_v12' already exists"),
+            NO => error(out, "ERR Library 'redlock_mux_v13' already exists"),
             REFUSE => noperm(out, "function|load"),
             ERROR => error(out, "ERR Error registering functions"),
             ODD => int(out, 1),
-            _ => bulk(out, b"redlock_mux_v12"),
+            _ => bulk(out, b"redlock_mux_v13"),
         },
         Shape::Ping => match what {
             NO | GONE => simple(out, "PONG"),

@@ -351,6 +351,73 @@ fn a_failed_claim_keeps_its_place_at_its_ticket() {
     assert!(b.bells().is_empty(), "the next one is not rung");
 }
 
+/// A failed claim's release that finds another client's lock on the resource (its own
+/// claim's lock ran out there while its round waited for a slow master, and the next waiter
+/// took the resource) still puts the client back at its ticket; one that finds a lock of its
+/// own client's other waiter, served from the shared place meanwhile (the claim's record,
+/// `redlock-mux:served:<r>`, names the client and that token), does not: that place is spent
+/// (simulator seed 3938). Before session 23 both were left out, and the first lost its place
+/// for good (`tests/review_s19b.rs::a_failed_claim_whose_token_ran_out_keeps_its_place`,
+/// under load: X's release landed just after Y's claim).
+#[test]
+fn a_failed_claim_is_put_back_unless_its_own_client_was_served_there() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    for sibling in [false, true] {
+        let r = resource(if sibling {
+            "fair-served-own"
+        } else {
+            "fair-served-other"
+        });
+        let q = format!("{QUEUE_PREFIX}{r}");
+        let mut holder = Client::new(&addr, "h");
+        holder.send(&["SET", &r, TOKEN_H, "NX", "PX", "30000"]);
+        holder.reply();
+        let mut a = Client::new(&addr, "a");
+        let mut b = Client::new(&addr, if sibling { "a" } else { "b" });
+        let mut c = Client::new(&addr, "c");
+        a.wait(&r, 60_000);
+        c.wait(&r, 60_000);
+        assert_eq!(holder.handoff(&r, TOKEN_H, 60_000), 1);
+        assert_eq!(a.bells(), vec![r.as_str()]);
+        if sibling {
+            // a's two waiters share a place: one claims and is served; the other's claim is
+            // refused here (it fails overall) and its release comes after.
+            assert_eq!(b.claim(&r, TOKEN_X), 0, "a's other waiter served");
+            assert_eq!(queue(&addr, &r), ["c"]);
+            assert_eq!(
+                a.claim(&r, TOKEN_A),
+                -1,
+                "refused: a's other waiter holds it"
+            );
+        } else {
+            // a's claim takes the resource here; its lock runs out, and b, which came next,
+            // takes it.
+            assert_eq!(a.claim(&r, TOKEN_A), 0);
+            redis(&addr, &["DEL", &r]);
+            redis(&addr, &["ZREM", &q, "c"]);
+            b.wait(&r, 60_000);
+            assert_eq!(b.claim(&r, TOKEN_X), 0, "b heads the line: served");
+            assert!(queue(&addr, &r).is_empty());
+        }
+        a.eval(
+            script::HANDOFF,
+            &[&r, &q],
+            &[TOKEN_A, "60000", "a", "0", "1"],
+        );
+        if sibling {
+            assert_eq!(queue(&addr, &r), ["c"], "the served place is spent");
+        } else {
+            assert_eq!(queue(&addr, &r), ["a"], "back at its ticket");
+            assert_eq!(
+                get(&addr, &r).as_deref(),
+                Some(TOKEN_X),
+                "b's lock untouched"
+            );
+        }
+    }
+}
+
 /// A claim woken by a release's bells from other masters may reach a master before that
 /// release does: it takes the resource from the releasing token there (and only from that
 /// token), rather than fail and cost a wait, and records that it did (`redlock-mux:taken:<r>`,

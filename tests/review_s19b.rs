@@ -369,10 +369,27 @@ fn a_failed_claim_whose_token_ran_out_keeps_its_place() {
         std::thread::sleep(Duration::from_millis(100));
         let released = s.spawn(|| h.unlock(&held));
         let t0 = Instant::now();
-        wait_until(Duration::from_secs(10), "X's claim took A", || {
-            in_line(&direct[..1], &key, "x") == 0
-                && testkit::get(&direct[0], &key).is_some_and(|v| v.len() == 40)
-        });
+        let mut early = Vec::new();
+        let took_a = || {
+            let q = redis(
+                &direct[0],
+                &["ZRANGE", &line(&key), "0", "-1", "WITHSCORES"],
+            );
+            let v = testkit::get(&direct[0], &key);
+            let now = format!("{:?} {q:?}", v.as_deref().map(|v| &v[..v.len().min(24)]));
+            if early.last().map(|(_, s)| s) != Some(&now) {
+                early.push((t0.elapsed(), now));
+            }
+            in_line(&direct[..1], &key, "x") == 0 && v.is_some_and(|v| v.len() == 40)
+        };
+        let mut took_a = took_a;
+        while !took_a() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "X's claim never took A; A was: {early:?}"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
         let took = t0.elapsed();
         let mut seen = Vec::new();
         wait_until(Duration::from_secs(20), "X back in A's line", || {

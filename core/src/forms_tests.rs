@@ -159,7 +159,7 @@ fn every_form_is_written_from_the_evalsha_copy() {
             && ext.ends_with("$2\r\nPX\r\n$4\r\n5000\r\n"),
         "{ext}"
     );
-    assert!(text(Sent::Fcall, &release).contains("redlock_mux_v12_release"));
+    assert!(text(Sent::Fcall, &release).contains("redlock_mux_v13_release"));
     assert!(text(Sent::Eval, &release).contains("redis.call"));
     let mut out = BytesMut::new();
     assert!(!write_as(

@@ -82,39 +82,39 @@ pub const SLOTS_SHA1: &str = "a0f7c91681e37b3be6cb08afb20a616932f5957b";
 /// the scripts' own. The version in the names changes whenever a script does, so that
 /// clients of different versions never call each other's functions.
 pub const LIBRARY: &str = concat!(
-    "#!lua name=redlock_mux_v12\n",
-    "redis.register_function('redlock_mux_v12_acquire', function(KEYS, ARGV)\n",
+    "#!lua name=redlock_mux_v13\n",
+    "redis.register_function('redlock_mux_v13_acquire', function(KEYS, ARGV)\n",
     include_str!("scripts/acquire.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v12_release', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v13_release', function(KEYS, ARGV)\n",
     include_str!("scripts/release.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v12_extend', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v13_extend', function(KEYS, ARGV)\n",
     include_str!("scripts/extend.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v12_fence', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v13_fence', function(KEYS, ARGV)\n",
     include_str!("scripts/fence.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v12_permit', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v13_permit', function(KEYS, ARGV)\n",
     include_str!("scripts/permit.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v12_slots', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v13_slots', function(KEYS, ARGV)\n",
     include_str!("scripts/slots.lua"),
     "end)\n",
     include_str!("scripts/ring.lua"),
-    "redis.register_function('redlock_mux_v12_wait', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v13_wait', function(KEYS, ARGV)\n",
     include_str!("scripts/wait.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v12_claim', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v13_claim', function(KEYS, ARGV)\n",
     include_str!("scripts/claim.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v12_handoff', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v13_handoff', function(KEYS, ARGV)\n",
     include_str!("scripts/handoff.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v12_leave', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v13_leave', function(KEYS, ARGV)\n",
     include_str!("scripts/leave.lua"),
     "end)\n",
-    "redis.register_function('redlock_mux_v12_enter', function(KEYS, ARGV)\n",
+    "redis.register_function('redlock_mux_v13_enter', function(KEYS, ARGV)\n",
     include_str!("scripts/enter.lua"),
     include_str!("scripts/wait.lua"),
     "end)\n",
@@ -123,17 +123,17 @@ pub const LIBRARY: &str = concat!(
 /// The names of [`LIBRARY`]'s functions, in the order of [`ALL`] then [`FAIR`]: acquire,
 /// release, extend, fence, permit, slots; wait, claim, hand-off, leave, enter.
 pub const FUNCTIONS: [&str; 11] = [
-    "redlock_mux_v12_acquire",
-    "redlock_mux_v12_release",
-    "redlock_mux_v12_extend",
-    "redlock_mux_v12_fence",
-    "redlock_mux_v12_permit",
-    "redlock_mux_v12_slots",
-    "redlock_mux_v12_wait",
-    "redlock_mux_v12_claim",
-    "redlock_mux_v12_handoff",
-    "redlock_mux_v12_leave",
-    "redlock_mux_v12_enter",
+    "redlock_mux_v13_acquire",
+    "redlock_mux_v13_release",
+    "redlock_mux_v13_extend",
+    "redlock_mux_v13_fence",
+    "redlock_mux_v13_permit",
+    "redlock_mux_v13_slots",
+    "redlock_mux_v13_wait",
+    "redlock_mux_v13_claim",
+    "redlock_mux_v13_handoff",
+    "redlock_mux_v13_leave",
+    "redlock_mux_v13_enter",
 ];
 
 /// Every script with its digest.
@@ -243,7 +243,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "7509e71ae5e43840d100fd091d52bfe396a3e56e";
+pub const CLAIM_SHA1: &str = "d9f5208ff9abbcf8974f5c8901872d9196643fd1";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -262,7 +262,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "54f3191e236f7ef6ac63b7cfedabc100ddb8b8a1";
+pub const HANDOFF_SHA1: &str = "d0f505d9dca473eee5c525f25e41ef1d473d0453";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. A client that

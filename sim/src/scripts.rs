@@ -67,8 +67,8 @@ pub const KNOWN: [(&str, Script); 6] = [
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
     ("b3ca311deef955f343c79d608bd5d42a276709cb", Script::Wait),
-    ("7509e71ae5e43840d100fd091d52bfe396a3e56e", Script::Claim),
-    ("54f3191e236f7ef6ac63b7cfedabc100ddb8b8a1", Script::Handoff),
+    ("d9f5208ff9abbcf8974f5c8901872d9196643fd1", Script::Claim),
+    ("d0f505d9dca473eee5c525f25e41ef1d473d0453", Script::Handoff),
     ("32f7b7d2dc6ddce90c922cccb6e989f7e2320950", Script::Leave),
     ("30aabc65c85b6e3bd7c4f30f339e70b793c8b2b9", Script::Enter),
 ];

@@ -346,7 +346,7 @@ const MUST_REACH: &[&str] = &[
     "PTTL: >1",
     "HELLO: map",
     "AUTH: error WRONGPASS invalid username-password",
-    "FUNCTION: error ERR Library 'redlock_mux_v12'",
+    "FUNCTION: error ERR Library 'redlock_mux_v13'",
     "CONFIG: map",
 ];
 

@@ -345,11 +345,11 @@ fn a_refused_evalsha_switches_an_auto_connection_to_functions() {
     let load = out.find("FUNCTION").expect("FUNCTION LOAD");
     let fcall = out.find("FCALL").expect("FCALL");
     assert!(
-        load < fcall && out.contains("redlock_mux_v12_release"),
+        load < fcall && out.contains("redlock_mux_v13_release"),
         "{out}"
     );
     // Its reply goes to 1; later scripted commands go out as FCALL at once.
-    feed(&mut c, b"$15\r\nredlock_mux_v12\r\n:1\r\n");
+    feed(&mut c, b"$15\r\nredlock_mux_v13\r\n:1\r\n");
     assert_eq!(c.next_reply().unwrap(), Some((1, Frame::Integer(1))));
     c.out.clear();
     c.queue(

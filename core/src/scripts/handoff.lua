@@ -8,7 +8,7 @@ for i = 1, n do
   local v = redis.pcall("GET", KEYS[i]) if type(v) == "table" then v = "" end
   if not keep then
     redis.call("ZREM", KEYS[n + i], ARGV[3])
-  elseif not (v and v ~= ARGV[1] and string.sub(v, 1, 21) ~= "redlock-mux:reserved:") and tonumber(ARGV[5]) > 0 then
+  elseif not (v and v ~= ARGV[1] and string.sub(v, 1, 21) ~= "redlock-mux:reserved:" and redis.pcall("GET", "redlock-mux:served:" .. KEYS[i]) == ARGV[3] .. " " .. v) and tonumber(ARGV[5]) > 0 then
     redis.call("ZADD", KEYS[n + i], "NX", ARGV[5], ARGV[3])
   end
   if v == ARGV[1] or v == false or v == mine then

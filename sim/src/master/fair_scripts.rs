@@ -32,6 +32,9 @@ const SELF: &[u8] = b"redlock-mux:self";
 
 /// The record a claim leaves where it took the key from the release that rang it.
 const TAKEN: &[u8] = b"redlock-mux:taken:";
+/// The record a claim leaves of whom it served: `<client id> <token>`, for the claim's ttl
+/// (see `handoff`).
+const SERVED: &[u8] = b"redlock-mux:served:";
 
 /// A script's keys or arguments, each a slice of its command's bytes.
 type Args<'a> = &'a [&'a [u8]];
@@ -478,9 +481,19 @@ fn claim(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<
             set_px(m, ex, &taken, handed, ms.as_bytes(), body(21))?;
         }
         zrem(m, ex, keys[n + i], id, body(23))?;
+        // Who the place served: the client and the token (see `handoff`).
+        let served = [id, b" ", arg(argv, 1)?].concat();
+        set_px(
+            m,
+            ex,
+            &cat(SERVED, keys[i]),
+            &served,
+            arg(argv, 2)?,
+            body(24),
+        )?;
     }
     match keys.get(2 * n) {
-        Some(counter) => call(strings::incr(m, ex, counter), body(25)),
+        Some(counter) => call(strings::incr(m, ex, counter), body(26)),
         None => Ok(0),
     }
 }
@@ -500,14 +513,17 @@ fn handoff(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Resul
         let released = v.as_deref() == Some(token);
         if !keep {
             zrem(m, ex, q, id, body(10))?;
-        } else if !v
+        } else if !(v
             .as_deref()
             .is_some_and(|v| v != token && !v.starts_with(RESERVED))
+            && pget(m, ex, &cat(SERVED, key)).as_deref()
+                == Some(&[id, b" ", v.as_deref().unwrap_or_default()].concat()[..]))
             && number(arg(argv, 5)?)? > 0.0
         {
-            // Back at its ticket unless another lock holds the resource (a waiter of the
-            // client served from the place meanwhile): its token there, the key gone (its
-            // claim's lock ran out) or a reservation.
+            // Back at its ticket unless a waiter of the same client was served from the
+            // place meanwhile and holds the resource (its claim's record names the client
+            // and the token there): its own token there, the key gone (its claim's lock ran
+            // out), a reservation, or another client's lock.
             zadd_nx(m, ex, q, arg(argv, 5)?, id, body(12))?;
         }
         if released || v.is_none() || v.as_deref() == Some(&mine[..]) {
