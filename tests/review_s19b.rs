@@ -369,8 +369,8 @@ fn a_failed_claim_whose_token_ran_out_keeps_its_place() {
         std::thread::sleep(Duration::from_millis(100));
         let released = s.spawn(|| h.unlock(&held));
         let t0 = Instant::now();
-        let mut early = Vec::new();
-        let took_a = || {
+        let mut early: Vec<(Duration, String)> = Vec::new();
+        loop {
             let q = redis(
                 &direct[0],
                 &["ZRANGE", &line(&key), "0", "-1", "WITHSCORES"],
@@ -380,14 +380,24 @@ fn a_failed_claim_whose_token_ran_out_keeps_its_place() {
             if early.last().map(|(_, s)| s) != Some(&now) {
                 early.push((t0.elapsed(), now));
             }
-            in_line(&direct[..1], &key, "x") == 0 && v.is_some_and(|v| v.len() == 40)
-        };
-        let mut took_a = took_a;
-        while !took_a() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "X's claim never took A; A was: {early:?}"
-            );
+            if in_line(&direct[..1], &key, "x") == 0 && v.is_some_and(|v| v.len() == 40) {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                // What each client made of it (the paths open again, so that they end).
+                for p in [&hb, &hc, &xc] {
+                    p.set(Fault::Pass);
+                }
+                let (x_end, y_end) = (xw.join().unwrap(), yw.join().unwrap());
+                panic!(
+                    "X's claim never took A; A was: {early:?}; X ended {:?} after the \
+                     release with {:?}, Y {:?} with {:?}",
+                    x_end.0.saturating_duration_since(t0),
+                    x_end.1,
+                    y_end.0.saturating_duration_since(t0),
+                    y_end.1
+                );
+            }
             std::thread::sleep(Duration::from_millis(2));
         }
         let took = t0.elapsed();
