@@ -150,3 +150,43 @@ fn two_sets_in_crossed_lines_pass_on_to_the_waiter_behind_not_back() {
     assert!(s1.bells().is_empty(), "s1 not rung back");
     assert_eq!(queue(&addr, &a), ["s1", "s2", "w"], "every place kept");
 }
+
+/// A set's leave goes on past a resource whose key, or whose line's key, is of another type
+/// (a hostile or mistaken writer): it used to stop there with `WRONGTYPE`, and the client stayed
+/// in the lines of the set's later resources, a stale place that costs whoever waits behind it
+/// a claim lease at each hand-off.
+#[test]
+fn a_sets_leave_goes_on_past_keys_of_another_type() {
+    let server = LocalServer::start().unwrap();
+    let addr = server.addr().to_string();
+    for bad_line in [false, true] {
+        let (a, b) = (resource("fair-leave-wt-a"), resource("fair-leave-wt-b"));
+        let mut h = Client::new(&addr, "h");
+        set_nx(&mut h, &a, TOKEN_H);
+        set_nx(&mut h, &b, TOKEN_H);
+        let mut w = Client::new(&addr, "w");
+        w.wait_set(&[&a, &b], 60_000);
+        assert_eq!(queue(&addr, &b), ["w"]);
+        let qa = format!("{}{a}", redlock_mux::script::QUEUE_PREFIX);
+        let qb = format!("{}{b}", redlock_mux::script::QUEUE_PREFIX);
+        if bad_line {
+            redis(&addr, &["DEL", &qa]);
+            redis(&addr, &["LPUSH", &qa, "x"]);
+        } else {
+            redis(&addr, &["DEL", &a]);
+            redis(&addr, &["LPUSH", &a, "x"]);
+        }
+        let left = w.eval(
+            redlock_mux::script::LEAVE,
+            &[&a, &b, &qa, &qb],
+            &["w", "60000"],
+        );
+        assert_eq!(left, Frame::Integer(0), "bad line {bad_line}");
+        assert!(
+            queue(&addr, &b).is_empty(),
+            "bad line {bad_line}: out of b's line"
+        );
+        assert_eq!(get(&addr, &b).as_deref(), Some(TOKEN_H), "b untouched");
+        redis(&addr, &["DEL", &a, &b, &qa, &qb]);
+    }
+}

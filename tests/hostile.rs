@@ -166,3 +166,48 @@ hostile_cases!(
     unsolicited_reply => Behavior::Unsolicited,
     very_slow_bytes => Behavior::VerySlow,
 );
+
+/// A key of another type under a lock's resource (a mistaken or hostile writer replaced it)
+/// is another's to the extension and the fencing raise, as it is to the release: the
+/// extension ends `NotHeld`, the masters counted as held, where the scripts used to stop at
+/// `WRONGTYPE` and every master's vote was a server error. (The simulator's masters already
+/// answered so: the real scripts now match them.)
+#[test]
+fn an_extension_over_a_key_of_another_type_is_not_held() {
+    let c = testkit::local::LocalCluster::start(3).unwrap();
+    let addrs = c.addrs();
+    let client = redlock_mux::Redlock::builder()
+        .nodes(addrs.clone())
+        .build()
+        .unwrap();
+    let (a, b) = (
+        testkit::resource("wt-extend-a"),
+        testkit::resource("wt-extend-b"),
+    );
+    let mut lock = client
+        .lock_many(&[&a, &b], Duration::from_secs(30))
+        .unwrap();
+    for addr in &addrs {
+        testkit::redis(addr, &["DEL", &a]);
+        testkit::redis(addr, &["LPUSH", &a, "x"]);
+    }
+    match client.extend(&mut lock, Duration::from_secs(30)) {
+        Err(redlock_mux::Error::NotHeld { nodes }) => {
+            // (Decided at a quorum: a third answer may not be awaited.)
+            assert!(nodes.count(&NodeOutcome::Held) >= 2, "{nodes}");
+            assert!(
+                !nodes
+                    .0
+                    .iter()
+                    .any(|r| matches!(r.outcome, NodeOutcome::Server(_))),
+                "{nodes}"
+            );
+        }
+        other => panic!("an extension over a list: {other:?}"),
+    }
+    // Its other key is still the lock's own until the ttl: the release takes it.
+    assert!(client.unlock(&lock).is_err(), "a is another's");
+    for addr in &addrs {
+        assert!(testkit::get(addr, &b).is_none(), "{addr}: b released");
+    }
+}

@@ -46,7 +46,7 @@ pub const RELEASE_SHA1: &str = "2685a2a012ded70395ffcfd030cef0910dd01b3d";
 pub const EXTEND: &str = include_str!("scripts/extend.lua");
 
 /// SHA-1 of [`EXTEND`], in lowercase hex, as `EVALSHA` takes it.
-pub const EXTEND_SHA1: &str = "7c334e30b023b8d2a166458679b30d5b4dd4adae";
+pub const EXTEND_SHA1: &str = "cfba9b3380ab0e554f01a90003950e9371d1e5f9";
 
 /// The fencing write-back: if every key but the last holds `ARGV[1]`, raise the counter in the
 /// last key to `ARGV[2]` (never lower it), compared as the canonical decimal strings `INCR`
@@ -54,7 +54,7 @@ pub const EXTEND_SHA1: &str = "7c334e30b023b8d2a166458679b30d5b4dd4adae";
 pub const FENCE: &str = include_str!("scripts/fence.lua");
 
 /// SHA-1 of [`FENCE`], in lowercase hex, as `EVALSHA` takes it.
-pub const FENCE_SHA1: &str = "b224db508a658782c6d808645f06e07be871c097";
+pub const FENCE_SHA1: &str = "b3c3434d34a507cffe46e90f5480f2804dc5906f";
 
 /// A permit of a semaphore ([`Semaphore`](crate::Semaphore)): `SET` the first of `KEYS` (the
 /// semaphore's slots, in the caller's order) that is free to `ARGV[1]` with `NX PX ARGV[2]`,
@@ -278,7 +278,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "32f7b7d2dc6ddce90c922cccb6e989f7e2320950";
+pub const LEAVE_SHA1: &str = "ef336cf104daa29376c5c0b00fdfb4ad24b04e00";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
 pub const FAIR: [(&str, &str); 5] = [

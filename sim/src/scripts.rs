@@ -57,8 +57,8 @@ impl Script {
 pub const KNOWN: [(&str, Script); 6] = [
     ("fc1f70ab657ed9339b8f3a9f2484c8bf19d328ae", Script::Acquire),
     ("2685a2a012ded70395ffcfd030cef0910dd01b3d", Script::Release),
-    ("7c334e30b023b8d2a166458679b30d5b4dd4adae", Script::Extend),
-    ("b224db508a658782c6d808645f06e07be871c097", Script::Fence),
+    ("cfba9b3380ab0e554f01a90003950e9371d1e5f9", Script::Extend),
+    ("b3c3434d34a507cffe46e90f5480f2804dc5906f", Script::Fence),
     ("62a68ac92e5bdac6e42c927f9ed24ebcd46a4cbf", Script::Permit),
     ("a0f7c91681e37b3be6cb08afb20a616932f5957b", Script::Slots),
 ];
@@ -69,7 +69,7 @@ pub const FAIR: [(&str, Script); 5] = [
     ("b3ca311deef955f343c79d608bd5d42a276709cb", Script::Wait),
     ("d9f5208ff9abbcf8974f5c8901872d9196643fd1", Script::Claim),
     ("d0f505d9dca473eee5c525f25e41ef1d473d0453", Script::Handoff),
-    ("32f7b7d2dc6ddce90c922cccb6e989f7e2320950", Script::Leave),
+    ("ef336cf104daa29376c5c0b00fdfb4ad24b04e00", Script::Leave),
     ("30aabc65c85b6e3bd7c4f30f339e70b793c8b2b9", Script::Enter),
 ];
 

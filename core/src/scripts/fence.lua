@@ -1,7 +1,7 @@
 local n = #KEYS - 1
 local gone = false
 for i = 1, n do
-  local v = redis.call("GET", KEYS[i])
+  local v = redis.pcall("GET", KEYS[i])
   if v == false then gone = true elseif v ~= ARGV[1] then return 0 end
 end
 if gone then return -1 end

@@ -558,12 +558,21 @@ fn leave(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<
     let mut passed = 0;
     for i in 0..n {
         let (key, q) = (keys[i], keys[n + i]);
-        let three = call(zset::range(m, ex, q, b"0", b"2"), body(5))?;
-        zrem(m, ex, q, id, body(6))?;
-        let v = get(m, ex, key, body(7))?;
+        // (`pcall`: a line key of another type has no line to leave, and a resource's key of
+        // another type is another's; the leave goes on to the set's next resource.)
+        let (three, bad) = match zset::range(m, ex, q, b"0", b"2") {
+            Ok(three) => (three, false),
+            Err(_) => (Vec::new(), true),
+        };
+        if !bad {
+            zrem(m, ex, q, id, body(6))?;
+        }
+        let v = pget(m, ex, key);
         if v.as_deref() == Some(&mine[..]) {
             strings::del(m, ex, &[key]);
-            ring(m, ex, key, q, arg(argv, 2)?, None, id, false, None)?;
+            if !bad {
+                ring(m, ex, key, q, arg(argv, 2)?, None, id, false, None)?;
+            }
             passed += 1;
         } else if three.get(1).is_some_and(|(second, _)| second[..] == id[..]) {
             // The leaver stood second: a free resource is handed on (past a lapsed head), and
