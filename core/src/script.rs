@@ -209,7 +209,7 @@ pub const WAIT: &str = concat!(
 );
 
 /// SHA-1 of [`WAIT`].
-pub const WAIT_SHA1: &str = "b3ca311deef955f343c79d608bd5d42a276709cb";
+pub const WAIT_SHA1: &str = "0ffb0a0cfd4fb9c7e3aaf5140dc19dccc7437cff";
 
 /// Fair mode, the first try of a waiter that may wait (`lock`, `lock_within`): `SET NX PX`
 /// as a plain try, and, refused, the wait of [`WAIT`] in the same call, so that a waiter
@@ -226,7 +226,7 @@ pub const ENTER: &str = concat!(
 );
 
 /// SHA-1 of [`ENTER`].
-pub const ENTER_SHA1: &str = "30aabc65c85b6e3bd7c4f30f339e70b793c8b2b9";
+pub const ENTER_SHA1: &str = "4fe9bfcc45e84fbbc4e631baa4f3e7b506f1565b";
 
 /// Fair mode, a waiter's try: takes every resource that is reserved for the caller, or free
 /// once the head of its line has been rung (which may be the caller), or still held by the
@@ -243,7 +243,7 @@ pub const CLAIM: &str = concat!(
 );
 
 /// SHA-1 of [`CLAIM`].
-pub const CLAIM_SHA1: &str = "d9f5208ff9abbcf8974f5c8901872d9196643fd1";
+pub const CLAIM_SHA1: &str = "580edb34a32203496cefbfd714ba14aedaf57e93";
 
 /// Fair mode's release: [`RELEASE`], and each resource deleted (or found gone) is handed
 /// to the head of its line. A resource reserved for the caller itself counts as gone and is
@@ -262,7 +262,7 @@ pub const HANDOFF: &str = concat!(
 );
 
 /// SHA-1 of [`HANDOFF`].
-pub const HANDOFF_SHA1: &str = "d0f505d9dca473eee5c525f25e41ef1d473d0453";
+pub const HANDOFF_SHA1: &str = "fd79924912bafdb90c3b4889dfce20244ed9134c";
 
 /// Fair mode, a client leaves the queues of its resources (it gave up, or was rung for a
 /// resource it no longer waits for), and passes on a reservation it holds. A client that
@@ -278,7 +278,7 @@ pub const LEAVE: &str = concat!(
 );
 
 /// SHA-1 of [`LEAVE`].
-pub const LEAVE_SHA1: &str = "ef336cf104daa29376c5c0b00fdfb4ad24b04e00";
+pub const LEAVE_SHA1: &str = "74481e5dbfa725e748c5816bdd915b8f7af438cc";
 
 /// The fair scripts with their digests: wait, claim, hand-off, leave, enter.
 pub const FAIR: [(&str, &str); 5] = [

@@ -66,11 +66,11 @@ pub const KNOWN: [(&str, Script); 6] = [
 /// The digests of fair mode's scripts, as the core's `script::FAIR` lists them: wait, claim,
 /// hand-off, leave, enter.
 pub const FAIR: [(&str, Script); 5] = [
-    ("b3ca311deef955f343c79d608bd5d42a276709cb", Script::Wait),
-    ("d9f5208ff9abbcf8974f5c8901872d9196643fd1", Script::Claim),
-    ("d0f505d9dca473eee5c525f25e41ef1d473d0453", Script::Handoff),
-    ("ef336cf104daa29376c5c0b00fdfb4ad24b04e00", Script::Leave),
-    ("30aabc65c85b6e3bd7c4f30f339e70b793c8b2b9", Script::Enter),
+    ("0ffb0a0cfd4fb9c7e3aaf5140dc19dccc7437cff", Script::Wait),
+    ("580edb34a32203496cefbfd714ba14aedaf57e93", Script::Claim),
+    ("fd79924912bafdb90c3b4889dfce20244ed9134c", Script::Handoff),
+    ("74481e5dbfa725e748c5816bdd915b8f7af438cc", Script::Leave),
+    ("4fe9bfcc45e84fbbc4e631baa4f3e7b506f1565b", Script::Enter),
 ];
 
 /// The script a digest (lowercase hex) names, if the simulation knows it.

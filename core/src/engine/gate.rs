@@ -123,8 +123,8 @@ impl<U> Engine<U> {
     pub fn forget_gone(&mut self, gone: impl Fn(&U) -> bool) {
         if !self.fair_rounds.is_empty() {
             let mut rounds = std::mem::take(&mut self.fair_rounds);
-            rounds.retain(|(slot, gen, _)| {
-                let tag = Tag::of(*slot, *gen, Expect::Script);
+            rounds.retain(|r| {
+                let tag = Tag::of(r.slot, r.gen, Expect::Script);
                 !self.op(tag).is_some_and(|op| gone(&op.user))
             });
             self.fair_rounds = rounds;

@@ -373,3 +373,45 @@ fn the_round_of_a_caller_gone_keeps_no_place_for_its_own_leave() {
         assert_eq!(scripts_sent(&mut e, i), vec![LEAVE.to_vec()], "node {i}");
     }
 }
+
+/// A waiter whose operation holds its watch through its round (a first try's enter, under
+/// the early watch) is woken by a release that keeps the place: nothing is held for it, so a
+/// later waiter's watch of the line is not fired for nothing (session 23's review: the held
+/// wake stayed, and a later `lock` of the client spent a try on a claim at once). A held wake
+/// is also forgotten once the waiter it was held for is served, and after two node timeouts
+/// and a claim lease.
+#[test]
+fn a_wake_is_held_only_for_a_waiter_it_cannot_reach() {
+    let t = Instant::now();
+    let (a, res) = (token(7), names("res"));
+    let mut e = connected(t);
+    e.watch(9, super::fair_tests::line(b"res"));
+    e.submit(
+        &command(OpKind::Enter, &res, Some(&a), 0).watched_by(Some(9)),
+        Until::AllIn,
+        t,
+        1,
+    );
+    let b = token(8);
+    e.submit(
+        &command(OpKind::Release, &res, Some(&b), 0),
+        Until::AllIn,
+        t,
+        2,
+    );
+    assert_eq!(woken(&mut e), vec![9], "the enter's own watch is woken");
+    e.watch(10, super::fair_tests::line(b"res"));
+    assert!(woken(&mut e).is_empty(), "nothing held");
+    // A wait's read without a watch: held, then forgotten with time.
+    let mut e = connected(t);
+    e.submit(&command(OpKind::Wait, &res, None, 0), Until::AllIn, t, 1);
+    e.submit(
+        &command(OpKind::Release, &res, Some(&b), 0),
+        Until::AllIn,
+        t,
+        2,
+    );
+    e.handle_timeout(t + std::time::Duration::from_secs(60));
+    e.watch(10, super::fair_tests::line(b"res"));
+    assert!(woken(&mut e).is_empty(), "forgotten after its time");
+}

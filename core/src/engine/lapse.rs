@@ -87,7 +87,7 @@ impl<U> Engine<U> {
     pub(super) fn in_round(&self, resource: &[u8]) -> bool {
         self.fair_rounds
             .iter()
-            .any(|(_, _, names)| names.iter().any(|n| n.as_bytes() == resource))
+            .any(|r| r.names.iter().any(|n| n.as_bytes() == resource))
     }
 
     /// A bell rang this client for `key`: it heads the line now, and its claim follows.

@@ -208,10 +208,10 @@ pub struct Engine<U> {
     /// Fair mode: the waiters' rounds in flight (claims, reads of the line, enters), each
     /// operation's slot and generation, and its resources: a waiter in one of them stands in
     /// those lines though its watch is taken back (see `lapse.rs`).
-    fair_rounds: Vec<(u32, u32, crate::lock::Names)>,
+    fair_rounds: Vec<watch::FairRound>,
     /// Fair mode: resources a release kept the client's place in while a waiter of them was
     /// between two watches: that waiter's next watch fires at once (see `watch.rs`).
-    held_wakes: Vec<Box<[u8]>>,
+    held_wakes: Vec<(Box<[u8]>, Instant)>,
     /// Fair mode: this client's claims that may have taken its place out of a line, and the
     /// waits and enters held back until they are answered (see `gate.rs`).
     gates: Vec<gate::Gate>,
@@ -357,8 +357,13 @@ impl<U> Engine<U> {
             self.entering(slot, gen, name, cmd.watch, t1);
         }
         if self.fair.is_some() && matches!(cmd.kind, OpKind::Claim | OpKind::Wait | OpKind::Enter) {
-            self.fair_rounds
-                .push((slot, gen, cmd.resources.iter().cloned().collect()));
+            self.fair_rounds.push(watch::FairRound {
+                slot,
+                gen,
+                names: cmd.resources.iter().cloned().collect(),
+                watch: cmd.watch,
+                serves: cmd.kind != OpKind::Wait,
+            });
         }
         if self.fair.is_some() && cmd.kind == OpKind::Claim {
             self.claim_opened(slot, gen, cmd, t1);
@@ -607,8 +612,20 @@ impl<U> Engine<U> {
             self.entered(tag, &op.round);
         }
         if !self.fair_rounds.is_empty() {
+            if !self.held_wakes.is_empty() && op.round.decision() == Decision::Won {
+                // A waiter served: a wake held for it has nobody left to wake.
+                if let Some(r) = self
+                    .fair_rounds
+                    .iter()
+                    .find(|r| (r.slot, r.gen) == (tag.slot, tag.gen) && r.serves)
+                {
+                    let names = &r.names;
+                    self.held_wakes
+                        .retain(|(h, _)| !names.iter().any(|n| n.as_bytes() == &h[..]));
+                }
+            }
             self.fair_rounds
-                .retain(|(slot, gen, _)| (*slot, *gen) != (tag.slot, tag.gen));
+                .retain(|r| (r.slot, r.gen) != (tag.slot, tag.gen));
         }
         let won = !self.gates.is_empty() && op.round.decision() == Decision::Won;
         op.round.close(|_| NodeOutcome::Undecided);

@@ -126,16 +126,22 @@ impl<U> Engine<U> {
         self.native_wire = natives;
         if own_waiter {
             let resources = cmd.resources;
+            // A waiter of the client between two watches (a round of it in flight, ahead of
+            // this release on every connection, and no watch registered) is not reached by
+            // the wake: it waits for its next watch of the line. (One whose operation holds
+            // its watch through the round, a first try's enter, is woken by it: nothing is
+            // held for it, session 23's review.)
+            let unwatched: SmallVec<[bool; 4]> = resources
+                .iter()
+                .map(|r| self.in_round_unwatched(r.as_bytes()))
+                .collect();
             self.wake_watches(
                 |k| resources.iter().any(|r| watch::is_line_of(k, r.as_bytes())),
                 watch::Wake::Pushed,
             );
-            // A waiter of the client between two watches (a round of it in flight, ahead of
-            // this release on every connection) has no watch to fire: the wake waits for its
-            // next watch of the line.
-            for r in resources {
-                if self.in_round(r.as_bytes()) {
-                    self.hold_wake(r.as_bytes());
+            for (r, unwatched) in resources.iter().zip(unwatched) {
+                if unwatched {
+                    self.hold_wake(r.as_bytes(), now);
                 }
             }
         }

@@ -21,6 +21,7 @@ impl<U> Engine<U> {
         if !self.lapses.is_empty() {
             self.fire_due_lapses(now);
         }
+        self.forget_held_wakes(now);
         let due = |e: &Self| {
             e.deadlines
                 .peek()

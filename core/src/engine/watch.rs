@@ -83,6 +83,19 @@ pub(super) struct Enter {
     owed: u64,
 }
 
+/// Fair mode: a waiter's round in flight (a claim, a read of the line, an enter): its
+/// operation's slot and generation, its resources, and the id of the watch its operation
+/// holds while it runs, if any (`Command::watched_by`).
+#[derive(Debug)]
+pub(super) struct FairRound {
+    pub(super) slot: u32,
+    pub(super) gen: u32,
+    pub(super) names: crate::lock::Names,
+    pub(super) watch: Option<u64>,
+    /// A claim or an enter: won, it served its waiter (a read of the line serves nobody).
+    pub(super) serves: bool,
+}
+
 /// The most wakes held for waiters between two watches (see `Engine::hold_wake`).
 pub(super) const MAX_HELD_WAKES: usize = 64;
 
@@ -424,16 +437,48 @@ impl<U> Engine<U> {
 
     /// Fair mode: a release of `resource` kept the client's place for a waiter of it that has
     /// a round in flight there, and no watch to wake: the next watch of the line fires at
-    /// once. (Kept until then, the oldest forgotten past [`MAX_HELD_WAKES`]: a wake that
-    /// finds nobody costs its waiter one claim.)
-    pub(super) fn hold_wake(&mut self, resource: &[u8]) {
-        if self.held_wakes.iter().any(|r| r.as_ref() == resource) {
+    /// once. Kept until then, or until that waiter is served (its round won), or for two node
+    /// timeouts and a claim lease (by then its round has ended and its next watch has come,
+    /// or it has gone); the oldest forgotten past [`MAX_HELD_WAKES`]. A wake that finds
+    /// nobody costs a waiter of the client one claim.
+    pub(super) fn hold_wake(&mut self, resource: &[u8], now: Instant) {
+        self.forget_held_wakes(now);
+        if let Some(h) = self
+            .held_wakes
+            .iter_mut()
+            .find(|(r, _)| r.as_ref() == resource)
+        {
+            h.1 = now;
             return;
         }
         if self.held_wakes.len() >= MAX_HELD_WAKES {
             self.held_wakes.remove(0);
         }
-        self.held_wakes.push(resource.into());
+        self.held_wakes.push((resource.into(), now));
+    }
+
+    /// Forgets the held wakes past their time (see [`hold_wake`](Engine::hold_wake)).
+    pub(super) fn forget_held_wakes(&mut self, now: Instant) {
+        if self.held_wakes.is_empty() {
+            return;
+        }
+        let keep = self
+            .node_timeout
+            .saturating_mul(2)
+            .saturating_add(self.claim_lease());
+        self.held_wakes
+            .retain(|(_, at)| now.saturating_duration_since(*at) <= keep);
+    }
+
+    /// Fair mode: whether a waiter of this client with a round in flight on `resource` has no
+    /// watch registered (its operation holds none, or took it back for the round): a wake
+    /// now would not reach it.
+    pub(super) fn in_round_unwatched(&self, resource: &[u8]) -> bool {
+        self.fair_rounds.iter().any(|r| {
+            r.names.iter().any(|n| n.as_bytes() == resource)
+                && r.watch
+                    .is_none_or(|id| !self.watches.iter().any(|(w, _)| *w == id))
+        })
     }
 
     /// Fair mode: whether a waiter of this client waits for `resource`: its watch stands in
@@ -514,7 +559,10 @@ impl<U> Engine<U> {
         if !self.lapses.is_empty() {
             self.waiting_for_lapse(&key);
         }
-        let held = self.held_wakes.iter().position(|r| is_line_of(&key, r));
+        let held = self
+            .held_wakes
+            .iter()
+            .position(|(r, _)| is_line_of(&key, r));
         if let Some(k) = held {
             // A release that kept the client's place woke the waiters of the line while
             // this one was between two watches (see `hold_wake`).

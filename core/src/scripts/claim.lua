@@ -21,7 +21,7 @@ for i = 1, n do
     redis.call("SET", "redlock-mux:taken:" .. KEYS[i], handed, "PX", ARGV[5] * 16)
   end
   redis.call("ZREM", KEYS[n + i], ARGV[4])
-  redis.call("SET", "redlock-mux:served:" .. KEYS[i], ARGV[4] .. " " .. ARGV[1], "PX", ARGV[2])
+  redis.call("SET", "redlock-mux:served:" .. KEYS[i], ARGV[4] .. " " .. ARGV[1], "PX", ARGV[2]) if redis.pcall("GET", "redlock-mux:rung:" .. KEYS[i]) == ARGV[4] then redis.call("DEL", "redlock-mux:rung:" .. KEYS[i]) end
 end
 if #KEYS > 2 * n then return redis.call("INCR", KEYS[2 * n + 1]) end
 return 0

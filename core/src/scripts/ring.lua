@@ -4,7 +4,7 @@ local function rang(id, msg)
 end
 local function ring(r, q, claim, me, tag, released, after)
   local marker = "redlock-mux:rung:" .. r
-  local last = redis.call("GET", marker)
+  local last = redis.pcall("GET", marker) if type(last) == "table" then last = false end
   for _ = 1, 1024 do
     local from = 0
     if after then

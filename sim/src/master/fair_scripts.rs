@@ -156,6 +156,20 @@ fn pget(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Option<Bytes> {
     }
 }
 
+/// `redis.pcall("GET", key)` where an error is read as `false` (`None`): the ring's marker.
+fn pget_or_none(m: &mut Master, ex: &mut Ex, key: &[u8]) -> Option<Bytes> {
+    match m.read(ex, key).map(|e| e.value) {
+        Some(Value::Str(b)) => Some(b),
+        None | Some(Value::Zset(_)) => None,
+    }
+}
+
+/// `redis.call("TYPE", q)` is neither `zset` nor `none`: a line key of another type, which the
+/// release and the leave pass by.
+fn bad_line(m: &mut Master, ex: &mut Ex, q: &[u8]) -> bool {
+    matches!(m.read(ex, q).map(|e| e.value), Some(Value::Str(_)))
+}
+
 fn get(m: &mut Master, ex: &mut Ex, key: &[u8], line: u32) -> Result<Option<Bytes>, Stop> {
     match m.read(ex, key).map(|e| e.value) {
         None => Ok(None),
@@ -234,7 +248,7 @@ fn ring(
     after: Option<&[u8]>,
 ) -> Result<Option<Bytes>, Stop> {
     let marker = cat(b"redlock-mux:rung:", r);
-    let mut last = get(m, ex, &marker, 7)?;
+    let mut last = pget_or_none(m, ex, &marker);
     for _ in 0..1024 {
         let from = match after {
             Some(after) => call(zset::rank(m, ex, q, after), 11)?.map_or(0, |k| k + 1),
@@ -491,6 +505,12 @@ fn claim(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Result<
             arg(argv, 2)?,
             body(24),
         )?;
+        // The ring's marker naming the claimant is spent: it was served (a marker left would
+        // take it out as a lapsed head when it heads the line again and a lock runs out).
+        let marker = cat(b"redlock-mux:rung:", keys[i]);
+        if pget(m, ex, &marker).as_deref() == Some(id) {
+            strings::del(m, ex, &[&marker[..]]);
+        }
     }
     match keys.get(2 * n) {
         Some(counter) => call(strings::incr(m, ex, counter), body(26)),
@@ -510,8 +530,11 @@ fn handoff(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Resul
     for i in 0..n {
         let (key, q) = (keys[i], keys[n + i]);
         let v = pget(m, ex, key);
+        let bad = bad_line(m, ex, q);
         let released = v.as_deref() == Some(token);
-        if !keep {
+        if bad {
+            // (A line key of another type: no line to leave or keep, and nobody to ring.)
+        } else if !keep {
             zrem(m, ex, q, id, body(10))?;
         } else if !(v
             .as_deref()
@@ -530,11 +553,15 @@ fn handoff(m: &mut Master, ex: &mut Ex, keys: Args<'_>, argv: Args<'_>) -> Resul
             if !released {
                 gone = true;
             }
-            let rung = ring(m, ex, key, q, arg(argv, 2)?, me, token, released, None)?;
+            let rung = if bad {
+                None
+            } else {
+                ring(m, ex, key, q, arg(argv, 2)?, me, token, released, None)?
+            };
             if rung.is_none() && v.is_some() {
                 strings::del(m, ex, &[key]);
             }
-        } else if get(m, ex, &cat(TAKEN, key), body(19))?.as_deref() != Some(token) {
+        } else if pget(m, ex, &cat(TAKEN, key)).as_deref() != Some(token) {
             // Not taken from this release by the claim it rang for (see `claim`).
             held = true;
         }
