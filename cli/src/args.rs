@@ -233,6 +233,10 @@ pub struct StatusArgs {
     /// Print one JSON object instead of lines.
     #[arg(long)]
     pub json: bool,
+    /// The resource names a semaphore of N permits (`redlock run --permits N`): show each of
+    /// its slots, and how many permits a quorum holds.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=redlock_mux::MAX_PERMITS as i64))]
+    pub permits: Option<u32>,
 }
 
 /// `redlock unlock`.

@@ -130,6 +130,9 @@ impl Verdict {
 /// quorum holds it, does not, or cannot be known to (fewer than a quorum answered, or the
 /// silent nodes could complete one: then it exits [`UNAVAILABLE`](exit::UNAVAILABLE)).
 pub fn status(global: &Global, a: &StatusArgs) -> Result<u8, Failure> {
+    if let Some(n) = a.permits {
+        return permits_status(global, a, n);
+    }
     let redlock = global.blocking(&global.node_list())?;
     let what = || format!("status {:?}", a.resource);
     let view = redlock
@@ -155,6 +158,67 @@ pub fn status(global: &Global, a: &StatusArgs) -> Result<u8, Failure> {
                 "{}: whether it is held is unknown: {answered} of {total} nodes answered",
                 what()
             ),
+        ));
+    }
+    Ok(0)
+}
+
+/// `status --permits N`: each slot of the semaphore as `status` shows a lock (a line per slot
+/// with its verdict; with `--json`, one object holding each slot's), then how many permits a
+/// quorum holds. Exits [`UNAVAILABLE`](exit::UNAVAILABLE) when some slot's state is unknown.
+fn permits_status(global: &Global, a: &StatusArgs, n: u32) -> Result<u8, Failure> {
+    let what = || format!("status {:?} --permits {n}", a.resource);
+    let semaphore = redlock_mux::Semaphore::new(&a.resource, n as usize)
+        .map_err(|e| Failure::new(exit::USAGE, format!("{}: {e}", what())))?;
+    let redlock = global.blocking(&global.node_list())?;
+    let (mut held, mut unknown) = (0usize, 0usize);
+    let (mut lines, mut objects) = (String::new(), Vec::new());
+    for i in 0..semaphore.permits() {
+        let Some(slot) = semaphore.slot_key(i) else {
+            continue;
+        };
+        let view = redlock
+            .inspect(slot)
+            .map_err(|e| Failure::lock(&what(), &e))?;
+        let verdict = Verdict::of(&view);
+        let answered = view
+            .nodes
+            .iter()
+            .filter(|n| !matches!(n.holder, redlock_mux::Holder::Unknown(_)))
+            .count();
+        match verdict {
+            Verdict::Held(_) => held += 1,
+            Verdict::Unknown => unknown += 1,
+            Verdict::NotHeld => {}
+        }
+        if a.json {
+            objects.push(
+                status_json(slot, &view, &verdict, answered)
+                    .trim_end()
+                    .to_string(),
+            );
+        } else {
+            let shown = match &verdict {
+                Verdict::Held(t) => format!("held: {}", prefix(t)),
+                v => v.name().to_string(),
+            };
+            lines.push_str(&format!("{slot}  {shown}\n"));
+        }
+    }
+    let text = if a.json {
+        format!(
+            "{{\"resource\":{},\"permits\":{n},\"held\":{held},\"unknown\":{unknown},\"slots\":[{}]}}\n",
+            json_string(&a.resource),
+            objects.join(",")
+        )
+    } else {
+        format!("{lines}{held} of {n} permits held by a quorum, {unknown} unknown\n")
+    };
+    out::print(&text, "the status")?;
+    if unknown > 0 {
+        return Err(Failure::new(
+            exit::UNAVAILABLE,
+            format!("{}: {unknown} of {n} slots' state is unknown", what()),
         ));
     }
     Ok(0)

@@ -94,3 +94,65 @@ fn permits_take_one_resource() {
         assert_eq!(out.status.code(), Some(2), "--permits {n}: {out:?}");
     }
 }
+
+/// `status --permits N` shows each slot of the semaphore and how many permits a quorum holds:
+/// with two of three permits taken (through the library), two slots read held by their
+/// tokens and one not held, in text and in `--json`; an out-of-range N is a usage error.
+#[test]
+fn status_shows_the_permits_a_quorum_holds() {
+    let c = cluster(3);
+    let nodes = c.addrs();
+    let name = resource("cli-permits-status");
+    let client = redlock_mux::Redlock::builder()
+        .nodes(nodes.clone())
+        .build()
+        .unwrap();
+    let sem = redlock_mux::Semaphore::new(&name, 3).unwrap();
+    let ttl = std::time::Duration::from_secs(60);
+    let held: Vec<_> = (0..2)
+        .map(|_| client.try_acquire_permit(&sem, ttl).expect("a free permit"))
+        .collect();
+    let mut cmd = redlock_with(&nodes, &[]);
+    cmd.args(["status", "--resource", &name, "--permits", "3"]);
+    let out = output(cmd, "status --permits");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text.contains("2 of 3 permits held by a quorum, 0 unknown"),
+        "{text}"
+    );
+    for p in &held {
+        let slot = sem
+            .slot_of(p.resources().next().expect("one resource"))
+            .expect("a slot");
+        let key = sem.slot_key(slot).unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("{key}  held: "))),
+            "{key}: {text}"
+        );
+    }
+    assert_eq!(
+        text.lines().filter(|l| l.ends_with("not held")).count(),
+        1,
+        "{text}"
+    );
+    let mut cmd = redlock_with(&nodes, &[]);
+    cmd.args(["status", "--resource", &name, "--permits", "3", "--json"]);
+    let out = output(cmd, "status --permits --json");
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        json.contains("\"permits\":3,\"held\":2,\"unknown\":0,\"slots\":[{"),
+        "{json}"
+    );
+    assert_eq!(json.matches("\"state\":\"held\"").count(), 2, "{json}");
+    for p in &held {
+        client.unlock(p).unwrap();
+    }
+    for n in ["0", "257"] {
+        let mut cmd = redlock_with(&nodes, &[]);
+        cmd.args(["status", "--resource", &name, "--permits", n]);
+        let out = output(cmd, "status --permits out of range");
+        assert_eq!(out.status.code(), Some(2), "--permits {n}: {out:?}");
+    }
+}
